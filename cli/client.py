@@ -1,0 +1,88 @@
+"""Talk to schedd: one DEALER socket over ipc (or tcp), one request at a time.
+
+This is also kiln's Python submit API: ``Client().call("submit", {...})`` on one connection.
+schedd learns who is calling from the ipc peer credentials, never from the message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any
+
+import zmq
+
+from schedd import config as kconfig
+from schedd import protocol
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class ClientError(Exception):
+    """schedd answered with an error, or could not be reached. ``code`` is a protocol code."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Client:
+    def __init__(self, endpoint: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 cfg: kconfig.Config | None = None):
+        if endpoint is None:
+            cfg = cfg or kconfig.load()
+            endpoint = cfg.client_endpoint
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._ids = itertools.count(1)
+        self._ctx = zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            if self.endpoint.startswith("ipc://") and not os.path.exists(self.endpoint[6:]):
+                raise ClientError("unreachable", "Unable to contact slurm controller (connect failure)")
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(self.endpoint)
+            self._sock = sock
+        return self._sock
+
+    def call(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one request and wait for its reply body; raises ClientError."""
+        sock = self._socket()
+        msg_id = next(self._ids)
+        sock.send(protocol.request(op, body, msg_id))
+        deadline_ms = int(self.timeout * 1000)
+        while True:
+            if not sock.poll(deadline_ms):
+                self.close()
+                raise ClientError("unreachable", "Unable to contact slurm controller (connect failure)")
+            try:
+                reply = protocol.decode(sock.recv())
+            except protocol.ProtocolError as exc:
+                raise ClientError(exc.code, exc.message) from None
+            if reply.get("id") != msg_id:
+                continue  # a late answer to a request that timed out earlier
+            if reply.get("ok"):
+                return reply.get("body") or {}
+            err = reply.get("error") or {}
+            raise ClientError(err.get("code", "error"), err.get("message", "unknown error"))
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def call(op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One request from a short-lived command."""
+    with Client() as client:
+        return client.call(op, body)

@@ -1,0 +1,163 @@
+"""kiln.toml: one file per cluster, read with tomllib, found the same way by every command.
+
+Lookup order: ``$KILN_CONF`` (a file), ``$KILN_HOME/kiln.toml`` (default ``~/.kiln``), then
+``/etc/kiln/kiln.toml``. Two clusters in two directories therefore never mix. Standard library
+only: the CLI reads this on its fast path.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from schedd.model import Partition
+
+SYSTEM_CONF = Path("/etc/kiln/kiln.toml")
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Policy knobs of the scheduler core, in Slurm's names where Slurm has one."""
+
+    interval: float = 1.0  # seconds between periodic cycles (cycles also run on events)
+    backfill: bool = True
+    bf_max_reservations: int = 100
+    bf_max_job_test: int = 10_000  # pending jobs looked at per cycle
+    bf_resolution: int = 60  # seconds: reservation times are rounded up to this
+    bf_window: int = 7 * 86400  # how far ahead reservations are planned, seconds
+    fill: str = "priority"  # or "area": GPUs x minutes, ties by name
+    predict_runtime: bool = False
+    default_time_limit: int = 365 * 86400  # planning horizon for UNLIMITED jobs, seconds
+    # multifactor priority (Slurm's PriorityWeight*)
+    weight_age: int = 1000
+    weight_fairshare: int = 10_000
+    weight_job_size: int = 0
+    weight_partition: int = 1000
+    weight_qos: int = 1000
+    weight_assoc: int = 0
+    max_age: int = 7 * 86400  # PriorityMaxAge, seconds
+    decay_half_life: int = 7 * 86400  # PriorityDecayHalfLife, seconds
+    usage_reset: str = "none"  # PriorityUsageResetPeriod: none|daily|weekly|monthly
+    tres_billing_weights: dict[str, float] = field(
+        default_factory=lambda: {"cpu": 1.0, "mem": 0.0, "gres/gpu": 1.0}
+    )
+    billing_max_tres: bool = False  # PriorityFlags=MAX_TRES: dominant resource (DRF)
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    schedd: str = ""  # tcp endpoint of schedd; default: schedd's agent_endpoint
+    spool_dir: str = ""  # default {home}/spool/{node}
+    fake_gpus: str = ""  # e.g. "8xH100-80GB"; empty = NVML
+    gpu_islands: int = 2  # fake topology: GPUs split into this many NVLink islands
+    sample_interval: float = 10.0
+
+
+@dataclass(slots=True)
+class Config:
+    home: Path
+    path: Path | None = None
+    cluster_name: str = "kiln"
+    db_url: str = ""
+    client_endpoint: str = ""
+    agent_endpoint: str = "tcp://127.0.0.1:6817"
+    kill_wait: int = 30  # KillWait, seconds
+    min_job_age: int = 300  # MinJobAge, seconds
+    heartbeat_interval: float = 2.0
+    node_timeout: float = 30.0  # SlurmdTimeout: no heartbeat for this long -> node DOWN
+    max_array_size: int = 1001
+    allow_root_jobs: bool = False
+    log_dir: str = ""
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    partitions: list[Partition] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.home = Path(self.home)
+        if not self.db_url:
+            self.db_url = f"sqlite:///{self.home / 'kiln.db'}"
+        if not self.client_endpoint:
+            self.client_endpoint = f"ipc://{self.home / 'schedd.sock'}"
+        if not self.log_dir:
+            self.log_dir = str(self.home / "log")
+        if not self.agent.schedd:
+            self.agent.schedd = self.agent_endpoint
+        if not self.partitions:
+            self.partitions = [Partition(name="gpu", default=True)]
+
+    @property
+    def default_partition(self) -> Partition:
+        return next((p for p in self.partitions if p.default), self.partitions[0])
+
+
+def kiln_home() -> Path:
+    return Path(os.environ.get("KILN_HOME") or Path.home() / ".kiln")
+
+
+def find_config_path() -> Path | None:
+    explicit = os.environ.get("KILN_CONF")
+    if explicit:
+        return Path(explicit)
+    local = kiln_home() / "kiln.toml"
+    if local.exists():
+        return local
+    if SYSTEM_CONF.exists():
+        return SYSTEM_CONF
+    return None
+
+
+def load(path: Path | str | None = None) -> Config:
+    """Read the cluster's config (or the one at ``path``); defaults where the file is silent."""
+    path = Path(path) if path else find_config_path()
+    if path is None:
+        return Config(home=kiln_home())
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except PermissionError:
+        raise ConfigError(f"config file {path} is not readable") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return from_dict(data, path)
+
+
+def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
+    where = str(path or "config")
+    data = dict(data)
+    home = Path(data.pop("home", None) or (path.parent if path else kiln_home()))
+    scheduler = _build(SchedulerConfig, data.pop("scheduler", {}), f"{where} [scheduler]")
+    agent = _build(AgentConfig, data.pop("agent", {}), f"{where} [agent]")
+    partitions = [
+        _build(Partition, p, f"{where} [[partition]]") for p in data.pop("partition", [])
+    ]
+    schedd = data.pop("schedd", {})
+    top = {**data, **schedd}
+    cfg = _build(
+        Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
+        partitions=partitions,
+    )
+    return cfg
+
+
+def _build(cls: type, values: dict[str, Any], where: str, **fixed: Any) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a table")
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known or key in fixed:
+            raise ConfigError(f"{where}: unknown key {key!r}")
+        kwargs[key] = value
+    try:
+        return cls(**kwargs, **fixed)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None

@@ -1,0 +1,107 @@
+"""Slurm hostlist expressions: ``gpu[01-03,07],login`` <-> a list of names.
+
+Used for SLURM_JOB_NODELIST, squeue's NODELIST, ``-w``/``-x`` and ``scontrol show hostnames``.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$")
+MAX_EXPANSION = 100_000
+
+
+class HostlistError(ValueError):
+    pass
+
+
+def _split_top(expr: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(expr):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise HostlistError(f"unbalanced brackets in {expr!r}")
+        elif ch == "," and depth == 0:
+            parts.append(expr[start:i])
+            start = i + 1
+    if depth:
+        raise HostlistError(f"unbalanced brackets in {expr!r}")
+    parts.append(expr[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_one(item: str) -> list[str]:
+    m = re.search(r"\[([^\]]*)\]", item)
+    if not m:
+        return [item]
+    prefix, body, rest = item[: m.start()], m.group(1), item[m.end():]
+    tails = _expand_one(rest)
+    names: list[str] = []
+    for piece in body.split(","):
+        r = _RANGE.match(piece.strip())
+        if not r:
+            raise HostlistError(f"bad range {piece!r} in {item!r}")
+        lo_s, hi_s = r.group(1), r.group(2) or r.group(1)
+        lo, hi = int(lo_s), int(hi_s)
+        if hi < lo or (hi - lo) > MAX_EXPANSION:
+            raise HostlistError(f"bad range {piece!r} in {item!r}")
+        width = len(lo_s) if lo_s.startswith("0") else 0
+        for n in range(lo, hi + 1):
+            for tail in tails:
+                names.append(f"{prefix}{n:0{width}d}{tail}")
+                if len(names) > MAX_EXPANSION:
+                    raise HostlistError("hostlist too large")
+    return names
+
+
+def expand(expr: str) -> list[str]:
+    """'a[1-3],b' -> ['a1', 'a2', 'a3', 'b'] (order kept, duplicates dropped)."""
+    seen: dict[str, None] = {}
+    for item in _split_top(expr):
+        for name in _expand_one(item):
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def compress(names: list[str]) -> str:
+    """['a1', 'a2', 'a3', 'b'] -> 'a[1-3],b', Slurm's spelling (zero padding kept)."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    order: list[tuple[str, int] | str] = []
+    for name in names:
+        m = _TRAILING_DIGITS.match(name)
+        if not m:
+            order.append(name)
+            continue
+        prefix, digits = m.group(1), m.group(2)
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        key = (prefix, width)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(int(digits))
+    out: list[str] = []
+    for key in order:
+        if isinstance(key, str):
+            out.append(key)
+            continue
+        prefix, width = key
+        nums = sorted(set(groups[key]))
+        if len(nums) == 1:
+            out.append(f"{prefix}{nums[0]:0{width}d}")
+            continue
+        ranges, lo, prev = [], nums[0], nums[0]
+        for n in nums[1:] + [None]:  # type: ignore[list-item]
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(f"{lo:0{width}d}" if lo == prev else f"{lo:0{width}d}-{prev:0{width}d}")
+            if n is not None:
+                lo = prev = n
+        out.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(out)

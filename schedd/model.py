@@ -1,0 +1,288 @@
+"""The domain: jobs, nodes, GPUs and allocations as plain data classes.
+
+Everything above this module (the scheduler core, the ledger, the handlers, the CLI formatters)
+speaks in these types, and the wire carries them as ``dataclasses.asdict`` dictionaries with the
+same key names. Only the standard library is imported here: the CLI and the agent import it too.
+
+Units, once for all: times are POSIX seconds (float for instants, int for durations); memory is
+MiB (Slurm's "MB"); a time limit of ``None`` means UNLIMITED.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    PREEMPTED = "PREEMPTED"
+    REQUEUED = "REQUEUED"
+
+    @property
+    def compact(self) -> str:
+        return COMPACT_STATES[self]
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATES
+
+
+COMPACT_STATES: dict[JobState, str] = {
+    JobState.PENDING: "PD",
+    JobState.RUNNING: "R",
+    JobState.SUSPENDED: "S",
+    JobState.COMPLETING: "CG",
+    JobState.COMPLETED: "CD",
+    JobState.FAILED: "F",
+    JobState.CANCELLED: "CA",
+    JobState.TIMEOUT: "TO",
+    JobState.NODE_FAIL: "NF",
+    JobState.OUT_OF_MEMORY: "OOM",
+    JobState.PREEMPTED: "PR",
+    JobState.REQUEUED: "RQ",
+}
+
+FINISHED_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.OUT_OF_MEMORY,
+        JobState.PREEMPTED,
+    }
+)
+ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED})
+
+
+class NodeState(StrEnum):
+    """Slurm's base node states; ``MIXED``/``ALLOCATED`` are derived from allocations for display."""
+
+    IDLE = "IDLE"
+    DOWN = "DOWN"
+    DRAIN = "DRAIN"
+    FUTURE = "FUTURE"
+
+
+@dataclass(slots=True)
+class GPU:
+    """One device as NVML (or the fake backend) reports it.
+
+    ``island`` groups devices that talk over NVLink (or share a PCIe switch): placement keeps a
+    job's GPUs inside one island when it can.
+    """
+
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    island: int = 0
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: list[GPU] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)
+    partitions: list[str] = field(default_factory=list)
+    state: NodeState = NodeState.IDLE
+    reason: str = ""
+    address: str = ""
+    last_heartbeat: float = 0.0
+    boot_time: float = 0.0
+
+    @property
+    def gpu_model(self) -> str:
+        """The node's GPU type in Slurm's gres spelling (``a100``), or '' without GPUs."""
+        return gres_type(self.gpus[0].model) if self.gpus else ""
+
+
+def gres_type(model: str) -> str:
+    """'NVIDIA A100-SXM4-80GB' or 'A100-80GB' -> 'a100': the word users write in --gres=gpu:a100:2."""
+    word = model.replace("NVIDIA", "").strip().split("-")[0].split(" ")[0]
+    return word.lower()
+
+
+@dataclass(slots=True)
+class NodeAllocation:
+    """What one job holds on one node."""
+
+    node: str
+    cpus: int
+    memory_mb: int
+    gpus: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Allocation:
+    job_id: int
+    nodes: list[NodeAllocation] = field(default_factory=list)
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.node for n in self.nodes]
+
+    @property
+    def total_cpus(self) -> int:
+        return sum(n.cpus for n in self.nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+
+@dataclass(slots=True)
+class Partition:
+    name: str
+    nodes: list[str] = field(default_factory=list)  # empty: every node
+    default: bool = False
+    max_time: int | None = None  # seconds; None = UNLIMITED
+    default_time: int | None = None
+    priority_tier: int = 1
+    state: str = "UP"
+
+
+@dataclass(slots=True)
+class Job:
+    """A batch job: what the user asked for (every sbatch option, stored even where a later
+    feature will act on it) and what became of it.
+
+    Array tasks are separate Job rows that share ``array_job_id``; the task that keeps the
+    array's own id has ``id == array_job_id``.
+    """
+
+    id: int
+    name: str = ""
+    user: str = ""
+    uid: int = -1
+    gid: int = -1
+    account: str = ""
+    partition: str = ""
+    qos: str = "normal"
+    state: JobState = JobState.PENDING
+    reason: str = "None"
+    priority: int = 0
+    nice: int = 0
+    held: str = ""  # "", "user" or "admin"
+
+    # arrays
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_spec: str = ""  # e.g. "1-10%2" as submitted
+    array_max_running: int = 0  # the %N throttle, 0 = none
+
+    # times (POSIX seconds)
+    submit_time: float = 0.0
+    eligible_time: float = 0.0
+    begin_time: float = 0.0  # --begin; 0 = now
+    start_time: float = 0.0
+    end_time: float = 0.0
+    time_limit: int | None = None  # seconds, None = UNLIMITED
+    time_min: int | None = None
+
+    # resources asked for
+    num_nodes: int = 1
+    num_nodes_max: int = 0  # 0 = same as num_nodes
+    num_tasks: int = 1
+    ntasks_per_node: int = 0  # 0 = not given
+    cpus_per_task: int = 1
+    mem_per_node_mb: int = 0  # --mem; 0 = not given
+    mem_per_cpu_mb: int = 0
+    mem_per_gpu_mb: int = 0
+    gpus: int = 0  # -G/--gpus: total over the job
+    gpus_per_node: int = 0  # --gres=gpu:N / --gpus-per-node
+    gpus_per_task: int = 0
+    gpu_type: str = ""  # --gres=gpu:a100:2 -> "a100"
+    exclusive: bool = False
+    constraint: str = ""
+    nodelist: str = ""  # -w, as given (hostlist expression)
+    exclude: str = ""  # -x
+    reservation: str = ""
+
+    # behaviour
+    dependency: str = ""
+    requeue: bool = True
+    signal: str = ""  # --signal as given: [B:]SIG[@secs]
+    open_mode: str = "truncate"
+    stdout: str = ""  # patterns as given (%j ...), "" = slurm-%j.out
+    stderr: str = ""
+    workdir: str = ""
+    export: str = "ALL"
+    comment: str = ""
+    mail_type: str = ""
+    mail_user: str = ""
+    submit_host: str = ""
+    command: str = ""  # the script path as given, or "(wrap)"/"(stdin)"
+    script: str = ""
+    environment: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # options stored for later features
+
+    # what happened
+    node_list: str = ""  # compressed hostlist of the allocation
+    allocation: list[NodeAllocation] = field(default_factory=list)
+    batch_host: str = ""
+    exit_code: int = 0
+    exit_signal: int = 0
+    restart_count: int = 0
+    generation: int = 0  # bumped at every launch: fences stale agents
+    cancelled_by: int | None = None
+
+    @property
+    def display_id(self) -> str:
+        """JobID as squeue/sacct print it: '123' or '123_4' for an array task."""
+        if self.array_job_id is not None and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.id)
+
+    @property
+    def total_gpus(self) -> int:
+        if self.allocation:
+            return sum(len(a.gpus) for a in self.allocation)
+        if self.gpus:
+            return self.gpus
+        if self.gpus_per_task:
+            return self.gpus_per_task * self.num_tasks
+        return self.gpus_per_node * self.num_nodes
+
+    def to_wire(self, with_script: bool = False) -> dict[str, Any]:
+        """The dictionary the wire carries; script and environment only when asked for."""
+        d = dataclasses.asdict(self)
+        d["state"] = str(self.state)
+        if not with_script:
+            d.pop("script")
+            d.pop("environment")
+        return d
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> Job:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["state"] = JobState(kw.get("state", "PENDING"))
+        kw["allocation"] = [NodeAllocation(**a) for a in kw.get("allocation", [])]
+        return cls(**kw)
+
+
+JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Job))
+
+
+def node_from_wire(d: dict[str, Any]) -> Node:
+    names = {f.name for f in dataclasses.fields(Node)}
+    kw = {k: v for k, v in d.items() if k in names}
+    kw["gpus"] = [GPU(**g) for g in kw.get("gpus", [])]
+    kw["state"] = NodeState(kw.get("state", "IDLE"))
+    return Node(**kw)

@@ -1,0 +1,221 @@
+"""Wire messages between the CLI, schedd and agentd: one place both sides import.
+
+A message is one ZeroMQ frame of JSON (after the ROUTER's identity frame)::
+
+    request  {"v": 1, "op": "submit", "id": 7, "body": {...}}
+    reply    {"v": 1, "id": 7, "ok": true, "body": {...}}
+             {"v": 1, "id": 7, "ok": false, "error": {"code": "...", "message": "..."}}
+
+Every request is size-capped and schema-checked on receipt (``decode_request``); anything wrong
+raises ``ProtocolError`` whose code and message go back in an error reply, so no input can crash
+a daemon. Standard library only: ``sbatch`` pays for every import.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+VERSION = 1
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a whole message, script included
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+MAX_ENV_VALUE = 128 * 1024  # one environment variable
+MAX_STRING = 4096  # any other string field
+MAX_LIST = 100_000
+MAX_ARRAY_SIZE = 1001  # Slurm's MaxArraySize default
+
+# Error codes: stable words a client can branch on. Messages are Slurm's texts where one exists.
+E_BAD_REQUEST = "bad_request"
+E_UNKNOWN_OP = "unknown_op"
+E_PERMISSION = "permission_denied"
+E_INVALID_JOB = "invalid_job_id"
+E_INVALID = "invalid"
+E_INTERNAL = "internal"
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --- schemas -------------------------------------------------------------------------------
+# A body schema maps field -> (type or tuple of types, required). Unknown fields are refused:
+# a typo in a client must not be silently ignored.
+Schema = dict[str, tuple[Any, bool]]
+
+_INT = int
+_NUM = (int, float)
+_STR = str
+_LIST = list
+_DICT = dict
+_BOOL = bool
+_OPT_INT = (int, type(None))
+
+JOB_FILTER: Schema = {
+    "job_ids": (_LIST, False),  # of str: "123", "123_4", "123_[1-5]"
+    "users": (_LIST, False),
+    "accounts": (_LIST, False),
+    "partitions": (_LIST, False),
+    "qos": (_LIST, False),
+    "states": (_LIST, False),
+    "names": (_LIST, False),
+    "nodes": (_LIST, False),
+    "all_states": (_BOOL, False),  # include finished jobs still within MinJobAge
+}
+
+CLIENT_OPS: dict[str, Schema] = {
+    "ping": {},
+    "submit": {
+        "job": (_DICT, True),  # Job fields (see schedd.model.Job) as sbatch parsed them
+        "test_only": (_BOOL, False),
+    },
+    "query_jobs": {**JOB_FILTER, "with_script": (_BOOL, False), "start_estimates": (_BOOL, False)},
+    "cancel": {**JOB_FILTER, "signal": (_STR, False), "batch_only": (_BOOL, False),
+               "full": (_BOOL, False)},
+    "hold": {"job_ids": (_LIST, True), "admin": (_BOOL, False)},
+    "release": {"job_ids": (_LIST, True)},
+    "update_job": {"job_ids": (_LIST, True), "changes": (_DICT, True)},
+    "requeue": {"job_ids": (_LIST, True), "hold": (_BOOL, False)},
+    "query_nodes": {"names": (_LIST, False)},
+    "query_partitions": {"names": (_LIST, False)},
+    "update_node": {"names": (_LIST, True), "changes": (_DICT, True)},
+    "show_config": {},
+}
+
+AGENT_OPS: dict[str, Schema] = {
+    # agent -> schedd
+    "register": {"node": (_DICT, True), "running": (_LIST, True), "finished": (_LIST, False)},
+    "heartbeat": {"node": (_STR, True), "running": (_LIST, False)},
+    "job_started": {"node": (_STR, True), "job_id": (_INT, True), "generation": (_INT, True),
+                    "start_time": (_NUM, True), "pid": (_INT, False)},
+    "job_ended": {"node": (_STR, True), "job_id": (_INT, True), "generation": (_INT, True),
+                  "state": (_STR, True), "exit_code": (_INT, True), "exit_signal": (_INT, True),
+                  "end_time": (_NUM, True), "stats": (_DICT, False)},
+}
+
+SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
+    "launch": {"launch": (_DICT, True)},  # see LAUNCH_FIELDS
+    "signal": {"job_id": (_INT, True), "generation": (_INT, True), "signal": (_STR, True),
+               "batch_only": (_BOOL, False)},
+    "terminate": {"job_id": (_INT, True), "generation": (_INT, True), "state": (_STR, True)},
+    "registered": {"heartbeat_interval": (_NUM, True), "kill_wait": (_INT, True),
+                   "forget": (_LIST, False)},
+}
+
+# The launch instruction schedd sends an agent: everything the node needs to start a batch job
+# without asking again (the agent keeps it in its spool, so it survives a restart).
+LAUNCH_FIELDS: Schema = {
+    "job_id": (_INT, True),
+    "generation": (_INT, True),
+    "name": (_STR, True),
+    "user": (_STR, True),
+    "uid": (_INT, True),
+    "gid": (_INT, True),
+    "script": (_STR, True),
+    "workdir": (_STR, True),
+    "stdout": (_STR, True),  # already expanded to absolute paths by schedd (%j %x %u %A %a %N)
+    "stderr": (_STR, True),
+    "open_mode": (_STR, True),
+    "environment": (_DICT, True),  # the full environment of the job, SLURM_* included
+    "gpus": (_LIST, True),  # indices on this node
+    "cpus": (_INT, True),
+    "memory_mb": (_INT, True),
+    "time_limit": (_OPT_INT, True),  # seconds, None = unlimited
+    "kill_wait": (_INT, True),  # seconds between SIGTERM and SIGKILL
+    "signal": (_STR, False),  # --signal as given, e.g. "B:USR1@120"
+    "start_time": (_NUM, True),  # schedd's decision time; the agent measures its own limit
+}
+
+
+# --- envelope ------------------------------------------------------------------------------
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def request(op: str, body: dict[str, Any] | None = None, msg_id: int = 0) -> bytes:
+    return encode({"v": VERSION, "op": op, "id": msg_id, "body": body or {}})
+
+
+def reply_ok(msg_id: Any, body: dict[str, Any] | None = None) -> bytes:
+    return encode({"v": VERSION, "id": msg_id, "ok": True, "body": body or {}})
+
+
+def reply_error(msg_id: Any, code: str, message: str) -> bytes:
+    return encode({"v": VERSION, "id": msg_id, "ok": False,
+                   "error": {"code": code, "message": message}})
+
+
+def decode(frame: bytes) -> dict[str, Any]:
+    """Parse one frame into a dict, or raise ProtocolError (never anything else)."""
+    if len(frame) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(E_BAD_REQUEST, f"message of {len(frame)} bytes is over the cap")
+    try:
+        msg = json.loads(frame)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(E_BAD_REQUEST, f"malformed message: {exc}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(E_BAD_REQUEST, "message is not an object")
+    return msg
+
+
+def decode_request(frame: bytes, ops: dict[str, Schema]) -> tuple[Any, str, dict[str, Any]]:
+    """Check envelope and body of a request; returns (id, op, body)."""
+    msg = decode(frame)
+    msg_id = msg.get("id")
+    if msg.get("v") != VERSION:
+        raise ProtocolError(E_BAD_REQUEST, f"unsupported protocol version {msg.get('v')!r}")
+    op = msg.get("op")
+    if not isinstance(op, str) or op not in ops:
+        raise ProtocolError(E_UNKNOWN_OP, f"unknown operation {str(op)[:64]!r}")
+    body = msg.get("body", {})
+    check(body, ops[op], op)
+    return msg_id, op, body
+
+
+def check(body: Any, schema: Schema, where: str) -> None:
+    """Type-check and bound a body against its schema; raises ProtocolError."""
+    if not isinstance(body, dict):
+        raise ProtocolError(E_BAD_REQUEST, f"{where}: body is not an object")
+    for name in body:
+        if name not in schema:
+            raise ProtocolError(E_BAD_REQUEST, f"{where}: unknown field {str(name)[:64]!r}")
+    for name, (typ, required) in schema.items():
+        if name not in body:
+            if required:
+                raise ProtocolError(E_BAD_REQUEST, f"{where}: missing field {name!r}")
+            continue
+        value = body[name]
+        if isinstance(value, bool) and typ in (_INT, _NUM, _OPT_INT):
+            raise ProtocolError(E_BAD_REQUEST, f"{where}: field {name!r} has the wrong type")
+        if not isinstance(value, typ):
+            raise ProtocolError(E_BAD_REQUEST, f"{where}: field {name!r} has the wrong type")
+        bound(value, f"{where}.{name}")
+
+
+def bound(value: Any, where: str, depth: int = 0) -> None:
+    """Refuse over-long strings, huge lists and deep nesting anywhere inside a value."""
+    if depth > 8:
+        raise ProtocolError(E_BAD_REQUEST, f"{where}: nested too deeply")
+    if isinstance(value, str):
+        if where.endswith(".script"):
+            limit = MAX_SCRIPT_BYTES
+        elif ".environment" in where:
+            limit = MAX_ENV_VALUE
+        else:
+            limit = MAX_STRING
+        if len(value) > limit:
+            raise ProtocolError(E_BAD_REQUEST, f"{where}: string longer than {limit}")
+    elif isinstance(value, list):
+        if len(value) > MAX_LIST:
+            raise ProtocolError(E_BAD_REQUEST, f"{where}: list longer than {MAX_LIST}")
+        for item in value:
+            bound(item, where, depth + 1)
+    elif isinstance(value, dict):
+        if len(value) > MAX_LIST:
+            raise ProtocolError(E_BAD_REQUEST, f"{where}: object too large")
+        for k, v in value.items():
+            bound(v, f"{where}.{k}", depth + 1)

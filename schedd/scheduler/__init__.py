@@ -1,0 +1,1 @@
+"""The pure scheduler core: ``cycle.schedule(Snapshot, SchedulerConfig) -> Decisions``."""

@@ -1,0 +1,156 @@
+"""What the scheduler core sees and what it decides: the pure core's whole interface.
+
+``cycle.schedule(snapshot, config) -> Decisions`` is a function: no database, no sockets, no
+clock (``snapshot.now`` is the time). The daemon builds snapshots from its in-memory state; the
+simulator builds them from a trace on a virtual clock; property tests build random ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schedd.model import GPU, Job, NodeAllocation
+
+
+@dataclass(slots=True)
+class NodeView:
+    """A schedulable node: its capacity. What is free is derived from ``Snapshot.running``."""
+
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: list[GPU] = field(default_factory=list)
+    gpu_type: str = ""  # gres spelling, e.g. "a100"
+    features: frozenset[str] = frozenset()
+    partitions: frozenset[str] = frozenset()
+    available: bool = True  # False when DOWN or DRAIN: runs what it has, takes nothing new
+
+
+@dataclass(slots=True)
+class PendingJob:
+    """A pending job, eligible to run as far as the daemon can tell (not held, dependencies met,
+    begin time reached); the core decides whether and where it starts, and why not."""
+
+    job_id: int
+    name: str = ""
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    qos: str = "normal"
+    num_nodes: int = 1
+    cpus_per_node: int = 1
+    mem_per_node_mb: int = 0
+    gpus_per_node: int = 0
+    gpu_type: str = ""
+    exclusive: bool = False
+    features: frozenset[str] = frozenset()
+    nodelist: frozenset[str] = frozenset()  # -w: must include these nodes
+    exclude: frozenset[str] = frozenset()  # -x
+    time_limit: int = 3600  # seconds, resolved (partition default, UNLIMITED -> horizon)
+    submit_time: float = 0.0
+    nice: int = 0
+    qos_priority: int = 0
+    partition_priority: int = 1
+    admin_priority: int | None = None  # scontrol update Priority=: fixed, factors ignored
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+
+@dataclass(slots=True)
+class RunningJob:
+    job_id: int
+    allocation: list[NodeAllocation]
+    start_time: float
+    end_time: float  # start + time limit: when its resources are surely free again
+    user: str = ""
+    account: str = ""
+    qos: str = "normal"
+    partition: str = ""
+
+
+@dataclass(slots=True)
+class Snapshot:
+    now: float
+    nodes: list[NodeView]
+    running: list[RunningJob] = field(default_factory=list)
+    pending: list[PendingJob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Start:
+    job_id: int
+    allocation: list[NodeAllocation]
+
+
+@dataclass(slots=True)
+class Decisions:
+    starts: list[Start] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)  # pending job -> Slurm reason
+    expected_start: dict[int, float] = field(default_factory=dict)  # from the backfill plan
+    priorities: dict[int, int] = field(default_factory=dict)
+
+
+def cpus_per_node(job: Job) -> int:
+    if job.ntasks_per_node:
+        tasks = job.ntasks_per_node
+    else:
+        tasks = -(-max(job.num_tasks, 1) // max(job.num_nodes, 1))
+    return max(tasks, 1) * max(job.cpus_per_task, 1)
+
+
+def gpus_per_node(job: Job) -> int:
+    nodes = max(job.num_nodes, 1)
+    if job.gpus_per_node:
+        return job.gpus_per_node
+    if job.gpus:
+        return -(-job.gpus // nodes)
+    if job.gpus_per_task:
+        return job.gpus_per_task * -(-max(job.num_tasks, 1) // nodes)
+    return 0
+
+
+def mem_per_node(job: Job) -> int:
+    if job.mem_per_node_mb:
+        return job.mem_per_node_mb
+    if job.mem_per_cpu_mb:
+        return job.mem_per_cpu_mb * cpus_per_node(job)
+    if job.mem_per_gpu_mb:
+        return job.mem_per_gpu_mb * gpus_per_node(job)
+    return 0
+
+
+def split_names(expr: str) -> frozenset[str]:
+    """'-w a,b' or a hostlist expression -> node names."""
+    from schedd.hostlist import expand
+
+    return frozenset(expand(expr)) if expr else frozenset()
+
+
+def pending_from_job(job: Job, time_limit: int, qos_priority: int = 0,
+                     partition_priority: int = 1) -> PendingJob:
+    """The core's view of a pending Job; ``time_limit`` already resolved by the caller."""
+    return PendingJob(
+        job_id=job.id,
+        name=job.name,
+        user=job.user,
+        account=job.account,
+        partition=job.partition,
+        qos=job.qos,
+        num_nodes=max(job.num_nodes, 1),
+        cpus_per_node=cpus_per_node(job),
+        mem_per_node_mb=mem_per_node(job),
+        gpus_per_node=gpus_per_node(job),
+        gpu_type=job.gpu_type,
+        exclusive=job.exclusive,
+        features=frozenset(f for f in job.constraint.replace("|", "&").split("&") if f),
+        nodelist=split_names(job.nodelist),
+        exclude=split_names(job.exclude),
+        time_limit=time_limit,
+        submit_time=job.submit_time,
+        nice=job.nice,
+        qos_priority=qos_priority,
+        partition_priority=partition_priority,
+        admin_priority=job.extra.get("admin_priority"),
+    )
