@@ -100,8 +100,6 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "signal": {"job_id": (_INT, True), "generation": (_INT, True), "signal": (_STR, True),
                "batch_only": (_BOOL, False)},
     "terminate": {"job_id": (_INT, True), "generation": (_INT, True), "state": (_STR, True)},
-    "registered": {"heartbeat_interval": (_NUM, True), "kill_wait": (_INT, True),
-                   "forget": (_LIST, False)},
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job

@@ -1,0 +1,64 @@
+"""One module per kind of request; ``CLIENT_HANDLERS``/``AGENT_HANDLERS`` map ops to functions.
+
+A handler is ``handle(ctx, caller, body) -> reply body``. It validates what it was given (the
+envelope was checked already), commits through ``ctx.state`` before it answers, and raises
+``RequestError`` for anything the caller did wrong: the daemon turns that into an error reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from schedd import protocol
+
+if TYPE_CHECKING:
+    from schedd.agents import AgentRegistry
+    from schedd.config import Config
+    from schedd.state import State
+
+
+class RequestError(Exception):
+    def __init__(self, message: str, code: str = protocol.E_INVALID):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Context(Protocol):
+    cfg: Config
+    state: State
+    agents: AgentRegistry
+
+    def now(self) -> float: ...
+
+    def wake_scheduler(self) -> None: ...
+
+
+Handler = Callable[[Context, Any, dict[str, Any]], dict[str, Any]]
+
+
+def _registry() -> tuple[dict[str, Handler], dict[str, Handler]]:
+    from schedd.handlers import agent, control, nodes, query, submit
+
+    client = {
+        "ping": lambda ctx, caller, body: {"pong": True, "time": ctx.now()},
+        "submit": submit.submit,
+        "query_jobs": query.query_jobs,
+        "cancel": control.cancel,
+        "hold": control.hold,
+        "release": control.release,
+        "query_nodes": nodes.query_nodes,
+        "query_partitions": nodes.query_partitions,
+        "show_config": nodes.show_config,
+    }
+    agents = {
+        "register": agent.register,
+        "heartbeat": agent.heartbeat,
+        "job_started": agent.job_started,
+        "job_ended": agent.job_ended,
+    }
+    return client, agents
+
+
+CLIENT_HANDLERS, AGENT_HANDLERS = _registry()

@@ -1,0 +1,275 @@
+"""agentd: the node agent's loop.
+
+Every turn:
+1. wait up to a tick for a message from schedd (launch, signal, terminate, or a reply);
+2. act on it through the launcher;
+3. poll the launcher: reap ended jobs, enforce walltimes (the agent keeps time itself, whether
+   or not schedd can be reached), and report every end until schedd acknowledges it;
+4. heartbeat on its interval, listing what runs here, so schedd can reconcile.
+
+Talks to schedd over one DEALER socket whose identity is the node name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from agentd import gpus as gpu_discovery
+from agentd.launcher import Finished, LaunchError, Launcher
+from schedd import config as kconfig
+from schedd import protocol
+from schedd.logs import setup_logging
+
+log = logging.getLogger("agentd")
+
+TICK_MS = 100
+RESEND_AFTER = 3.0  # seconds before an unacknowledged report is sent again
+
+
+class Agent:
+    def __init__(self, cfg: kconfig.Config, node_name: str, cpus: int | None = None,
+                 memory_mb: int | None = None, fake_gpus: str | None = None,
+                 features: list[str] | None = None, spool_dir: str | None = None):
+        self.cfg = cfg
+        self.name = node_name
+        host_cpus, host_mem = gpu_discovery.node_resources()
+        fake = cfg.agent.fake_gpus if fake_gpus is None else fake_gpus
+        self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name)
+        self.cpus = cpus or host_cpus
+        self.memory_mb = memory_mb or host_mem
+        self.features = features or []
+        spool = Path(spool_dir or cfg.agent.spool_dir or cfg.home / "spool" / node_name)
+        self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
+                                 allow_root=cfg.allow_root_jobs)
+        recovered = self.launcher.recover()
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, node_name.encode())
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+        self.sock.connect(cfg.agent.schedd)
+        self._ids = itertools.count(1)
+        self._requests: dict[int, str] = {}  # msg id -> op, for replies
+        self._unacked: OrderedDict[tuple[int, int], tuple[float, dict[str, Any]]] = OrderedDict()
+        self._report_ids: dict[int, tuple[int, int]] = {}
+        self._seen: OrderedDict[tuple[int, int], None] = OrderedDict()  # launches handled
+        self.heartbeat_interval = cfg.heartbeat_interval
+        self._last_heartbeat = 0.0
+        self._registered = False
+        self._register_keys: list[tuple[int, int]] = []
+        self._stopping = False
+        for fin in recovered:  # ended while no agent watched: sent with the registration
+            self._unacked[(fin.job_id, fin.generation)] = (0.0, self._end_body(fin))
+
+    # --- sending -------------------------------------------------------------------------------
+
+    def _send(self, op: str, body: dict[str, Any]) -> int:
+        msg_id = next(self._ids)
+        self._requests[msg_id] = op
+        if len(self._requests) > 10_000:  # replies that never came (schedd restarted)
+            for key in list(self._requests)[:5_000]:
+                del self._requests[key]
+        try:
+            self.sock.send(protocol.request(op, body, msg_id), zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("schedd unreachable; %s not sent", op)
+        return msg_id
+
+    def register(self) -> None:
+        node = {"name": self.name, "cpus": self.cpus, "memory_mb": self.memory_mb,
+                "gpus": [dataclasses.asdict(g) for g in self.gpus],
+                "features": self.features, "address": socket.gethostname(),
+                "boot_time": _boot_time()}
+        self._register_keys = list(self._unacked)
+        self._send("register", {"node": node, "running": self._running(),
+                                "finished": [r for _, r in self._unacked.values()]})
+        self._last_heartbeat = time.time()
+
+    def _running(self) -> list[dict[str, Any]]:
+        return [{"job_id": r["job_id"], "generation": r["generation"]}
+                for r in self.launcher.running()]
+
+    def _end_body(self, fin: Finished) -> dict[str, Any]:
+        return {"node": self.name, "job_id": fin.job_id, "generation": fin.generation,
+                "state": fin.state, "exit_code": fin.exit_code, "exit_signal": fin.exit_signal,
+                "end_time": fin.end_time}
+
+    def _report(self, fin: Finished) -> None:
+        body = self._end_body(fin)
+        key = (fin.job_id, fin.generation)
+        self._unacked[key] = (time.time(), body)
+        self._report_ids[self._send("job_ended", body)] = key
+
+    # --- receiving -----------------------------------------------------------------------------
+
+    def _on_message(self, frame: bytes) -> None:
+        try:
+            msg = protocol.decode(frame)
+        except protocol.ProtocolError as exc:
+            log.warning("bad message from schedd: %s", exc.message)
+            return
+        if "op" in msg:
+            self._on_command(msg)
+        else:
+            self._on_reply(msg)
+
+    def _on_reply(self, msg: dict[str, Any]) -> None:
+        msg_id = msg.get("id")
+        op = self._requests.pop(msg_id, None) if isinstance(msg_id, int) else None
+        if not msg.get("ok"):
+            err = msg.get("error") or {}
+            log.warning("schedd refused %s: %s", op, err.get("message"))
+            if op == "register":
+                self._registered = False
+            return
+        body = msg.get("body") or {}
+        if op == "register":
+            self._registered = True
+            self.heartbeat_interval = float(body.get("heartbeat_interval", self.heartbeat_interval))
+            self.launcher.kill_wait = int(body.get("kill_wait", self.launcher.kill_wait))
+            for key in self._register_keys:  # register carried them; schedd recorded them
+                self._acknowledged(key)
+            log.info("registered with schedd")
+        elif op == "heartbeat" and body.get("register"):
+            self.register()
+        elif op == "job_ended":
+            key = self._report_ids.pop(msg_id, None)  # type: ignore[arg-type]
+            if key is not None:
+                self._acknowledged(key)
+
+    def _acknowledged(self, key: tuple[int, int]) -> None:
+        self._unacked.pop(key, None)
+        self.launcher.forget(*key)
+
+    def _on_command(self, msg: dict[str, Any]) -> None:
+        op, body = msg.get("op"), msg.get("body")
+        schema = protocol.SCHEDD_TO_AGENT_OPS.get(op) if isinstance(op, str) else None
+        if schema is None:
+            log.warning("unknown command %r from schedd", op)
+            return
+        try:
+            protocol.check(body, schema, op)
+        except protocol.ProtocolError as exc:
+            log.warning("bad %s from schedd: %s", op, exc.message)
+            return
+        if op == "launch":
+            self._launch(body["launch"])
+        elif op == "terminate":
+            if not self.launcher.terminate(body["job_id"], body["generation"], body["state"]):
+                # not running here (never arrived, or long gone): schedd still waits for an end
+                self._report(Finished(body["job_id"], body["generation"], body["state"], 0, 0,
+                                      time.time(), time.time()))
+        elif op == "signal":
+            self.launcher.signal(body["job_id"], body["generation"], body["signal"],
+                                 body.get("batch_only", False))
+
+    def _launch(self, spec: dict[str, Any]) -> None:
+        key = (spec.get("job_id"), spec.get("generation"))
+        if key in self._seen:
+            return  # a resend of a launch already handled
+        self._seen[key] = None  # type: ignore[index]
+        while len(self._seen) > 10_000:
+            self._seen.popitem(last=False)
+        try:
+            self.launcher.launch(spec)
+        except (LaunchError, protocol.ProtocolError) as exc:
+            log.error("launch of job %s failed: %s", spec.get("job_id"), exc)
+            now = time.time()
+            self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", 1, 0,
+                                  now, now))
+            return
+        self._send("job_started", {"node": self.name, "job_id": spec["job_id"],
+                                   "generation": spec["generation"], "start_time": time.time()})
+
+    # --- loop ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.register()
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while not self._stopping:
+            if poller.poll(TICK_MS):
+                for _ in range(1000):
+                    try:
+                        frame = self.sock.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_message(frame)
+            now = time.time()
+            for fin in self.launcher.poll(now):
+                self._report(fin)
+            if now - self._last_heartbeat >= self.heartbeat_interval:
+                self._heartbeat(now)
+        self.sock.close(0)
+        self.ctx.term()
+
+    def _heartbeat(self, now: float) -> None:
+        self._last_heartbeat = now
+        if not self._registered:
+            self.register()
+            return
+        self._send("heartbeat", {"node": self.name, "running": self._running()})
+        for key, (sent, body) in list(self._unacked.items()):
+            if now - sent >= RESEND_AFTER:
+                self._unacked[key] = (now, body)
+                self._report_ids[self._send("job_ended", body)] = key
+
+    def stop(self, *_: Any) -> None:
+        self._stopping = True
+
+
+def _boot_time() -> float:
+    try:
+        import psutil
+
+        return float(psutil.boot_time())
+    except Exception:
+        return 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agentd", description="kiln's node agent")
+    parser.add_argument("-f", "--config", help="kiln.toml (default: $KILN_HOME/kiln.toml)")
+    parser.add_argument("--node", default=socket.gethostname().split(".")[0],
+                        help="node name (default: the short host name)")
+    parser.add_argument("--fake-gpus", help="pretend GPUs, e.g. 8xH100-80GB (0 for none)")
+    parser.add_argument("--cpus", type=int, help="CPUs to offer (default: all)")
+    parser.add_argument("--memory", type=int, help="memory to offer, MB (default: all)")
+    parser.add_argument("--features", default="", help="comma-separated node features")
+    parser.add_argument("--spool", help="spool directory")
+    parser.add_argument("--log-file")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    try:
+        cfg = kconfig.load(args.config)
+        setup_logging(args.log_file, args.log_level.upper())
+        agent = Agent(cfg, args.node, cpus=args.cpus, memory_mb=args.memory,
+                      fake_gpus=args.fake_gpus,
+                      features=[f for f in args.features.split(",") if f],
+                      spool_dir=args.spool)
+    except (kconfig.ConfigError, ValueError, gpu_discovery.GPUDiscoveryError, OSError) as exc:
+        print(f"agentd: error: {exc}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)
+    log.info("agentd %s: %d CPUs, %d MB, %d GPUs, schedd %s (pid %d)", agent.name, agent.cpus,
+             agent.memory_mb, len(agent.gpus), cfg.agent.schedd, os.getpid())
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""``kiln up`` / ``kiln down`` / ``kiln status``: a whole cluster on this machine, in one command.
+
+State lives in ``$KILN_HOME`` (default ``~/.kiln``): ``kiln.toml``, the SQLite ledger, the
+schedd socket, ``log/`` and ``run/`` (pid files). ``kiln up`` is idempotent: run again, it
+starts whatever part of the cluster is not running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from schedd import config as kconfig
+
+DEFAULT_FAKE_GPUS = "8xH100-80GB"
+FAKE_NODE_CPUS = 64  # a pretend GPU node offers what a real one has (CPUs are overcommitted)
+START_TIMEOUT = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(str(value))
+
+
+def write_config(home: Path, db_url: str, fake_gpus: str) -> Path:
+    path = home / "kiln.toml"
+    lines = [
+        "# kiln cluster made by `kiln up`; edit freely, then `kiln down && kiln up`.",
+        f"cluster_name = {_toml_value('kiln')}",
+        "",
+        "[schedd]",
+        f"db_url = {_toml_value(db_url or 'sqlite:///' + str(home / 'kiln.db'))}",
+        f"client_endpoint = {_toml_value('ipc://' + str(home / 'schedd.sock'))}",
+        f"agent_endpoint = {_toml_value(f'tcp://127.0.0.1:{_free_port()}')}",
+        "kill_wait = 30",
+        "min_job_age = 300",
+        "# jobs of root run only where this says so; `kiln up` as root is a personal cluster",
+        f"allow_root_jobs = {_toml_value(os.getuid() == 0)}",
+        "",
+        "[agent]",
+        f"fake_gpus = {_toml_value(fake_gpus)}",
+        "",
+        "[[partition]]",
+        'name = "gpu"',
+        "default = true",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _pid_alive(pid_file: Path) -> int:
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return 0
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return 0
+    return pid if b"schedd" in cmdline or b"agentd" in cmdline else 0
+
+
+def _spawn(args: list[str], log_file: Path, pid_file: Path, env: dict[str, str]) -> int:
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, env=env, close_fds=True)
+    pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _nvml_has_gpus() -> bool:
+    try:
+        from agentd.gpus import discover
+
+        return bool(discover(""))
+    except Exception:
+        return False
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise click.ClickException(f"{what} did not come up within {timeout:.0f} s")
+
+
+def _ping(cfg: kconfig.Config) -> bool:
+    from cli.client import Client, ClientError
+
+    try:
+        with Client(cfg=cfg, timeout=1.0) as client:
+            client.call("ping")
+        return True
+    except ClientError:
+        return False
+
+
+def _alive_nodes(cfg: kconfig.Config) -> set[str]:
+    from cli.client import Client, ClientError
+
+    try:
+        with Client(cfg=cfg, timeout=2.0) as client:
+            nodes = client.call("query_nodes")["nodes"]
+    except ClientError:
+        return set()
+    return {n["name"] for n in nodes if n.get("state_display") != "DOWN"}
+
+
+@click.command()
+@click.option("--nodes", "num_nodes", type=click.IntRange(1, 512), default=None,
+              help="agents to run on this host, each a node (default 1)")
+@click.option("--fake-gpus", default=None,
+              help=f"GPUs each node pretends to have, e.g. 4xA100 (default: real GPUs via "
+                   f"NVML, else {DEFAULT_FAKE_GPUS})")
+@click.option("--cpus", type=click.IntRange(1, 100_000), default=None,
+              help=f"CPUs each node offers (default: the host's; {FAKE_NODE_CPUS} with fake GPUs)")
+@click.option("--db-url", default="", help="ledger URL (default SQLite in $KILN_HOME)")
+def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: str) -> None:
+    """Start schedd and agents on this host (idempotent)."""
+    home = kconfig.kiln_home()
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o755)
+    for sub in ("log", "run", "spool"):
+        (home / sub).mkdir(exist_ok=True)
+    layout_file = home / "run" / "layout.json"
+    layout = json.loads(layout_file.read_text()) if layout_file.exists() else {}
+    if fake_gpus is None:
+        fake_gpus = layout.get("fake_gpus")
+    if fake_gpus is None:
+        fake_gpus = "" if _nvml_has_gpus() else DEFAULT_FAKE_GPUS
+    num_nodes = num_nodes or layout.get("nodes") or 1
+    cpus = cpus or layout.get("cpus") or (FAKE_NODE_CPUS if fake_gpus else 0)
+    conf_path = home / "kiln.toml"
+    if not conf_path.exists():
+        write_config(home, db_url, fake_gpus)
+    layout_file.write_text(json.dumps({"nodes": num_nodes, "fake_gpus": fake_gpus,
+                                       "cpus": cpus}))
+    try:
+        cfg = kconfig.load(conf_path)
+    except kconfig.ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    from schedd.ledger.store import upgrade
+
+    try:
+        upgrade(cfg.db_url)
+    except Exception as exc:
+        raise click.ClickException(f"cannot prepare the ledger {cfg.db_url}: {exc}") from None
+    env = {**os.environ, "KILN_CONF": str(conf_path)}
+    logs, run = home / "log", home / "run"
+    started = []
+    if not _pid_alive(run / "schedd.pid"):
+        _spawn([sys.executable, "-m", "schedd.daemon", "--config", str(conf_path),
+                "--log-file", str(logs / "schedd.log")], logs / "schedd.out",
+               run / "schedd.pid", env)
+        started.append("schedd")
+    _wait(lambda: _ping(cfg), START_TIMEOUT, "schedd")
+    names = [f"node{i}" for i in range(1, num_nodes + 1)]
+    for name in names:
+        if _pid_alive(run / f"agentd-{name}.pid"):
+            continue
+        args = [sys.executable, "-m", "agentd.daemon", "--config", str(conf_path),
+                "--node", name, "--log-file", str(logs / f"agentd-{name}.log"),
+                "--spool", str(home / "spool" / name)]
+        if fake_gpus:
+            args += ["--fake-gpus", fake_gpus]
+        if cpus:
+            args += ["--cpus", str(cpus)]
+        _spawn(args, logs / f"agentd-{name}.out", run / f"agentd-{name}.pid", env)
+        started.append(f"agentd {name}")
+    _wait(lambda: set(names) <= _alive_nodes(cfg), START_TIMEOUT, "the agents")
+    gpus = fake_gpus or "GPUs from NVML"
+    click.echo(f"kiln is up: schedd and {num_nodes} node(s) ({', '.join(names)}; {gpus})"
+               + (f"; started {', '.join(started)}" if started else "; all already running"))
+    click.echo(f"  state and config: {home}  (kiln.toml, ledger {cfg.db_url})")
+    click.echo(f"  logs:             {logs}")
+    click.echo(f"  use it:           export KILN_HOME={home}; sbatch --wrap 'nvidia-smi -L'")
+
+
+@click.command()
+def down() -> None:
+    """Stop the agents and schedd started by `kiln up` (running jobs are left alone)."""
+    run = kconfig.kiln_home() / "run"
+    pid_files = sorted(run.glob("agentd-*.pid")) + [run / "schedd.pid"]
+    stopped = []
+    for pid_file in pid_files:
+        pid = _pid_alive(pid_file)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            stopped.append((pid_file, pid))
+    deadline = time.time() + 10
+    for pid_file, pid in stopped:
+        while time.time() < deadline and _pid_alive(pid_file):
+            time.sleep(0.05)
+        if _pid_alive(pid_file):
+            os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+    click.echo(f"kiln is down ({len(stopped)} daemon(s) stopped)")
+
+
+@click.command()
+def status() -> None:
+    """Each daemon of this host's cluster with its pid, and the nodes schedd sees."""
+    home = kconfig.kiln_home()
+    run = home / "run"
+    if not (home / "kiln.toml").exists():
+        raise click.ClickException(f"no kiln cluster in {home}: run `kiln up`")
+    rows = [("schedd", run / "schedd.pid")]
+    rows += [(p.stem.replace("agentd-", "agentd "), p) for p in sorted(run.glob("agentd-*.pid"))]
+    down_count = 0
+    for name, pid_file in rows:
+        pid = _pid_alive(pid_file)
+        down_count += not pid
+        click.echo(f"{name:<16} {'running, pid ' + str(pid) if pid else 'not running'}")
+    cfg = kconfig.load(home / "kiln.toml")
+    if _ping(cfg):
+        alive = _alive_nodes(cfg)
+        click.echo(f"schedd answers; {len(alive)} node(s) up: {', '.join(sorted(alive))}")
+    if down_count:
+        sys.exit(1)

@@ -1,0 +1,66 @@
+"""The agents schedd talks to: who is connected, and what to tell them (launch, signal, kill).
+
+Messages to an agent are one-way; their delivery is checked by reconciliation instead of by
+replies: every heartbeat lists what the agent runs, and schedd resends a launch the agent never
+confirmed and fences (kills) anything it runs that schedd no longer knows as running there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from schedd import protocol
+from schedd.config import Config
+from schedd.jobenv import job_environment, output_paths
+from schedd.model import Job
+
+log = logging.getLogger("schedd.agents")
+
+Sender = Callable[[bytes, bytes], None]  # (agent identity, frame)
+
+
+class AgentRegistry:
+    def __init__(self, cfg: Config, send: Sender):
+        self.cfg = cfg
+        self._send = send
+        self._ids = itertools.count(1)
+        self.confirmed: set[tuple[int, int]] = set()  # (job id, generation) the agent started
+
+    def _tell(self, node: str, op: str, body: dict[str, Any]) -> None:
+        self._send(node.encode(), protocol.request(op, body, next(self._ids)))
+
+    def launch(self, job: Job, array_ids: tuple[int, ...] = ()) -> None:
+        """Send the batch script to the job's first node (the batch host)."""
+        alloc = job.allocation[0]
+        stdout, stderr = output_paths(job, alloc.node)
+        spec = {
+            "job_id": job.id, "generation": job.generation, "name": job.name,
+            "user": job.user, "uid": job.uid, "gid": job.gid, "script": job.script,
+            "workdir": job.workdir, "stdout": stdout, "stderr": stderr,
+            "open_mode": job.open_mode,
+            "environment": job_environment(job, alloc, 0, self.cfg.cluster_name, array_ids),
+            "gpus": list(alloc.gpus), "cpus": alloc.cpus, "memory_mb": alloc.memory_mb,
+            "time_limit": job.extra.get("run_limit", job.time_limit),
+            "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,
+        }
+        self._tell(alloc.node, "launch", {"launch": spec})
+
+    def terminate(self, job: Job, state: str) -> None:
+        if job.allocation:
+            self._tell(job.allocation[0].node, "terminate",
+                       {"job_id": job.id, "generation": job.generation, "state": state})
+
+    def fence(self, node: str, job_id: int, generation: int) -> None:
+        """Kill a job an agent runs that schedd does not know as running there."""
+        log.warning("fencing job %d generation %d on %s", job_id, generation, node)
+        self._tell(node, "terminate", {"job_id": job_id, "generation": generation,
+                                       "state": "CANCELLED"})
+
+    def signal(self, job: Job, signum: int, batch_only: bool) -> None:
+        if job.allocation:
+            self._tell(job.allocation[0].node, "signal",
+                       {"job_id": job.id, "generation": job.generation, "signal": str(signum),
+                        "batch_only": batch_only})

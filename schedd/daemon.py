@@ -1,0 +1,225 @@
+"""schedd: the controller process.
+
+The main loop, in order, every turn:
+1. wait for a message or the next timer (whichever is first);
+2. answer every ready request (clients on ipc, agents on tcp), each committed before it is
+   answered;
+3. run a scheduling cycle if something changed (or the interval passed) and act on its
+   decisions: commit the starts, then tell the agents;
+4. housekeeping: forget finished jobs older than MinJobAge.
+
+One thread owns all state; the scheduler core is a pure function called from step 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from schedd import config as kconfig
+from schedd import protocol
+from schedd.agents import AgentRegistry
+from schedd.handlers import AGENT_HANDLERS, CLIENT_HANDLERS, RequestError
+from schedd.hostlist import compress
+from schedd.identity import from_peer_address
+from schedd.ledger.store import JobEvent, SchemaError, Store
+from schedd.logs import setup_logging
+from schedd.model import JobState
+from schedd.scheduler.cycle import schedule
+from schedd.scheduler.snapshot import Decisions
+from schedd.state import State
+
+log = logging.getLogger("schedd")
+
+MAX_BATCH = 2000  # requests answered per turn before the scheduler gets a look-in
+
+
+class Daemon:
+    def __init__(self, cfg: kconfig.Config, clock: Callable[[], float] = time.time):
+        self.cfg = cfg
+        self.clock = clock
+        store = Store(cfg.db_url)
+        store.check_schema()
+        self.state = State(cfg, store)
+        self.state.load(self.now())
+        self.ctx = zmq.Context()
+        self.client_sock = self._bind(zmq.ROUTER, cfg.client_endpoint)
+        if cfg.client_endpoint.startswith("ipc://"):
+            os.chmod(cfg.client_endpoint[6:], 0o777)  # every user may ask; identity from the OS
+        self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint)
+        self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.agents = AgentRegistry(cfg, self._send_to_agent)
+        self._cycle_due = True
+        self._last_cycle = 0.0
+        self._last_purge = 0.0
+        self._stopping = False
+
+    def _bind(self, kind: int, endpoint: str) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+        if endpoint.startswith("ipc://") and os.path.exists(endpoint[6:]):
+            os.unlink(endpoint[6:])  # a stale socket of a dead schedd
+        sock.bind(endpoint)
+        return sock
+
+    def _send_to_agent(self, identity: bytes, frame: bytes) -> None:
+        try:
+            self.agent_sock.send_multipart([identity, frame], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.warning("could not send to agent %s: %s", identity.decode(errors="replace"), exc)
+
+    # --- context for handlers ------------------------------------------------------------------
+
+    def now(self) -> float:
+        return self.clock()
+
+    def wake_scheduler(self) -> None:
+        self._cycle_due = True
+
+    # --- main loop -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.client_sock, zmq.POLLIN)
+        poller.register(self.agent_sock, zmq.POLLIN)
+        log.info("schedd listening: clients %s, agents %s", self.cfg.client_endpoint,
+                 self.cfg.agent_endpoint)
+        while not self._stopping:
+            timeout = 0 if self._cycle_due else self.cfg.scheduler.interval * 1000
+            ready = dict(poller.poll(timeout))
+            if self.agent_sock in ready:
+                self._drain(self.agent_sock, self._handle_agent)
+            if self.client_sock in ready:
+                self._drain(self.client_sock, self._handle_client)
+            now = self.now()
+            if self._cycle_due or now - self._last_cycle >= self.cfg.scheduler.interval:
+                self.run_cycle(now)
+            if now - self._last_purge >= 5.0:
+                self.state.purge(now)
+                self._last_purge = now
+        self.close()
+
+    def stop(self, *_: Any) -> None:
+        self._stopping = True
+
+    def close(self) -> None:
+        self.client_sock.close(0)
+        self.agent_sock.close(0)
+        self.ctx.term()
+        self.state.store.close()
+
+    def _drain(self, sock: zmq.Socket, handle: Callable[[list[zmq.Frame]], None]) -> None:
+        for _ in range(MAX_BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            handle(frames)
+
+    def _handle_client(self, frames: list[zmq.Frame]) -> None:
+        caller = from_peer_address(frames[-1].get("Peer-Address"))
+        reply = self._dispatch(frames[-1].bytes, protocol.CLIENT_OPS, CLIENT_HANDLERS, caller)
+        self.client_sock.send_multipart([f.bytes for f in frames[:-1]] + [reply])
+
+    def _handle_agent(self, frames: list[zmq.Frame]) -> None:
+        node = frames[0].bytes.decode(errors="replace")
+        reply = self._dispatch(frames[-1].bytes, protocol.AGENT_OPS, AGENT_HANDLERS, node)
+        self.agent_sock.send_multipart([f.bytes for f in frames[:-1]] + [reply])
+
+    def _dispatch(self, frame: bytes, ops: dict, handlers: dict, caller: Any) -> bytes:
+        msg_id = None
+        try:
+            if caller is None:
+                raise protocol.ProtocolError(protocol.E_PERMISSION,
+                                             "caller identity unknown: connect over ipc")
+            msg_id, op, body = protocol.decode_request(frame, ops)
+            return protocol.reply_ok(msg_id, handlers[op](self, caller, body))
+        except protocol.ProtocolError as exc:
+            return protocol.reply_error(msg_id, exc.code, exc.message)
+        except RequestError as exc:
+            return protocol.reply_error(msg_id, exc.code, exc.message)
+        except Exception as exc:  # no request may take the daemon down
+            log.exception("request failed")
+            return protocol.reply_error(msg_id, protocol.E_INTERNAL,
+                                        f"internal error: {type(exc).__name__}")
+
+    # --- scheduling ------------------------------------------------------------------------------
+
+    def run_cycle(self, now: float) -> Decisions:
+        self._cycle_due = False
+        self._last_cycle = now
+        snapshot, blocked = self.state.snapshot(now)
+        started = time.perf_counter()
+        decisions = schedule(snapshot, self.cfg.scheduler)
+        elapsed = time.perf_counter() - started
+        if decisions.starts or elapsed > 0.1:
+            log.info("cycle: %d pending, %d running, %d started in %.3f s", len(snapshot.pending),
+                     len(snapshot.running), len(decisions.starts), elapsed)
+        self._apply(decisions, blocked, now)
+        return decisions
+
+    def _apply(self, decisions: Decisions, blocked: dict[int, str], now: float) -> None:
+        jobs = self.state.jobs
+        for job_id, reason in blocked.items():
+            jobs[job_id].reason = reason
+        for job_id, reason in decisions.reasons.items():
+            if job_id in jobs:
+                jobs[job_id].reason = reason
+        for job_id, prio in decisions.priorities.items():
+            if job_id in jobs:
+                jobs[job_id].priority = prio
+        for job_id, when in decisions.expected_start.items():
+            if job_id in jobs:
+                jobs[job_id].extra["expected_start"] = when
+        changes, events = [], []
+        for start in decisions.starts:
+            job = jobs[start.job_id]
+            job.extra.pop("expected_start", None)
+            changes.append((job, {
+                "state": JobState.RUNNING, "reason": "None", "start_time": now,
+                "allocation": start.allocation, "batch_host": start.allocation[0].node,
+                "node_list": compress([a.node for a in start.allocation]),
+                "generation": job.generation + 1,
+            }))
+            events.append(JobEvent(job.id, now, "RUNNING", detail=compress(
+                [a.node for a in start.allocation])))
+        self.state.commit(changes, events)
+        for job, _ in changes:
+            array_ids = (self.state.array_task_ids(job.array_job_id)
+                         if job.array_job_id is not None else ())
+            self.agents.launch(job, array_ids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="schedd", description="kiln's controller daemon")
+    parser.add_argument("-f", "--config", help="kiln.toml (default: $KILN_HOME/kiln.toml)")
+    parser.add_argument("--log-file", help="log here instead of stderr")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    try:
+        cfg = kconfig.load(args.config)
+        setup_logging(args.log_file, args.log_level.upper())
+        daemon = Daemon(cfg)
+    except (kconfig.ConfigError, SchemaError) as exc:
+        print(f"schedd: error: {exc}", file=sys.stderr)
+        return 1
+    except zmq.ZMQError as exc:
+        print(f"schedd: error: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, daemon.stop)
+    signal.signal(signal.SIGINT, daemon.stop)
+    daemon.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""``cancel``, ``hold``, ``release``: users act on their own jobs, operators on all."""
+
+from __future__ import annotations
+
+import signal as _signal
+from typing import Any
+
+from schedd.handlers import Context, RequestError
+from schedd.handlers.query import INVALID_JOB_ID, select_jobs
+from schedd.identity import Caller, is_operator
+from schedd.ledger.store import JobEvent
+from schedd.model import Job, JobState
+
+DENIED = "Access/permission denied"
+
+
+def parse_signal(name: str) -> int:
+    text = name.strip().upper()
+    if text.isdigit():
+        number = int(text)
+        if 0 < number < 65:
+            return number
+        raise RequestError(f"Invalid signal name: {name}")
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    try:
+        return int(_signal.Signals[text])
+    except KeyError:
+        raise RequestError(f"Invalid signal name: {name}") from None
+
+
+def _owned(caller: Caller, job: Job) -> bool:
+    return job.uid == caller.uid or is_operator(caller)
+
+
+def cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    jobs = select_jobs(ctx, body)
+    sig = parse_signal(body["signal"]) if body.get("signal") else None
+    now = ctx.now()
+    cancelled: list[str] = []
+    errors: list[dict[str, str]] = []
+    changes: list[tuple[Job, dict[str, Any]]] = []
+    events: list[JobEvent] = []
+    terminate: list[Job] = []
+    for job in jobs:
+        if not _owned(caller, job):
+            errors.append({"job_id": job.display_id, "message": DENIED})
+            continue
+        if job.state.finished or job.state == JobState.COMPLETING:
+            if body.get("job_ids"):
+                errors.append({"job_id": job.display_id,
+                               "message": "Job/step already completing or completed"})
+            continue
+        if sig is not None:
+            # scancel -s: deliver the signal; the job's end (if any) is reported by its agent
+            if job.state != JobState.RUNNING:
+                errors.append({"job_id": job.display_id, "message": "Job is pending execution"})
+                continue
+            ctx.agents.signal(job, sig, bool(body.get("batch_only")))
+            cancelled.append(job.display_id)
+            continue
+        cancelled.append(job.display_id)
+        events.append(JobEvent(job.id, now, "CANCELLED", actor_uid=caller.uid, detail="scancel"))
+        if job.state == JobState.PENDING:
+            changes.append((job, {"state": JobState.CANCELLED, "end_time": now,
+                                  "reason": "None", "cancelled_by": caller.uid}))
+        else:
+            changes.append((job, {"state": JobState.COMPLETING, "cancelled_by": caller.uid}))
+            terminate.append(job)
+    ctx.state.commit(changes, events)
+    for job in terminate:
+        ctx.agents.terminate(job, "CANCELLED")
+    if changes:
+        ctx.wake_scheduler()
+    return {"cancelled": cancelled, "errors": errors}
+
+
+def _pending_by_ids(ctx: Context, caller: Caller, body: dict[str, Any]):
+    jobs = select_jobs(ctx, {"job_ids": body["job_ids"]})
+    for job in jobs:
+        if not _owned(caller, job):
+            yield job, DENIED
+        elif job.state != JobState.PENDING:
+            yield job, "Job is no longer pending execution"
+        else:
+            yield job, ""
+
+
+def hold(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    level = "admin" if is_operator(caller) and body.get("admin", True) else "user"
+    return _set_hold(ctx, caller, body, level)
+
+
+def release(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    return _set_hold(ctx, caller, body, "")
+
+
+def _set_hold(ctx: Context, caller: Caller, body: dict[str, Any], level: str) -> dict[str, Any]:
+    now = ctx.now()
+    errors, changes, events = [], [], []
+    for job, problem in _pending_by_ids(ctx, caller, body):
+        if not problem and not level and job.held == "admin" and not is_operator(caller):
+            problem = DENIED
+        if problem:
+            errors.append({"job_id": job.display_id, "message": problem})
+            continue
+        reason = {"admin": "JobHeldAdmin", "user": "JobHeldUser", "": "None"}[level]
+        changes.append((job, {"held": level, "reason": reason}))
+        events.append(JobEvent(job.id, now, "PENDING", reason=reason, actor_uid=caller.uid,
+                               detail="hold" if level else "release"))
+    ctx.state.commit(changes, events)
+    if changes:
+        ctx.wake_scheduler()
+    if not changes and not errors:
+        raise RequestError(INVALID_JOB_ID)
+    return {"errors": errors}

@@ -1,0 +1,66 @@
+"""``query_nodes``, ``query_partitions``, ``show_config``: sinfo and scontrol show."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from schedd.handlers import Context
+from schedd.identity import Caller
+
+
+def query_nodes(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    now = ctx.now()
+    names = set(body.get("names") or [])
+    use = ctx.state.node_use()
+    out = []
+    for node in sorted(ctx.state.nodes.values(), key=lambda n: n.name):
+        if names and node.name not in names:
+            continue
+        d = dataclasses.asdict(node)
+        d["state"] = str(node.state)
+        u = use[node.name]
+        d.update(alloc_cpus=u.cpus, alloc_mem_mb=u.memory_mb, alloc_gpus=u.gpus,
+                 state_display=ctx.state.node_display_state(node, u, now))
+        out.append(d)
+    return {"nodes": out, "now": now}
+
+
+def query_partitions(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    names = set(body.get("names") or [])
+    out = []
+    for part in ctx.state.partitions.values():
+        if names and part.name not in names:
+            continue
+        d = dataclasses.asdict(part)
+        d["nodes"] = sorted(n.name for n in ctx.state.nodes.values() if part.name in n.partitions)
+        out.append(d)
+    return {"partitions": out}
+
+
+def show_config(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    cfg = ctx.cfg
+    sched = cfg.scheduler
+    return {"config": {
+        "ClusterName": cfg.cluster_name,
+        "KillWait": f"{cfg.kill_wait} sec",
+        "MinJobAge": f"{cfg.min_job_age} sec",
+        "MaxArraySize": str(cfg.max_array_size),
+        "SlurmdTimeout": f"{int(cfg.node_timeout)} sec",
+        "SchedulerType": "sched/backfill" if sched.backfill else "sched/builtin",
+        "SchedulerParameters": f"bf_max_job_test={sched.bf_max_job_test},"
+                               f"bf_resolution={sched.bf_resolution},"
+                               f"bf_window={sched.bf_window // 60},"
+                               f"bf_max_reservations={sched.bf_max_reservations}",
+        "PriorityType": "priority/multifactor",
+        "PriorityDecayHalfLife": f"{sched.decay_half_life // 86400}-00:00:00",
+        "PriorityMaxAge": f"{sched.max_age // 86400}-00:00:00",
+        "PriorityWeightAge": str(sched.weight_age),
+        "PriorityWeightFairShare": str(sched.weight_fairshare),
+        "PriorityWeightJobSize": str(sched.weight_job_size),
+        "PriorityWeightPartition": str(sched.weight_partition),
+        "PriorityWeightQOS": str(sched.weight_qos),
+        "AccountingStorageType": "accounting_storage/kiln",
+        "SLURM_VERSION": "22.05.8",
+        "KilnVersion": "0.1.0",
+    }}

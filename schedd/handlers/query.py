@@ -1,0 +1,108 @@
+"""``query_jobs``: squeue and scontrol show job, answered from memory."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from schedd import arrayspec
+from schedd.handlers import Context, RequestError
+from schedd.identity import Caller, is_operator
+from schedd.model import ACTIVE_STATES, COMPACT_STATES, Job, JobState
+
+INVALID_JOB_ID = "Invalid job id specified"
+_JOB_ID = re.compile(r"^(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?(?:\.\w+)?$")
+_FROM_COMPACT = {v: k for k, v in COMPACT_STATES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """One id as a user writes it: ``123`` (a job or a whole array), ``123_4``, ``123_[1-5]``."""
+
+    base: int
+    tasks: frozenset[int] | None = None
+
+    def matches(self, job: Job) -> bool:
+        if self.tasks is None:
+            return job.id == self.base or job.array_job_id == self.base
+        return job.array_job_id == self.base and job.array_task_id in self.tasks
+
+
+def parse_job_ref(text: str) -> JobRef:
+    m = _JOB_ID.match(str(text).strip())
+    if not m:
+        raise RequestError(INVALID_JOB_ID)
+    base, task = int(m.group(1)), m.group(2)
+    if task is None:
+        return JobRef(base)
+    if task.startswith("["):
+        try:
+            return JobRef(base, frozenset(arrayspec.parse(task[1:-1], 1 << 30).task_ids))
+        except arrayspec.ArraySpecError:
+            raise RequestError(INVALID_JOB_ID) from None
+    return JobRef(base, frozenset({int(task)}))
+
+
+def parse_states(names: list[Any]) -> set[JobState] | None:
+    """Long or compact names, any case; 'all' means every state."""
+    wanted: set[JobState] = set()
+    for raw in names:
+        name = str(raw).strip().upper()
+        if name == "ALL":
+            return None
+        if name in _FROM_COMPACT:
+            wanted.add(_FROM_COMPACT[name])
+            continue
+        try:
+            wanted.add(JobState(name))
+        except ValueError:
+            raise RequestError(f"Invalid job state specified: {raw}") from None
+    return wanted
+
+
+def select_jobs(ctx: Context, body: dict[str, Any]) -> list[Job]:
+    """Jobs in memory that pass every filter of a query or cancel body."""
+    refs = [parse_job_ref(t) for t in body.get("job_ids") or []]
+    states = parse_states(body["states"]) if body.get("states") else set()
+    everything = body.get("all_states") or bool(refs) or states is None
+    users = set(map(str, body.get("users") or []))
+    accounts = {str(a).lower() for a in body.get("accounts") or []}
+    partitions = set(map(str, body.get("partitions") or []))
+    qos = set(map(str, body.get("qos") or []))
+    names = set(map(str, body.get("names") or []))
+    node_names = set(map(str, body.get("nodes") or []))
+    out = []
+    for job in ctx.state.jobs.values():
+        if refs and not any(r.matches(job) for r in refs):
+            continue
+        if states:
+            if job.state not in states:
+                continue
+        elif not everything and job.state not in ACTIVE_STATES:
+            continue
+        if users and job.user not in users and str(job.uid) not in users:
+            continue
+        if accounts and job.account.lower() not in accounts:
+            continue
+        if partitions and job.partition not in partitions:
+            continue
+        if qos and job.qos not in qos:
+            continue
+        if names and job.name not in names:
+            continue
+        if node_names and not node_names.intersection(a.node for a in job.allocation):
+            continue
+        out.append(job)
+    if refs and not out:
+        raise RequestError(INVALID_JOB_ID, "invalid_job_id")
+    out.sort(key=lambda j: j.id)
+    return out
+
+
+def query_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    jobs = select_jobs(ctx, body)
+    with_script = bool(body.get("with_script"))
+    operator = is_operator(caller)
+    return {"jobs": [j.to_wire(with_script and (operator or j.uid == caller.uid)) for j in jobs],
+            "now": ctx.now()}

@@ -1,0 +1,115 @@
+"""What a job sees when it starts: its environment (SPEC §3) and its output file names.
+
+Built by schedd, which knows the whole allocation; the agent runs it as given.
+"""
+
+from __future__ import annotations
+
+import os
+
+from schedd.hostlist import compress
+from schedd.model import Job, NodeAllocation
+
+CHECKPOINT_TEMPLATE = "/tmp/kiln-checkpoint-{cluster}-{job_id}"
+
+
+def expand_output_pattern(pattern: str, job: Job, node: str) -> str:
+    """Slurm's filename patterns: %j %J %x %u %A %a %N %n %t %% (absolute, from the workdir)."""
+    array_id = job.array_job_id if job.array_job_id is not None else job.id
+    task = job.array_task_id if job.array_task_id is not None else 4294967294
+    subs = {
+        "j": str(job.id), "J": str(job.id), "x": job.name, "u": job.user,
+        "A": str(array_id), "a": str(task), "N": node, "n": "0", "t": "0", "s": "batch",
+        "%": "%",
+    }
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "%" and i + 1 < len(pattern):
+            j = i + 1
+            while j < len(pattern) and pattern[j].isdigit():
+                j += 1  # %5j: zero-padded width
+            width = pattern[i + 1 : j]
+            key = pattern[j] if j < len(pattern) else ""
+            if key in subs:
+                value = subs[key]
+                if width and value.isdigit():
+                    value = value.zfill(int(width))
+                out.append(value)
+                i = j + 1
+                continue
+        out.append(ch)
+        i += 1
+    path = "".join(out)
+    return path if os.path.isabs(path) else os.path.join(job.workdir or "/", path)
+
+
+def default_stdout(job: Job) -> str:
+    return "slurm-%A_%a.out" if job.array_task_id is not None else "slurm-%j.out"
+
+
+def output_paths(job: Job, node: str) -> tuple[str, str]:
+    stdout = expand_output_pattern(job.stdout or default_stdout(job), job, node)
+    stderr = expand_output_pattern(job.stderr, job, node) if job.stderr else stdout
+    return stdout, stderr
+
+
+def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: str,
+                    array_ids: tuple[int, ...] = ()) -> dict[str, str]:
+    """The environment of the batch script on ``alloc.node`` (node_index 0 = batch host)."""
+    env = dict(job.environment)
+    nodes = [a.node for a in job.allocation]
+    gpus = ",".join(str(g) for g in alloc.gpus)
+    ntasks = max(job.num_tasks, 1)
+    cpus_per_node = ",".join(str(a.cpus) for a in job.allocation)
+    tasks_per_node = -(-ntasks // max(len(nodes), 1))
+    env.update({
+        "SLURM_JOB_ID": str(job.id),
+        "SLURM_JOBID": str(job.id),
+        "SLURM_JOB_NAME": job.name,
+        "SLURM_JOB_USER": job.user,
+        "SLURM_JOB_UID": str(job.uid),
+        "SLURM_JOB_GID": str(job.gid),
+        "SLURM_JOB_ACCOUNT": job.account,
+        "SLURM_JOB_PARTITION": job.partition,
+        "SLURM_JOB_QOS": job.qos,
+        "SLURM_JOB_NODELIST": compress(nodes),
+        "SLURM_NODELIST": compress(nodes),
+        "SLURM_JOB_NUM_NODES": str(len(nodes)),
+        "SLURM_NNODES": str(len(nodes)),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_NPROCS": str(ntasks),
+        "SLURM_CPUS_PER_TASK": str(job.cpus_per_task),
+        "SLURM_CPUS_ON_NODE": str(alloc.cpus),
+        "SLURM_JOB_CPUS_PER_NODE": cpus_per_node,
+        "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{len(nodes)})" if len(nodes) > 1 else str(tasks_per_node),
+        "SLURM_MEM_PER_NODE": str(alloc.memory_mb),
+        "SLURM_SUBMIT_DIR": job.workdir,
+        "SLURM_SUBMIT_HOST": job.submit_host,
+        "SLURM_NODEID": str(node_index),
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_GTIDS": "0",
+        "SLURM_TOPOLOGY_ADDR": alloc.node,
+        "SLURMD_NODENAME": alloc.node,
+        "SLURM_GPUS_ON_NODE": str(len(alloc.gpus)),
+        "SLURM_JOB_GPUS": gpus,
+        "CUDA_VISIBLE_DEVICES": gpus,
+        "GPU_DEVICE_ORDINAL": gpus,
+        "SLURM_RESTART_COUNT": str(job.restart_count),
+        "SLURM_CLUSTER_NAME": cluster,
+        "KILN_CHECKPOINT_FILE": CHECKPOINT_TEMPLATE.format(cluster=cluster, job_id=job.id),
+    })
+    if not alloc.gpus:
+        for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS"):
+            env.pop(key)
+    if job.array_job_id is not None:
+        env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
+        env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
+        if array_ids:
+            env["SLURM_ARRAY_TASK_MIN"] = str(min(array_ids))
+            env["SLURM_ARRAY_TASK_MAX"] = str(max(array_ids))
+            env["SLURM_ARRAY_TASK_COUNT"] = str(len(array_ids))
+            steps = {b - a for a, b in zip(array_ids, array_ids[1:], strict=False)}
+            env["SLURM_ARRAY_TASK_STEP"] = str(steps.pop() if len(steps) == 1 else 1)
+    return env

@@ -1,0 +1,222 @@
+"""schedd's in-memory picture of the cluster, kept in step with the ledger.
+
+Every change goes through ``commit``: written to the ledger first (one transaction), then applied
+here, so what a client is told has always been committed. Requests and the scheduling cycle read
+from memory only; the ledger is read once, at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from schedd import dependency
+from schedd.config import Config
+from schedd.ledger.store import JobEvent, Store
+from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
+from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot, pending_from_job
+
+log = logging.getLogger("schedd.state")
+
+RUNNING_STATES = frozenset({JobState.RUNNING, JobState.COMPLETING})
+
+
+@dataclass(slots=True)
+class NodeUse:
+    cpus: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+    jobs: int = 0
+
+
+class State:
+    def __init__(self, cfg: Config, store: Store):
+        self.cfg = cfg
+        self.store = store
+        self.jobs: dict[int, Job] = {}
+        self.nodes: dict[str, Node] = {}
+        self.partitions: dict[str, Partition] = {p.name: p for p in cfg.partitions}
+        self.next_job_id = 1
+        self._finished_cache: dict[int, list[JobState]] = {}
+
+    # --- loading ------------------------------------------------------------------------------
+
+    def load(self, now: float) -> None:
+        for job in self.store.load_jobs(active_only=True,
+                                        finished_since=now - self.cfg.min_job_age):
+            self.jobs[job.id] = job
+        for node in self.store.load_nodes():
+            node.last_heartbeat = 0.0  # alive only once its agent registers again
+            node.partitions = self.partitions_of(node.name)
+            self.nodes[node.name] = node
+        self.next_job_id = self.store.max_job_id() + 1
+        log.info("loaded %d jobs, %d nodes; next job id %d",
+                 len(self.jobs), len(self.nodes), self.next_job_id)
+
+    def partitions_of(self, node_name: str) -> list[str]:
+        return [p.name for p in self.partitions.values() if not p.nodes or node_name in p.nodes]
+
+    # --- changes ------------------------------------------------------------------------------
+
+    def add_jobs(self, jobs: list[Job], events: list[JobEvent]) -> None:
+        self.store.insert_jobs(jobs, events)
+        for job in jobs:
+            self.jobs[job.id] = job
+        self.next_job_id = max(self.next_job_id, max(j.id for j in jobs) + 1)
+
+    def commit(self, changes: list[tuple[Job, dict[str, Any]]],
+               events: Iterable[JobEvent] = ()) -> None:
+        """Write field changes of in-memory jobs to the ledger, then apply them here."""
+        if not changes:
+            return
+        self.store.update_jobs([(job.id, fields) for job, fields in changes], list(events))
+        for job, fields in changes:
+            for key, value in fields.items():
+                setattr(job, key, value)
+
+    def purge(self, now: float) -> None:
+        """Forget finished jobs older than MinJobAge (they stay in the ledger for sacct)."""
+        horizon = now - self.cfg.min_job_age
+        old = [j.id for j in self.jobs.values() if j.state.finished and j.end_time < horizon]
+        for job_id in old:
+            job = self.jobs.pop(job_id)
+            self._finished_cache[job_id] = [job.state]
+        if len(self._finished_cache) > 100_000:
+            self._finished_cache.clear()
+
+    # --- queries ------------------------------------------------------------------------------
+
+    def running(self) -> Iterable[Job]:
+        return (j for j in self.jobs.values() if j.state in RUNNING_STATES)
+
+    def pending(self) -> Iterable[Job]:
+        return (j for j in self.jobs.values() if j.state == JobState.PENDING)
+
+    def node_alive(self, node: Node, now: float) -> bool:
+        return now - node.last_heartbeat <= self.cfg.node_timeout
+
+    def node_use(self) -> dict[str, NodeUse]:
+        use = {name: NodeUse() for name in self.nodes}
+        for job in self.running():
+            for a in job.allocation:
+                u = use.setdefault(a.node, NodeUse())
+                u.cpus += a.cpus
+                u.memory_mb += a.memory_mb
+                u.gpus += len(a.gpus)
+                u.jobs += 1
+        return use
+
+    def node_display_state(self, node: Node, use: NodeUse, now: float) -> str:
+        if not self.node_alive(node, now) or node.state == NodeState.DOWN:
+            return "DOWN"
+        if node.state == NodeState.DRAIN:
+            return "DRAINING" if use.jobs else "DRAINED"
+        if use.jobs == 0:
+            return "IDLE"
+        full = use.cpus >= node.cpus or (node.gpus and use.gpus >= len(node.gpus))
+        return "ALLOCATED" if full else "MIXED"
+
+    def states_of(self, job_id: int) -> list[JobState]:
+        """States of a job, or of every task of the array with that id (for dependencies)."""
+        found = [j.state for j in self.jobs.values() if j.id == job_id or j.array_job_id == job_id]
+        if found:
+            return found
+        if job_id not in self._finished_cache:
+            rows = self.store.query_jobs(job_ids=[job_id])
+            rows += [j for j in self.store.query_jobs(array_job_ids=[job_id]) if j.id != job_id]
+            self._finished_cache[job_id] = [j.state for j in rows]
+        return self._finished_cache[job_id]
+
+    def array_task_ids(self, array_job_id: int) -> tuple[int, ...]:
+        return tuple(sorted(
+            j.array_task_id for j in self.jobs.values()
+            if j.array_job_id == array_job_id and j.array_task_id is not None
+        ))
+
+    # --- eligibility and snapshots ------------------------------------------------------------
+
+    def time_limit(self, job: Job) -> int | None:
+        """The limit a job runs under: its own, else its partition's default, else the max."""
+        if job.time_limit is not None:
+            return job.time_limit
+        part = self.partitions.get(job.partition)
+        if part is None:
+            return None
+        return part.default_time if part.default_time is not None else part.max_time
+
+    def ineligible_reason(self, job: Job, now: float, running_per_array: dict[int, int]) -> str:
+        """Why a pending job may not be considered at all yet ('' when it may)."""
+        if job.held:
+            return "JobHeldAdmin" if job.held == "admin" else "JobHeldUser"
+        if job.begin_time and job.begin_time > now:
+            return "BeginTime"
+        if job.dependency:
+            verdict = self._dependency_verdict(job)
+            if verdict == dependency.NEVER:
+                return "DependencyNeverSatisfied"
+            if verdict == dependency.WAITING:
+                return "Dependency"
+        if job.array_max_running and job.array_job_id is not None:
+            if running_per_array.get(job.array_job_id, 0) >= job.array_max_running:
+                return "JobArrayTaskLimit"
+        return ""
+
+    def _dependency_verdict(self, job: Job) -> str:
+        try:
+            dep = dependency.parse(job.dependency)
+        except dependency.DependencyError:
+            return dependency.NEVER
+
+        def singleton_clear() -> bool:
+            return not any(
+                o.id != job.id and o.user == job.user and o.name == job.name
+                and (o.state in RUNNING_STATES or (o.state == JobState.PENDING and o.id < job.id))
+                for o in self.jobs.values()
+            )
+
+        return dependency.evaluate(dep, self.states_of, singleton_clear)
+
+    def snapshot(self, now: float) -> tuple[Snapshot, dict[int, str]]:
+        """The core's input, plus the reasons of pending jobs it must not consider."""
+        nodes = [
+            NodeView(
+                name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=list(n.gpus),
+                gpu_type=n.gpu_model, features=frozenset(n.features),
+                partitions=frozenset(n.partitions),
+                available=n.state == NodeState.IDLE and self.node_alive(n, now),
+            )
+            for n in self.nodes.values()
+        ]
+        running_per_array: dict[int, int] = {}
+        running: list[RunningJob] = []
+        for job in self.running():
+            limit = self.time_limit(job)
+            end = job.start_time + (limit if limit is not None else self.cfg.scheduler.default_time_limit)
+            running.append(RunningJob(job.id, job.allocation, job.start_time, max(end, now),
+                                      job.user, job.account, job.qos, job.partition))
+            if job.array_job_id is not None:
+                running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id, 0) + 1
+        pending: list[PendingJob] = []
+        blocked: dict[int, str] = {}
+        for job in self.pending():
+            reason = self.ineligible_reason(job, now, running_per_array)
+            if reason:
+                blocked[job.id] = reason
+                continue
+            pending.append(self.pending_view(job))
+        return Snapshot(now=now, nodes=nodes, running=running, pending=pending), blocked
+
+    def pending_view(self, job: Job) -> PendingJob:
+        limit = self.time_limit(job)
+        part = self.partitions.get(job.partition)
+        return pending_from_job(
+            job,
+            time_limit=limit if limit is not None else self.cfg.scheduler.default_time_limit,
+            partition_priority=part.priority_tier if part else 1,
+        )
+
+
+def is_active(job: Job) -> bool:
+    return job.state in ACTIVE_STATES

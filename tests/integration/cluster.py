@@ -1,0 +1,168 @@
+"""A real kiln cluster for a test: schedd and agents as processes, in a temp ``KILN_HOME``.
+
+It is brought up the way a user does it (``kiln up``, after writing a kiln.toml with test
+settings) and driven through the real commands (``sbatch``, ``squeue``, ...), whose output and
+exit codes the tests look at. A second Unix user, made for the session, stands for "someone
+else" in the permission tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BIN = Path(sys.executable).parent
+CLI_TIMEOUT = 60
+
+
+@dataclass
+class Cluster:
+    home: Path
+    db_url: str
+    nodes: int = 1
+    fake_gpus: str = "8xH100-80GB"
+    kill_wait: int = 30
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def write_config(self, port: int) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.home, 0o755)
+        (self.home / "kiln.toml").write_text(
+            f"""cluster_name = "kiln"
+[schedd]
+db_url = "{self.db_url}"
+client_endpoint = "ipc://{self.home}/schedd.sock"
+agent_endpoint = "tcp://127.0.0.1:{port}"
+kill_wait = {self.kill_wait}
+min_job_age = 300
+heartbeat_interval = 1.0
+allow_root_jobs = true
+[scheduler]
+interval = 0.5
+[agent]
+fake_gpus = "{self.fake_gpus}"
+[[partition]]
+name = "gpu"
+default = true
+[[partition]]
+name = "short"
+max_time = 3600
+"""
+        )
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(self.extra_env)
+        env["KILN_HOME"] = str(self.home)
+        env.pop("KILN_CONF", None)
+        env["PATH"] = f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}"
+        return env
+
+    def up(self) -> subprocess.CompletedProcess[str]:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.write_config(port)
+        res = self.run("kiln", "up", "--nodes", str(self.nodes), "--fake-gpus", self.fake_gpus)
+        assert res.returncode == 0, res.stderr + res.stdout
+        return res
+
+    def down(self) -> None:
+        self.run("scancel", "-u", "root")
+        for user in _made_users:
+            self.run("scancel", "-u", user)
+        self.run("kiln", "down")
+
+    def run(self, *args: str, user: str | None = None, input: str | None = None,
+            cwd: str | Path | None = None, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+        """Run one of kiln's commands (as ``user`` when given) and capture what it printed."""
+        full_env = {**self.env, **(env or {})}
+        argv = [str(BIN / args[0]), *args[1:]]
+        if user is not None:
+            argv = ["runuser", "-u", user, "--", "env", f"--chdir={cwd or '/tmp'}",
+                    f"KILN_HOME={self.home}", f"PATH={full_env['PATH']}", *argv]
+        return subprocess.run(argv, input=input, capture_output=True, text=True,
+                              env=full_env, cwd=str(cwd) if cwd else None, timeout=CLI_TIMEOUT)
+
+    def sbatch(self, *args: str, user: str | None = None, input: str | None = None,
+               cwd: str | Path | None = None) -> int:
+        res = self.run("sbatch", "--parsable", *args, user=user, input=input, cwd=cwd)
+        assert res.returncode == 0, f"sbatch failed: {res.stderr}"
+        return int(res.stdout.strip().split(";")[0])
+
+    def job(self, job_id: int | str) -> dict[str, Any]:
+        """The job as schedd's wire reports it (the data behind squeue/scontrol)."""
+        from cli.client import Client
+
+        with Client(endpoint=f"ipc://{self.home}/schedd.sock", timeout=10) as client:
+            jobs = client.call("query_jobs", {"job_ids": [str(job_id)]})["jobs"]
+        return jobs[0]
+
+    def wait(self, job_id: int | str, states: set[str], timeout: float = 60) -> dict[str, Any]:
+        deadline = time.time() + timeout
+        job: dict[str, Any] = {}
+        while time.time() < deadline:
+            job = self.job(job_id)
+            if job["state"] in states:
+                return job
+            time.sleep(0.1)
+        raise AssertionError(f"job {job_id} is {job.get('state')} ({job.get('reason')}), "
+                             f"not {states}, after {timeout} s")
+
+    def scontrol_show_job(self, job_id: int) -> dict[str, str]:
+        res = self.run("scontrol", "show", "job", str(job_id))
+        assert res.returncode == 0, res.stderr
+        return dict(re.findall(r"(\w[\w/:]*)=(\S*)", res.stdout))
+
+
+_made_users: list[str] = []
+
+
+def make_user() -> str:
+    """A throwaway Unix user with a home directory (removed at session end)."""
+    name = f"kilnt{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True,
+                   capture_output=True)
+    _made_users.append(name)
+    return name
+
+
+def remove_users() -> None:
+    for name in _made_users:
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+    _made_users.clear()
+
+
+def user_home(name: str) -> Path:
+    return Path(pwd.getpwnam(name).pw_dir)
+
+
+def world_tempdir(prefix: str) -> Path:
+    """A temp dir other users can reach (pytest's own tmp_path is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(path, 0o755)
+    return path
+
+
+def cleanup(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, indent=1, default=str)
