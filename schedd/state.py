@@ -124,8 +124,7 @@ class State:
         if found:
             return found
         if job_id not in self._finished_cache:
-            rows = self.store.query_jobs(job_ids=[job_id])
-            rows += [j for j in self.store.query_jobs(array_job_ids=[job_id]) if j.id != job_id]
+            rows = self.store.query_jobs(job_ids=[job_id])  # matches array tasks too
             self._finished_cache[job_id] = [j.state for j in rows]
         return self._finished_cache[job_id]
 

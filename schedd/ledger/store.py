@@ -1,0 +1,748 @@
+"""The Store: every read and write schedd makes to its ledger, each call one transaction.
+
+schedd commits a change here *before* it acknowledges it, so these calls sit on the latency path
+of every ``sbatch``. Writes therefore go through SQLAlchemy Core executemany (one INSERT or one
+UPDATE statement per batch, not one ORM flush per object), and each public method is atomic: it
+either commits everything it was given or raises :class:`LedgerError` having written nothing.
+
+SQLite (the default) runs in WAL mode with ``synchronous=NORMAL``: a commit survives ``kill -9``
+of schedd the next instant (it is in the WAL), though not a power cut in the last moments;
+PostgreSQL is the choice where that matters. pysqlite's own transaction handling is switched off
+and ``BEGIN`` is emitted by us, so SQLite DDL (migrations) is transactional too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+from schedd.ledger import tables as t
+from schedd.model import (
+    ACTIVE_STATES,
+    FINISHED_STATES,
+    GPU,
+    JOB_FIELDS,
+    Job,
+    JobState,
+    Node,
+    NodeAllocation,
+    NodeState,
+    Partition,
+)
+
+SQLITE_BUSY_TIMEOUT_MS = 5000
+META_MAX_JOB_ID = "max_job_id"  # high-water mark kept when finished jobs are purged
+
+
+class LedgerError(Exception):
+    """A ledger operation failed and wrote nothing; the message is one user-facing line."""
+
+
+class SchemaError(LedgerError):
+    """The database cannot be used as it is (bad URL, unreachable, not migrated, too new)."""
+
+
+@dataclass(slots=True)
+class JobEvent:
+    """One step of a job's history: a state change, a hold, an update, and who did it."""
+
+    job_id: int
+    time: float
+    state: str
+    reason: str = ""
+    actor_uid: int | None = None
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class AccountRecord:
+    name: str
+    parent: str | None
+    shares: int = 1
+    description: str = ""
+    organization: str = ""
+
+
+@dataclass(slots=True)
+class UserRecord:
+    name: str
+    uid: int
+    default_account: str
+    admin_level: str = "None"
+
+
+@dataclass(slots=True)
+class AssociationRecord:
+    account: str
+    user: str
+    shares: int = 1
+
+
+@dataclass(slots=True)
+class AuditRecord:
+    time: float
+    actor_uid: int
+    action: str
+    target: str
+    detail: str = ""
+
+
+# -- engines, URLs and schema revisions --------------------------------------------------------
+
+
+def show_url(url: str | URL) -> str:
+    """The URL as messages may print it: any password replaced by ***."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return str(url)
+
+
+def parse_url(url: str | URL) -> URL:
+    """Parse a database URL; a bare ``postgresql://`` means psycopg 3, the driver kiln ships."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise SchemaError(f"invalid database URL {str(url)!r}") from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def make_engine(url: str | URL) -> Engine:
+    """An engine with kiln's connection settings (SQLite: WAL, NORMAL sync, busy timeout, FKs)."""
+    parsed = parse_url(url)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            engine = create_engine(parsed)
+            _tune_sqlite(engine)
+        else:
+            engine = create_engine(parsed, pool_pre_ping=True)
+    except (NoSuchModuleError, ImportError, ArgumentError) as exc:
+        raise SchemaError(f"unsupported database URL {show_url(parsed)}: {one_line(exc)}") from None
+    return engine
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (below)
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+
+def sqlite_path(url: str | URL) -> Path | None:
+    """The file behind a SQLite URL, or None (not SQLite, or in memory)."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    db = parsed.database or ""
+    if db in ("", ":memory:") or db.startswith("file:"):
+        return None
+    return Path(db)
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of a driver error, without SQLAlchemy's statement dump and links."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _migrations_dir() -> Path:
+    """The ``migrations`` package's directory, installed or in a checkout (via ``__path__``,
+    which also covers an editable install that sees it as a namespace package)."""
+    import migrations
+
+    for entry in migrations.__path__:
+        if (Path(entry) / "env.py").is_file():
+            return Path(entry)
+    raise SchemaError("this kiln installation lacks its migrations (migrations/env.py)")
+
+
+def alembic_config(connection: Connection | None = None) -> Any:
+    """An Alembic Config pointing at the ``migrations`` package; no alembic.ini needed."""
+    from alembic.config import Config
+
+    cfg = Config()
+    # set_main_option interpolates like configparser: a '%' in the path must be doubled
+    cfg.set_main_option("script_location", str(_migrations_dir()).replace("%", "%%"))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+@functools.cache
+def _script_directory() -> Any:
+    """The revisions shipped with this kiln (read once: they do not change while it runs)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    """The schema revision this kiln expects."""
+    heads = _script_directory().get_heads()
+    return heads[0]
+
+
+def _known_revisions() -> set[str]:
+    return {s.revision for s in _script_directory().walk_revisions()}
+
+
+def _current_heads(conn: Connection) -> tuple[str, ...]:
+    from alembic.runtime.migration import MigrationContext
+
+    return tuple(MigrationContext.configure(conn).get_current_heads())
+
+
+def current_revision(url: str) -> str | None:
+    """The database's revision, or None when it is not migrated (a missing SQLite file is not
+    created by asking)."""
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        return None
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            heads = _current_heads(conn)
+    except SQLAlchemyError as exc:
+        raise SchemaError(f"cannot open database {show_url(url)}: {one_line(exc)}") from None
+    finally:
+        engine.dispose()
+    return heads[0] if heads else None
+
+
+def _judge_revision(url: str, current: tuple[str, ...], *, for_upgrade: bool) -> None:
+    shown = show_url(url)
+    unknown = [rev for rev in current if rev not in _known_revisions()]
+    if unknown:
+        raise SchemaError(
+            f"database {shown} is newer than this kiln (revision {unknown[0]}); upgrade kiln"
+        )
+    if for_upgrade:
+        return
+    if not current:
+        raise SchemaError(f"database {shown} is not migrated: run `kiln db upgrade`")
+    head = head_revision()
+    if set(current) != {head}:
+        raise SchemaError(
+            f"database {shown} is at revision {current[0]}, older than this kiln's {head}: "
+            "run `kiln db upgrade`"
+        )
+
+
+def upgrade(url: str) -> None:
+    """Bring the database to this kiln's schema (Alembic ``upgrade head``), in one transaction.
+
+    Creates the SQLite file and its directory; refuses a database from a newer kiln.
+    """
+    from alembic import command
+    from alembic.util import CommandError
+
+    path = sqlite_path(url)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SchemaError(f"cannot create {path.parent}: {exc.strerror}") from None
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            _judge_revision(url, _current_heads(conn), for_upgrade=True)
+            command.upgrade(alembic_config(conn), "head")
+    except SQLAlchemyError as exc:
+        raise SchemaError(f"cannot upgrade database {show_url(url)}: {one_line(exc)}") from None
+    except CommandError as exc:
+        raise SchemaError(f"cannot upgrade database {show_url(url)}: {exc}") from None
+    finally:
+        engine.dispose()
+
+
+# -- rows <-> domain objects --------------------------------------------------------------------
+
+UPDATABLE_JOB_FIELDS = frozenset(JOB_FIELDS) - {"id"}
+ACTIVE_STATE_NAMES = sorted(s.value for s in ACTIVE_STATES)
+FINISHED_STATE_NAMES = sorted(s.value for s in FINISHED_STATES)
+
+
+def _allocation_to_json(allocation: Iterable[NodeAllocation | Mapping[str, Any]]) -> list[Any]:
+    # by hand: dataclasses.asdict deep-copies recursively and costs more than the INSERT itself
+    return [
+        {"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus)}
+        if isinstance(a, NodeAllocation)
+        else dict(a)
+        for a in allocation
+    ]
+
+
+def _job_value(name: str, value: Any) -> Any:
+    """A Job field's value as its column stores it."""
+    if name == "state":
+        return _state_name(value)
+    if name == "allocation":
+        return _allocation_to_json(value)
+    return value
+
+
+def _state_name(state: JobState | str) -> str:
+    try:
+        return JobState(state).value
+    except ValueError:
+        raise LedgerError(f"ledger: {state!r} is not a job state") from None
+
+
+def job_to_row(job: Job) -> dict[str, Any]:
+    row = {name: getattr(job, name) for name in JOB_FIELDS}
+    row["state"] = _state_name(job.state)
+    row["allocation"] = _allocation_to_json(job.allocation)
+    return row
+
+
+def row_to_job(row: Mapping[str, Any]) -> Job:
+    kw = dict(row)
+    kw["state"] = JobState(kw["state"])
+    kw["allocation"] = [NodeAllocation(**a) for a in kw["allocation"] or []]
+    kw["environment"] = kw["environment"] or {}
+    kw["extra"] = kw["extra"] or {}
+    return Job(**kw)
+
+
+def _event_row(ev: JobEvent) -> dict[str, Any]:
+    return {
+        "job_id": ev.job_id,
+        "time": ev.time,
+        "state": ev.state,
+        "reason": ev.reason,
+        "actor_uid": ev.actor_uid,
+        "detail": ev.detail,
+    }
+
+
+def _node_row(node: Node) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "cpus": node.cpus,
+        "memory_mb": node.memory_mb,
+        "features": list(node.features),
+        "partitions": list(node.partitions),
+        "state": NodeState(node.state).value,
+        "reason": node.reason,
+        "address": node.address,
+        "last_heartbeat": node.last_heartbeat,
+        "boot_time": node.boot_time,
+    }
+
+
+def _upsert(conn: Connection, table: Table, keys: list[str], columns: Iterable[str]) -> Any:
+    """INSERT ... ON CONFLICT (keys) DO UPDATE SET columns (both SQLite and PostgreSQL)."""
+    stmt = _dialect_insert(conn, table)
+    cols = [c for c in columns if c not in keys]
+    if not cols:
+        return stmt.on_conflict_do_nothing(index_elements=keys)
+    return stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in cols})
+
+
+def _dialect_insert(conn: Connection, table: Table) -> Any:
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table)
+    raise LedgerError(f"database dialect {conn.dialect.name} is not supported (SQLite, PostgreSQL)")
+
+
+def _insert_ignore(conn: Connection, table: Table, keys: list[str]) -> Any:
+    return _dialect_insert(conn, table).on_conflict_do_nothing(index_elements=keys)
+
+
+# -- the Store ------------------------------------------------------------------------------------
+
+
+class Store:
+    """schedd's ledger: jobs and their history, nodes, accounts, fair-share usage, audit."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+
+    @property
+    def shown_url(self) -> str:
+        return show_url(self.url)
+
+    # schema
+
+    def check_schema(self) -> None:
+        """Raise SchemaError unless the database is at exactly this kiln's revision."""
+        try:
+            with self.engine.connect() as conn:
+                current = _current_heads(conn)
+        except SQLAlchemyError as exc:
+            raise SchemaError(f"cannot open database {self.shown_url}: {one_line(exc)}") from None
+        _judge_revision(self.url, current, for_upgrade=False)
+
+    # transactions
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Connection]:
+        """One transaction, committed on exit; any failure rolls it back and says what failed."""
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except (SQLAlchemyError, TypeError, ValueError) as exc:
+            # TypeError/ValueError: a value the driver cannot encode (psycopg dumps JSON itself)
+            raise LedgerError(f"ledger: {what} failed: {one_line(exc)}") from exc
+
+    @contextmanager
+    def _read(self, what: str) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"ledger: {what} failed: {one_line(exc)}") from exc
+
+    # jobs
+
+    def max_job_id(self) -> int:
+        """The highest job id ever stored (purged jobs included); 0 for a new ledger."""
+        with self._read("reading the highest job id") as conn:
+            stored = conn.execute(select(func.max(t.jobs.c.id))).scalar() or 0
+            mark = conn.execute(
+                select(t.kiln_meta.c.value).where(t.kiln_meta.c.key == META_MAX_JOB_ID)
+            ).scalar()
+        return max(stored, int(mark or 0))
+
+    def insert_jobs(self, jobs: list[Job], events: list[JobEvent] | None = None) -> None:
+        """Store new jobs (a whole array in one call) and their first events, atomically."""
+        rows = [job_to_row(j) for j in jobs]
+        with self._write(f"inserting {len(rows)} job(s)") as conn:
+            if rows:
+                conn.execute(insert(t.jobs), rows)
+            if events:
+                conn.execute(insert(t.job_events), [_event_row(e) for e in events])
+
+    def update_jobs(
+        self, changes: list[tuple[int, dict[str, Any]]], events: list[JobEvent] | None = None
+    ) -> None:
+        """Apply field changes (keys are Job field names) to existing jobs, atomically.
+
+        Changes with the same set of fields share one executemany UPDATE. A job id that is not
+        in the ledger fails the whole call.
+        """
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for job_id, fields in changes:
+            unknown = set(fields) - UPDATABLE_JOB_FIELDS
+            if unknown:
+                raise LedgerError(
+                    f"ledger: cannot update job field(s) {', '.join(sorted(unknown))}"
+                )
+            params = {f"v_{k}": _job_value(k, v) for k, v in fields.items()}
+            params["b_id"] = job_id
+            groups.setdefault(tuple(sorted(fields)), []).append(params)
+        with self._write(f"updating {len(changes)} job(s)") as conn:
+            for names, params in groups.items():
+                if names:
+                    self._update_group(conn, names, params)
+            if events:
+                conn.execute(insert(t.job_events), [_event_row(e) for e in events])
+
+    @staticmethod
+    def _update_group(conn: Connection, names: tuple[str, ...], params: list[dict]) -> None:
+        stmt = (
+            update(t.jobs)
+            .where(t.jobs.c.id == bindparam("b_id"))
+            .values({name: bindparam(f"v_{name}") for name in names})
+        )
+        result = conn.execute(stmt, params)
+        ids = {p["b_id"] for p in params}
+        if conn.dialect.supports_sane_multi_rowcount and result.rowcount == len(params):
+            return
+        found = set(conn.execute(select(t.jobs.c.id).where(t.jobs.c.id.in_(ids))).scalars())
+        missing = sorted(ids - found)
+        if missing:
+            raise LedgerError(f"ledger: job {missing[0]} is not in the ledger; nothing was updated")
+
+    def load_jobs(self, active_only: bool = True, finished_since: float | None = None) -> list[Job]:
+        """Jobs for schedd's in-memory state, by id.
+
+        ``active_only``: PENDING/RUNNING/COMPLETING/SUSPENDED jobs, plus finished ones whose
+        end_time >= ``finished_since`` when given (what squeue still shows, MinJobAge).
+        ``active_only=False``: every job in the ledger.
+        """
+        stmt = select(t.jobs).order_by(t.jobs.c.id)
+        if active_only:
+            cond = t.jobs.c.state.in_(ACTIVE_STATE_NAMES)
+            if finished_since is not None:
+                cond = or_(cond, t.jobs.c.end_time >= finished_since)
+            stmt = stmt.where(cond)
+        with self._read("loading jobs") as conn:
+            return [row_to_job(r) for r in conn.execute(stmt).mappings()]
+
+    def query_jobs(
+        self,
+        job_ids: Iterable[int] | None = None,
+        users: Iterable[str] | None = None,
+        accounts: Iterable[str] | None = None,
+        states: Iterable[str] | None = None,
+        names: Iterable[str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """sacct's query, by id. Every filter given must match (None = any).
+
+        ``job_ids`` matches a job's id or its array's id (``sacct -j 7`` lists 7's tasks);
+        ``start``/``end`` keep jobs that overlap the window: not ended before ``start``
+        (unfinished jobs have end_time 0 and always overlap) and submitted by ``end``.
+        """
+        c = t.jobs.c
+        conds: list[Any] = []
+        if job_ids is not None:
+            ids = list(job_ids)
+            conds.append(or_(c.id.in_(ids), c.array_job_id.in_(ids)))
+        if users is not None:
+            conds.append(c.user.in_(list(users)))
+        if accounts is not None:
+            conds.append(c.account.in_(list(accounts)))
+        if states is not None:
+            conds.append(c.state.in_([_state_name(s) for s in states]))
+        if names is not None:
+            conds.append(c.name.in_(list(names)))
+        if start is not None:
+            conds.append(or_(c.end_time >= start, c.end_time == 0))
+        if end is not None:
+            conds.append(c.submit_time <= end)
+        stmt = select(t.jobs).where(*conds).order_by(c.id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._read("querying jobs") as conn:
+            return [row_to_job(r) for r in conn.execute(stmt).mappings()]
+
+    def job_events(self, job_id: int) -> list[JobEvent]:
+        """A job's history, oldest first."""
+        e = t.job_events.c
+        stmt = (
+            select(e.job_id, e.time, e.state, e.reason, e.actor_uid, e.detail)
+            .where(e.job_id == job_id)
+            .order_by(e.time, e.id)
+        )
+        with self._read("reading job events") as conn:
+            return [JobEvent(**r) for r in conn.execute(stmt).mappings()]
+
+    def purge_jobs(self, finished_before: float) -> int:
+        """Delete finished jobs that ended before ``finished_before`` (and their events); the
+        highest job id is remembered so ids are never reused. Returns how many went."""
+        c = t.jobs.c
+        doomed = select(c.id).where(c.state.in_(FINISHED_STATE_NAMES), c.end_time < finished_before)
+        with self._write("purging finished jobs") as conn:
+            high = conn.execute(select(func.max(c.id))).scalar() or 0
+            mark = conn.execute(
+                select(t.kiln_meta.c.value).where(t.kiln_meta.c.key == META_MAX_JOB_ID)
+            ).scalar()
+            self._set_meta(conn, META_MAX_JOB_ID, str(max(high, int(mark or 0))))
+            conn.execute(delete(t.job_events).where(t.job_events.c.job_id.in_(doomed)))
+            return conn.execute(delete(t.jobs).where(c.id.in_(doomed))).rowcount
+
+    # nodes and partitions
+
+    def upsert_node(self, node: Node) -> None:
+        """Store a node as registered, replacing its GPU list."""
+        row = _node_row(node)
+        gpu_rows = [{"node": node.name, **dataclasses.asdict(g)} for g in node.gpus]
+        with self._write(f"storing node {node.name}") as conn:
+            conn.execute(_upsert(conn, t.nodes, ["name"], row), row)
+            conn.execute(delete(t.gpus).where(t.gpus.c.node == node.name))
+            if gpu_rows:
+                conn.execute(insert(t.gpus), gpu_rows)
+
+    def delete_node(self, name: str) -> None:
+        with self._write(f"deleting node {name}") as conn:
+            conn.execute(delete(t.gpus).where(t.gpus.c.node == name))
+            conn.execute(delete(t.nodes).where(t.nodes.c.name == name))
+
+    def load_nodes(self) -> list[Node]:
+        """Every node with its GPUs (by index), by name."""
+        g = t.gpus.c
+        with self._read("loading nodes") as conn:
+            node_rows = conn.execute(select(t.nodes).order_by(t.nodes.c.name)).mappings().all()
+            gpu_rows = conn.execute(select(t.gpus).order_by(g.node, g.index)).mappings().all()
+        by_node: dict[str, list[GPU]] = {}
+        for r in gpu_rows:
+            by_node.setdefault(r["node"], []).append(
+                GPU(r["index"], r["uuid"], r["model"], r["memory_mb"], r["island"])
+            )
+        nodes = []
+        for r in node_rows:
+            kw = dict(r)
+            kw["state"] = NodeState(kw["state"])
+            kw["features"] = list(kw["features"] or [])
+            kw["partitions"] = list(kw["partitions"] or [])
+            nodes.append(Node(gpus=by_node.get(r["name"], []), **kw))
+        return nodes
+
+    def save_partitions(self, partitions: list[Partition]) -> None:
+        """Record the configured partitions (sacct names partitions that left the config)."""
+        rows = [dataclasses.asdict(p) for p in partitions]
+        if not rows:
+            return
+        with self._write("storing partitions") as conn:
+            conn.execute(_upsert(conn, t.partitions, ["name"], rows[0]), rows)
+
+    def load_partitions(self) -> list[Partition]:
+        with self._read("loading partitions") as conn:
+            rows = conn.execute(select(t.partitions).order_by(t.partitions.c.name)).mappings()
+            return [Partition(**{**r, "nodes": list(r["nodes"] or [])}) for r in rows]
+
+    # accounts, users, associations
+
+    def ensure_account(self, name: str, parent: str = "root", shares: int = 1) -> None:
+        """Create the account if it is missing (an existing one is left as it is); ``root``
+        is created on demand, any other parent must exist."""
+        with self._write(f"creating account {name}") as conn:
+            self._ensure_account(conn, name, parent, shares)
+
+    def _ensure_account(self, conn: Connection, name: str, parent: str, shares: int) -> None:
+        a = t.accounts.c
+        if conn.execute(select(a.name).where(a.name == name)).first():
+            return
+        if name == "root":
+            row = {"name": "root", "parent": None, "shares": shares}
+        else:
+            if parent == "root":
+                self._ensure_account(conn, "root", "", 1)
+            elif not conn.execute(select(a.name).where(a.name == parent)).first():
+                raise LedgerError(f"parent account {parent} does not exist")
+            row = {"name": name, "parent": parent, "shares": shares}
+        conn.execute(_insert_ignore(conn, t.accounts, ["name"]), row)
+
+    def ensure_user(self, name: str, uid: int, account: str) -> None:
+        """Create the user (default account ``account``) and its association with ``account``
+        if missing; the account is created under root if it does not exist."""
+        with self._write(f"creating user {name}") as conn:
+            self._ensure_account(conn, account, "root", 1)
+            conn.execute(
+                _insert_ignore(conn, t.users, ["name"]),
+                {"name": name, "uid": uid, "default_account": account, "admin_level": "None"},
+            )
+            conn.execute(
+                _insert_ignore(conn, t.associations, ["account", "user"]),
+                {"account": account, "user": name, "shares": 1},
+            )
+
+    def load_accounts(self) -> list[AccountRecord]:
+        with self._read("loading accounts") as conn:
+            rows = conn.execute(select(t.accounts).order_by(t.accounts.c.name)).mappings()
+            return [AccountRecord(**r) for r in rows]
+
+    def load_users(self) -> list[UserRecord]:
+        with self._read("loading users") as conn:
+            rows = conn.execute(select(t.users).order_by(t.users.c.name)).mappings()
+            return [UserRecord(**r) for r in rows]
+
+    def load_associations(self) -> list[AssociationRecord]:
+        s = t.associations.c
+        stmt = select(s.account, s.user, s.shares).order_by(s.account, s.user)
+        with self._read("loading associations") as conn:
+            return [AssociationRecord(**r) for r in conn.execute(stmt).mappings()]
+
+    # fair share
+
+    def load_fairshare(self) -> dict[tuple[str, str], float]:
+        """Decayed usage by (account, user); user '' is the account's own row."""
+        f = t.fairshare_usage.c
+        with self._read("loading fair-share usage") as conn:
+            rows = conn.execute(select(f.account, f.user, f.usage)).all()
+        return {(account, user): usage for account, user, usage in rows}
+
+    def save_fairshare(self, usage: dict[tuple[str, str], float], now: float) -> None:
+        """Store usage for the given associations (others keep their rows), atomically."""
+        rows = [
+            {"account": a, "user": u, "usage": float(v), "updated": now}
+            for (a, u), v in usage.items()
+        ]
+        if not rows:
+            return
+        with self._write("saving fair-share usage") as conn:
+            conn.execute(_upsert(conn, t.fairshare_usage, ["account", "user"], rows[0]), rows)
+
+    # audit
+
+    def audit(
+        self, actor_uid: int, action: str, target: str, detail: str = "", now: float | None = None
+    ) -> None:
+        """Record that ``actor_uid`` did ``action`` to ``target`` (e.g. 'cancel', 'job 12')."""
+        row = {
+            "time": time.time() if now is None else now,
+            "actor_uid": actor_uid,
+            "action": action,
+            "target": target,
+            "detail": detail,
+        }
+        with self._write(f"recording {action}") as conn:
+            conn.execute(insert(t.audit), row)
+
+    def load_audit(self, since: float = 0.0, limit: int | None = None) -> list[AuditRecord]:
+        """Audit records at or after ``since``, oldest first."""
+        a = t.audit.c
+        stmt = (
+            select(a.time, a.actor_uid, a.action, a.target, a.detail)
+            .where(a.time >= since)
+            .order_by(a.time, a.id)
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._read("reading the audit trail") as conn:
+            return [AuditRecord(**r) for r in conn.execute(stmt).mappings()]
+
+    # meta
+
+    def get_meta(self, key: str) -> str | None:
+        with self._read(f"reading {key}") as conn:
+            return conn.execute(
+                select(t.kiln_meta.c.value).where(t.kiln_meta.c.key == key)
+            ).scalar()
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._write(f"storing {key}") as conn:
+            self._set_meta(conn, key, value)
+
+    @staticmethod
+    def _set_meta(conn: Connection, key: str, value: str) -> None:
+        row = {"key": key, "value": value}
+        conn.execute(_upsert(conn, t.kiln_meta, ["key"], row), row)
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,276 @@
+"""The ledger's tables: SQLAlchemy 2 declarative models, one per thing schedd must not forget.
+
+The ``jobs`` table has one column per field of :class:`schedd.model.Job`, with the same names,
+so a row and a ``Job`` convert into each other by name (``store.job_to_row``/``row_to_job``).
+Every sbatch option is kept even where no feature acts on it yet: ``sacct`` and later issues
+read them back. Lists and dictionaries (environment, extra options, the allocation, node
+features) are JSON columns, portable between SQLite and PostgreSQL.
+
+The store writes through SQLAlchemy Core (executemany) for speed; these classes give the schema
+one typed, readable definition that Alembic compares migrations against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Deterministic constraint names: Alembic needs them to alter or drop constraints later, and
+# SQLite (which has no ALTER CONSTRAINT) only works through batch migrations that name them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class JobRow(Base):
+    """A batch job (or one array task): the request as submitted and what became of it."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String, default="")
+    user: Mapped[str] = mapped_column(String, default="")
+    uid: Mapped[int] = mapped_column(BigInteger, default=-1)
+    gid: Mapped[int] = mapped_column(BigInteger, default=-1)
+    account: Mapped[str] = mapped_column(String, default="")
+    partition: Mapped[str] = mapped_column(String, default="")
+    qos: Mapped[str] = mapped_column(String, default="normal")
+    state: Mapped[str] = mapped_column(String(16), default="PENDING")
+    reason: Mapped[str] = mapped_column(String, default="None")
+    priority: Mapped[int] = mapped_column(BigInteger, default=0)
+    nice: Mapped[int] = mapped_column(Integer, default=0)
+    held: Mapped[str] = mapped_column(String(8), default="")
+
+    array_job_id: Mapped[int | None] = mapped_column(Integer)
+    array_task_id: Mapped[int | None] = mapped_column(Integer)
+    array_spec: Mapped[str] = mapped_column(String, default="")
+    array_max_running: Mapped[int] = mapped_column(Integer, default=0)
+
+    submit_time: Mapped[float] = mapped_column(Float, default=0.0)
+    eligible_time: Mapped[float] = mapped_column(Float, default=0.0)
+    begin_time: Mapped[float] = mapped_column(Float, default=0.0)
+    start_time: Mapped[float] = mapped_column(Float, default=0.0)
+    end_time: Mapped[float] = mapped_column(Float, default=0.0)
+    time_limit: Mapped[int | None] = mapped_column(Integer)
+    time_min: Mapped[int | None] = mapped_column(Integer)
+
+    num_nodes: Mapped[int] = mapped_column(Integer, default=1)
+    num_nodes_max: Mapped[int] = mapped_column(Integer, default=0)
+    num_tasks: Mapped[int] = mapped_column(Integer, default=1)
+    ntasks_per_node: Mapped[int] = mapped_column(Integer, default=0)
+    cpus_per_task: Mapped[int] = mapped_column(Integer, default=1)
+    mem_per_node_mb: Mapped[int] = mapped_column(Integer, default=0)
+    mem_per_cpu_mb: Mapped[int] = mapped_column(Integer, default=0)
+    mem_per_gpu_mb: Mapped[int] = mapped_column(Integer, default=0)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    gpus_per_node: Mapped[int] = mapped_column(Integer, default=0)
+    gpus_per_task: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_type: Mapped[str] = mapped_column(String, default="")
+    exclusive: Mapped[bool] = mapped_column(Boolean, default=False)
+    constraint: Mapped[str] = mapped_column(String, default="")
+    nodelist: Mapped[str] = mapped_column(String, default="")
+    exclude: Mapped[str] = mapped_column(String, default="")
+    reservation: Mapped[str] = mapped_column(String, default="")
+
+    dependency: Mapped[str] = mapped_column(String, default="")
+    requeue: Mapped[bool] = mapped_column(Boolean, default=True)
+    signal: Mapped[str] = mapped_column(String, default="")
+    open_mode: Mapped[str] = mapped_column(String(16), default="truncate")
+    stdout: Mapped[str] = mapped_column(String, default="")
+    stderr: Mapped[str] = mapped_column(String, default="")
+    workdir: Mapped[str] = mapped_column(String, default="")
+    export: Mapped[str] = mapped_column(String, default="ALL")
+    comment: Mapped[str] = mapped_column(Text, default="")
+    mail_type: Mapped[str] = mapped_column(String, default="")
+    mail_user: Mapped[str] = mapped_column(String, default="")
+    submit_host: Mapped[str] = mapped_column(String, default="")
+    command: Mapped[str] = mapped_column(String, default="")
+    script: Mapped[str] = mapped_column(Text, default="")
+    environment: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    node_list: Mapped[str] = mapped_column(String, default="")
+    allocation: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    batch_host: Mapped[str] = mapped_column(String, default="")
+    exit_code: Mapped[int] = mapped_column(Integer, default=0)
+    exit_signal: Mapped[int] = mapped_column(Integer, default=0)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+    cancelled_by: Mapped[int | None] = mapped_column(BigInteger)
+
+    # what squeue and sacct filter on
+    __table_args__ = (
+        Index("ix_jobs_state", "state"),
+        Index("ix_jobs_user", "user"),
+        Index("ix_jobs_array_job_id", "array_job_id"),
+        Index("ix_jobs_end_time", "end_time"),
+    )
+
+
+class JobEventRow(Base):
+    """One step of a job's history: a state change, a hold, an update, with who did it."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("jobs.id", ondelete="CASCADE"), index=True
+    )
+    time: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(String, default="")
+    actor_uid: Mapped[int | None] = mapped_column(BigInteger)
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+
+class NodeRow(Base):
+    """A compute node as its agent last registered it, and its admin state (DRAIN, reason)."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    cpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    features: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    partitions: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    state: Mapped[str] = mapped_column(String(16), default="IDLE")
+    reason: Mapped[str] = mapped_column(String, default="")
+    address: Mapped[str] = mapped_column(String, default="")
+    last_heartbeat: Mapped[float] = mapped_column(Float, default=0.0)
+    boot_time: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class GPURow(Base):
+    """One GPU of a node; replaced whole whenever the node re-registers."""
+
+    __tablename__ = "gpus"
+
+    node: Mapped[str] = mapped_column(
+        String, ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True
+    )
+    index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    uuid: Mapped[str] = mapped_column(String, default="")
+    model: Mapped[str] = mapped_column(String, default="")
+    memory_mb: Mapped[int] = mapped_column(Integer, default=0)
+    island: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class PartitionRow(Base):
+    """A partition as configured, kept so sacct can name partitions that left the config."""
+
+    __tablename__ = "partitions"
+
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    nodes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    default: Mapped[bool] = mapped_column(Boolean, default=False)
+    max_time: Mapped[int | None] = mapped_column(Integer)
+    default_time: Mapped[int | None] = mapped_column(Integer)
+    priority_tier: Mapped[int] = mapped_column(Integer, default=1)
+    state: Mapped[str] = mapped_column(String(16), default="UP")
+
+
+class AccountRow(Base):
+    """A node of the account tree (sacctmgr's Account); ``root`` has no parent."""
+
+    __tablename__ = "accounts"
+
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    parent: Mapped[str | None] = mapped_column(
+        String, ForeignKey("accounts.name", ondelete="RESTRICT")
+    )
+    shares: Mapped[int] = mapped_column(Integer, default=1)
+    description: Mapped[str] = mapped_column(String, default="")
+    organization: Mapped[str] = mapped_column(String, default="")
+
+
+class UserRow(Base):
+    """A user known to the accounting (sacctmgr's User) and their AdminLevel."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    uid: Mapped[int] = mapped_column(BigInteger, unique=True)
+    default_account: Mapped[str] = mapped_column(String, ForeignKey("accounts.name"))
+    admin_level: Mapped[str] = mapped_column(String(16), default="None")
+
+
+class AssociationRow(Base):
+    """A user's membership of an account with its fair-share weight (Slurm's association)."""
+
+    __tablename__ = "associations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account: Mapped[str] = mapped_column(String, ForeignKey("accounts.name", ondelete="CASCADE"))
+    user: Mapped[str] = mapped_column(String, ForeignKey("users.name", ondelete="CASCADE"))
+    shares: Mapped[int] = mapped_column(Integer, default=1)
+
+    __table_args__ = (UniqueConstraint("account", "user", name="uq_associations_account_user"),)
+
+
+class AuditRow(Base):
+    """Who changed what: cancel, hold, update, sacctmgr and scontrol actions."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float, index=True)
+    actor_uid: Mapped[int] = mapped_column(BigInteger)
+    action: Mapped[str] = mapped_column(String)
+    target: Mapped[str] = mapped_column(String, default="")
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+
+class FairshareUsageRow(Base):
+    """Decayed usage per association (billing-weighted seconds), saved so restarts keep it."""
+
+    __tablename__ = "fairshare_usage"
+
+    account: Mapped[str] = mapped_column(String, primary_key=True)
+    user: Mapped[str] = mapped_column(String, primary_key=True)  # "" = the account itself
+    usage: Mapped[float] = mapped_column(Float, default=0.0)
+    updated: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class MetaRow(Base):
+    """Small key/value facts about the ledger itself, e.g. the highest job id ever issued."""
+
+    __tablename__ = "kiln_meta"
+
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[str] = mapped_column(Text, default="")
+
+
+jobs = JobRow.__table__
+job_events = JobEventRow.__table__
+nodes = NodeRow.__table__
+gpus = GPURow.__table__
+partitions = PartitionRow.__table__
+accounts = AccountRow.__table__
+users = UserRow.__table__
+associations = AssociationRow.__table__
+audit = AuditRow.__table__
+fairshare_usage = FairshareUsageRow.__table__
+kiln_meta = MetaRow.__table__
