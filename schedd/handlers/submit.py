@@ -20,7 +20,7 @@ SUBMITTABLE = frozenset(
         "id", "user", "uid", "gid", "state", "reason", "priority", "array_job_id",
         "array_task_id", "submit_time", "eligible_time", "start_time", "end_time", "node_list",
         "allocation", "batch_host", "exit_code", "exit_signal", "restart_count", "generation",
-        "cancelled_by", "array_max_running",
+        "cancelled_by",
     }
 )
 _FIELD_TYPES = {f.name: f for f in dataclasses.fields(Job)}

@@ -1,0 +1,141 @@
+"""Pure pieces of the ground layer: hostlists, array specs, dependencies, the wire envelope."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schedd import arrayspec, dependency, hostlist, protocol
+from schedd.identity import from_peer_address
+from schedd.jobenv import expand_output_pattern, job_environment
+from schedd.model import Job, JobState, NodeAllocation
+
+
+@pytest.mark.parametrize("expr,names", [
+    ("a[1-3],b", ["a1", "a2", "a3", "b"]),
+    ("gpu[01-02,05]", ["gpu01", "gpu02", "gpu05"]),
+    ("n1,n1,n2", ["n1", "n2"]),
+    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+])
+def test_hostlist_expand(expr: str, names: list[str]) -> None:
+    assert hostlist.expand(expr) == names
+
+
+def test_hostlist_compress_like_slurm() -> None:
+    assert hostlist.compress(["a1", "a2", "a3", "a5", "b"]) == "a[1-3,5],b"
+    assert hostlist.compress(["node1"]) == "node1"
+    assert hostlist.compress(["gpu01", "gpu02"]) == "gpu[01-02]"
+
+
+@given(st.sets(st.integers(0, 300), min_size=1, max_size=40))
+def test_hostlist_round_trip(nums: set[int]) -> None:
+    names = [f"n{i}" for i in sorted(nums)]
+    assert hostlist.expand(hostlist.compress(names)) == names
+
+
+@pytest.mark.parametrize("bad", ["a[1-", "a[3-1]", "a[x]", "a]"])
+def test_hostlist_errors(bad: str) -> None:
+    with pytest.raises(hostlist.HostlistError):
+        hostlist.expand(bad)
+
+
+@pytest.mark.parametrize("spec,ids,limit", [
+    ("1-5", (1, 2, 3, 4, 5), 0),
+    ("1,3,5", (1, 3, 5), 0),
+    ("0-15:4", (0, 4, 8, 12), 0),
+    ("0-3,7%2", (0, 1, 2, 3, 7), 2),
+])
+def test_array_specs(spec: str, ids: tuple[int, ...], limit: int) -> None:
+    parsed = arrayspec.parse(spec)
+    assert parsed.task_ids == ids and parsed.max_running == limit
+
+
+@pytest.mark.parametrize("bad", ["", "a", "5-1", "1-2000", "1-3%x", "1-4:0"])
+def test_array_spec_errors(bad: str) -> None:
+    with pytest.raises(arrayspec.ArraySpecError):
+        arrayspec.parse(bad)
+
+
+def _states(table: dict[int, list[JobState]]):
+    return lambda job_id: table.get(job_id, [])
+
+
+def test_dependencies() -> None:
+    done, failed, pending = [JobState.COMPLETED], [JobState.FAILED], [JobState.PENDING]
+    states = _states({1: done, 2: failed, 3: pending, 4: [JobState.RUNNING]})
+    def judge(expr: str) -> str:
+        return dependency.evaluate(dependency.parse(expr), states, lambda: True)
+
+    assert judge("afterok:1") == dependency.MET
+    assert judge("afterok:2") == dependency.NEVER
+    assert judge("afterok:3") == dependency.WAITING
+    assert judge("afternotok:2") == dependency.MET
+    assert judge("afternotok:1") == dependency.NEVER
+    assert judge("afterany:1:2") == dependency.MET
+    assert judge("after:4") == dependency.MET
+    assert judge("after:3") == dependency.WAITING
+    assert judge("afterok:1,afterany:3") == dependency.WAITING
+    assert judge("afterok:2?afterok:1") == dependency.MET
+    for bad in ("afterok", "afterok:x", "sometime:1", "afterok:1,afterok:2?afterok:3"):
+        with pytest.raises(dependency.DependencyError):
+            dependency.parse(bad)
+
+
+def test_output_patterns() -> None:
+    job = Job(id=42, name="train", user="ann", workdir="/w", array_job_id=40, array_task_id=2)
+    assert expand_output_pattern("%x-%j.out", job, "n1") == "/w/train-42.out"
+    assert expand_output_pattern("/o/%A_%a_%N_%u_%%.log", job, "n1") == "/o/40_2_n1_ann_%.log"
+    assert expand_output_pattern("%5j", job, "n1") == "/w/00042"
+
+
+def test_job_environment() -> None:
+    alloc = [NodeAllocation("n1", 4, 1000, [2, 3]), NodeAllocation("n2", 4, 1000, [0, 1])]
+    job = Job(id=7, name="x", user="ann", account="phys", partition="gpu", num_nodes=2,
+              num_tasks=8, cpus_per_task=1, workdir="/w", allocation=alloc,
+              environment={"PATH": "/bin"})
+    env = job_environment(job, alloc[0], 0, "kiln")
+    assert env["SLURM_JOB_NODELIST"] == "n[1-2]"
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert env["SLURM_TASKS_PER_NODE"] == "4(x2)"
+    assert env["PATH"] == "/bin"
+    assert "SLURM_ARRAY_JOB_ID" not in env
+
+
+def test_peer_address() -> None:
+    caller = from_peer_address("localhost:1000:1001:4242")
+    assert caller is not None and (caller.uid, caller.gid, caller.pid) == (1000, 1001, 4242)
+    assert from_peer_address("") is None
+    assert from_peer_address("garbage") is None
+
+
+def test_protocol_rejects_bad_requests() -> None:
+    ops = protocol.CLIENT_OPS
+    good = protocol.request("hold", {"job_ids": ["1"]}, 3)
+    assert protocol.decode_request(good, ops) == (3, "hold", {"job_ids": ["1"]})
+    bad = [
+        b"not json",
+        b"[1,2]",
+        json.dumps({"v": 2, "op": "ping", "id": 1, "body": {}}).encode(),
+        protocol.request("nosuchop", {}, 1),
+        protocol.request("hold", {}, 1),
+        protocol.request("hold", {"job_ids": "1"}, 1),
+        protocol.request("hold", {"job_ids": ["1"], "extra": 1}, 1),
+        protocol.request("hold", {"job_ids": ["x" * 5000]}, 1),
+        protocol.request("submit", {"job": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {
+            "h": {"i": {}}}}}}}}}}}, 1),
+        b"x" * (protocol.MAX_MESSAGE_BYTES + 1),
+    ]
+    for frame in bad:
+        with pytest.raises(protocol.ProtocolError):
+            protocol.decode_request(frame, ops)
+
+
+@given(st.binary(max_size=200))
+def test_protocol_never_raises_anything_else(frame: bytes) -> None:
+    try:
+        protocol.decode_request(frame, protocol.CLIENT_OPS)
+    except protocol.ProtocolError:
+        pass
