@@ -12,8 +12,7 @@ from typing import Any
 
 import zmq
 
-from schedd import config as kconfig
-from schedd import protocol
+from schedd import paths, protocol
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -29,10 +28,9 @@ class ClientError(Exception):
 
 class Client:
     def __init__(self, endpoint: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 cfg: kconfig.Config | None = None):
+                 cfg: Any = None):
         if endpoint is None:
-            cfg = cfg or kconfig.load()
-            endpoint = cfg.client_endpoint
+            endpoint = cfg.client_endpoint if cfg is not None else paths.client_endpoint()
         self.endpoint = endpoint
         self.timeout = timeout
         self._ids = itertools.count(1)

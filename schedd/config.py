@@ -7,19 +7,13 @@ only: the CLI reads this on its fast path.
 
 from __future__ import annotations
 
-import os
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from schedd import paths
 from schedd.model import Partition
-
-SYSTEM_CONF = Path("/etc/kiln/kiln.toml")
-
-
-class ConfigError(Exception):
-    """A config file that cannot be used; the message names the file and the key."""
+from schedd.paths import ConfigError
 
 
 @dataclass(slots=True)
@@ -28,11 +22,13 @@ class SchedulerConfig:
 
     interval: float = 1.0  # seconds between periodic cycles (cycles also run on events)
     backfill: bool = True
-    bf_max_reservations: int = 100
+    bf_max_reservations: int = 2  # 1 = EASY; large = conservative (see docs/scheduler.md)
     bf_max_job_test: int = 10_000  # pending jobs looked at per cycle
     bf_resolution: int = 60  # seconds: reservation times are rounded up to this
     bf_window: int = 7 * 86400  # how far ahead reservations are planned, seconds
-    fill: str = "priority"  # or "area": GPUs x minutes, ties by name
+    fill: str = "short_area"  # "priority" (Slurm), "area" (GPUs x minutes, ties by name), or
+    # "short_area": jobs of at most bf_short_job seconds first, shortest first, then by area
+    bf_short_job: int = 600  # seconds
     predict_runtime: bool = False
     default_time_limit: int = 365 * 86400  # planning horizon for UNLIMITED jobs, seconds
     # multifactor priority (Slurm's PriorityWeight*)
@@ -49,6 +45,8 @@ class SchedulerConfig:
         default_factory=lambda: {"cpu": 1.0, "mem": 0.0, "gres/gpu": 1.0}
     )
     billing_max_tres: bool = False  # PriorityFlags=MAX_TRES: dominant resource (DRF)
+    favor_small: bool = False  # PriorityFavorSmall: the job-size factor favours small jobs
+    size_relative_to_time: bool = False  # PriorityFlags=SMALL_RELATIVE_TO_TIME
 
 
 @dataclass(slots=True)
@@ -98,19 +96,12 @@ class Config:
 
 
 def kiln_home() -> Path:
-    return Path(os.environ.get("KILN_HOME") or Path.home() / ".kiln")
+    return Path(paths.kiln_home())
 
 
 def find_config_path() -> Path | None:
-    explicit = os.environ.get("KILN_CONF")
-    if explicit:
-        return Path(explicit)
-    local = kiln_home() / "kiln.toml"
-    if local.exists():
-        return local
-    if SYSTEM_CONF.exists():
-        return SYSTEM_CONF
-    return None
+    found = paths.find_config_path()
+    return Path(found) if found else None
 
 
 def load(path: Path | str | None = None) -> Config:
@@ -118,15 +109,7 @@ def load(path: Path | str | None = None) -> Config:
     path = Path(path) if path else find_config_path()
     if path is None:
         return Config(home=kiln_home())
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
-    except PermissionError:
-        raise ConfigError(f"config file {path} is not readable") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    _, data = paths.read_raw(str(path))
     return from_dict(data, path)
 
 

@@ -9,19 +9,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from schedd.model import JobState
+from schedd.states import JobState
 
-KINDS = ("after", "afterany", "afterok", "afternotok", "afterburstbuffer", "aftercorr", "singleton")
+KINDS = ("after", "afterany", "afterok", "afternotok", "afterburstbuffer", "aftercorr", "expand",
+         "singleton")
 
 
 class DependencyError(ValueError):
     pass
 
 
+JobRef = tuple[int, int | None]  # (job or array id, array task or None)
+
+
 @dataclass(frozen=True, slots=True)
 class Term:
     kind: str
-    job_ids: tuple[int, ...] = ()
+    job_ids: tuple[JobRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +53,13 @@ def parse(expr: str) -> Dependency:
             continue
         if kind not in KINDS or not rest:
             raise DependencyError("Job dependency problem")
-        ids = []
+        ids: list[JobRef] = []
         for piece in rest.split(":"):
             piece = piece.split("+")[0]  # after:id+minutes: the delay is ignored
-            if not piece.isdigit():
+            base, _, task = piece.partition("_")
+            if not base.isdigit() or (task and not task.isdigit()):
                 raise DependencyError("Job dependency problem")
-            ids.append(int(piece))
+            ids.append((int(base), int(task) if task else None))
         terms.append(Term(kind, tuple(ids)))
     return Dependency(tuple(terms), any_of)
 
@@ -69,7 +74,7 @@ def _term_verdict(term: Term, states: Iterable[JobState]) -> str:
         # unknown or purged job: Slurm treats a vanished dependency as satisfied
         return MET
     finished = [s.finished for s in states]
-    if term.kind == "after":
+    if term.kind in ("after", "expand"):
         return MET if all(s != JobState.PENDING for s in states) else WAITING
     if not all(finished):
         return WAITING
@@ -83,15 +88,16 @@ def _term_verdict(term: Term, states: Iterable[JobState]) -> str:
     return WAITING
 
 
-def evaluate(dep: Dependency, states_of: Callable[[int], list[JobState]],
+def evaluate(dep: Dependency, states_of: Callable[[int, int | None], list[JobState]],
              singleton_clear: Callable[[], bool]) -> str:
-    """MET, WAITING or NEVER. ``states_of(id)`` gives the states of a job or of all its tasks."""
+    """MET, WAITING or NEVER. ``states_of(id, task)`` gives the states of a job, of one array
+    task, or (task None) of every task of the array with that id."""
     verdicts = []
     for term in dep.terms:
         if term.kind == "singleton":
             verdicts.append(MET if singleton_clear() else WAITING)
             continue
-        per_job = [_term_verdict(term, states_of(i)) for i in term.job_ids]
+        per_job = [_term_verdict(term, states_of(*ref)) for ref in term.job_ids]
         if NEVER in per_job:
             verdicts.append(NEVER)
         elif all(v == MET for v in per_job):

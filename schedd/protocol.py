@@ -53,6 +53,18 @@ _DICT = dict
 _BOOL = bool
 _OPT_INT = (int, type(None))
 
+# The Job fields (schedd.model.Job) a submission may set; everything else is schedd's to decide.
+# A literal, not derived from the data class: sbatch needs it without importing the model.
+SUBMIT_FIELDS = frozenset({
+    "account", "array_max_running", "array_spec", "begin_time", "command", "comment",
+    "constraint", "cpus_per_task", "dependency", "environment", "exclude", "exclusive", "export",
+    "extra", "gpu_type", "gpus", "gpus_per_node", "gpus_per_task", "held", "mail_type",
+    "mail_user", "mem_per_cpu_mb", "mem_per_gpu_mb", "mem_per_node_mb", "name", "nice",
+    "nodelist", "ntasks_per_node", "num_nodes", "num_nodes_max", "num_tasks", "open_mode",
+    "partition", "qos", "requeue", "reservation", "script", "signal", "stderr", "stdout",
+    "submit_host", "time_limit", "time_min", "workdir",
+})
+
 JOB_FILTER: Schema = {
     "job_ids": (_LIST, False),  # of str: "123", "123_4", "123_[1-5]"
     "users": (_LIST, False),

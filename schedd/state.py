@@ -39,7 +39,7 @@ class State:
         self.nodes: dict[str, Node] = {}
         self.partitions: dict[str, Partition] = {p.name: p for p in cfg.partitions}
         self.next_job_id = 1
-        self._finished_cache: dict[int, list[JobState]] = {}
+        self._finished_cache: dict[tuple[int, int | None], list[JobState]] = {}
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -82,7 +82,7 @@ class State:
         old = [j.id for j in self.jobs.values() if j.state.finished and j.end_time < horizon]
         for job_id in old:
             job = self.jobs.pop(job_id)
-            self._finished_cache[job_id] = [job.state]
+            self._finished_cache[(job_id, None)] = [job.state]
         if len(self._finished_cache) > 100_000:
             self._finished_cache.clear()
 
@@ -118,15 +118,22 @@ class State:
         full = use.cpus >= node.cpus or (node.gpus and use.gpus >= len(node.gpus))
         return "ALLOCATED" if full else "MIXED"
 
-    def states_of(self, job_id: int) -> list[JobState]:
-        """States of a job, or of every task of the array with that id (for dependencies)."""
-        found = [j.state for j in self.jobs.values() if j.id == job_id or j.array_job_id == job_id]
+    def states_of(self, job_id: int, task: int | None = None) -> list[JobState]:
+        """States of a job, of one array task, or of every task of the array with that id
+        (for dependencies); jobs no longer in memory are looked up in the ledger once."""
+        def wanted(j: Job) -> bool:
+            if task is not None:
+                return j.array_job_id == job_id and j.array_task_id == task
+            return j.id == job_id or j.array_job_id == job_id
+
+        found = [j.state for j in self.jobs.values() if wanted(j)]
         if found:
             return found
-        if job_id not in self._finished_cache:
+        key = (job_id, task)
+        if key not in self._finished_cache:
             rows = self.store.query_jobs(job_ids=[job_id])  # matches array tasks too
-            self._finished_cache[job_id] = [j.state for j in rows]
-        return self._finished_cache[job_id]
+            self._finished_cache[key] = [j.state for j in rows if wanted(j)]
+        return self._finished_cache[key]
 
     def array_task_ids(self, array_job_id: int) -> tuple[int, ...]:
         return tuple(sorted(

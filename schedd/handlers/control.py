@@ -6,7 +6,7 @@ import signal as _signal
 from typing import Any
 
 from schedd.handlers import Context, RequestError
-from schedd.handlers.query import INVALID_JOB_ID, select_jobs
+from schedd.handlers.query import INVALID_JOB_ID, select_jobs, select_jobs_reporting
 from schedd.identity import Caller, is_operator
 from schedd.ledger.store import JobEvent
 from schedd.model import Job, JobState
@@ -34,11 +34,11 @@ def _owned(caller: Caller, job: Job) -> bool:
 
 
 def cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
-    jobs = select_jobs(ctx, body)
+    jobs, unmatched = select_jobs_reporting(ctx, body)
     sig = parse_signal(body["signal"]) if body.get("signal") else None
     now = ctx.now()
     cancelled: list[str] = []
-    errors: list[dict[str, str]] = []
+    errors = [{"job_id": t, "message": INVALID_JOB_ID} for t in unmatched]
     changes: list[tuple[Job, dict[str, Any]]] = []
     events: list[JobEvent] = []
     terminate: list[Job] = []

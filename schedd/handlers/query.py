@@ -62,8 +62,18 @@ def parse_states(names: list[Any]) -> set[JobState] | None:
 
 
 def select_jobs(ctx: Context, body: dict[str, Any]) -> list[Job]:
-    """Jobs in memory that pass every filter of a query or cancel body."""
-    refs = [parse_job_ref(t) for t in body.get("job_ids") or []]
+    """Jobs in memory that pass every filter of a query or cancel body; an error when ids were
+    asked for and none of them is known."""
+    jobs, unmatched = select_jobs_reporting(ctx, body)
+    if unmatched and not jobs:
+        raise RequestError(INVALID_JOB_ID, "invalid_job_id")
+    return jobs
+
+
+def select_jobs_reporting(ctx: Context, body: dict[str, Any]) -> tuple[list[Job], list[str]]:
+    """Like select_jobs, plus the ids asked for that matched no job (as the user wrote them)."""
+    texts = [str(t) for t in body.get("job_ids") or []]
+    refs = [parse_job_ref(t) for t in texts]
     states = parse_states(body["states"]) if body.get("states") else set()
     everything = body.get("all_states") or bool(refs) or states is None
     users = set(map(str, body.get("users") or []))
@@ -94,10 +104,9 @@ def select_jobs(ctx: Context, body: dict[str, Any]) -> list[Job]:
         if node_names and not node_names.intersection(a.node for a in job.allocation):
             continue
         out.append(job)
-    if refs and not out:
-        raise RequestError(INVALID_JOB_ID, "invalid_job_id")
     out.sort(key=lambda j: j.id)
-    return out
+    unmatched = [t for t, r in zip(texts, refs, strict=True) if not any(r.matches(j) for j in out)]
+    return out, unmatched
 
 
 def query_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:

@@ -13,16 +13,7 @@ from schedd.ledger.store import JobEvent
 from schedd.model import Job, JobState
 from schedd.scheduler.cycle import schedule
 
-# Fields a submission may set; everything else (ids, owner, state, results) is schedd's.
-SUBMITTABLE = frozenset(
-    f.name for f in dataclasses.fields(Job)
-    if f.name not in {
-        "id", "user", "uid", "gid", "state", "reason", "priority", "array_job_id",
-        "array_task_id", "submit_time", "eligible_time", "start_time", "end_time", "node_list",
-        "allocation", "batch_host", "exit_code", "exit_signal", "restart_count", "generation",
-        "cancelled_by",
-    }
-)
+SUBMITTABLE = protocol.SUBMIT_FIELDS
 _FIELD_TYPES = {f.name: f for f in dataclasses.fields(Job)}
 _NULLABLE = {"time_limit", "time_min"}
 

@@ -186,3 +186,14 @@ def test_bad_input_gives_one_line_errors(cluster: Cluster, workdir: Path) -> Non
     assert res.returncode == 1
     assert res.stderr.strip() == "sbatch: error: Invalid --time specification"
     assert res.stdout == ""
+
+
+def test_unknown_job_ids_are_errors(cluster: Cluster) -> None:
+    res = cluster.run("scancel", "999999")
+    assert res.returncode == 1
+    assert "Invalid job id specified" in res.stderr
+    res = cluster.run("squeue", "-j", "999999")
+    assert res.returncode == 1
+    assert res.stderr.strip() == "slurm_load_jobs error: Invalid job id specified"
+    res = cluster.run("scontrol", "show", "job", "999999")
+    assert res.returncode == 1

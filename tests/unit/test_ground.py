@@ -59,13 +59,10 @@ def test_array_spec_errors(bad: str) -> None:
         arrayspec.parse(bad)
 
 
-def _states(table: dict[int, list[JobState]]):
-    return lambda job_id: table.get(job_id, [])
-
-
 def test_dependencies() -> None:
     done, failed, pending = [JobState.COMPLETED], [JobState.FAILED], [JobState.PENDING]
-    states = _states({1: done, 2: failed, 3: pending, 4: [JobState.RUNNING]})
+    table = {1: done, 2: failed, 3: pending, 4: [JobState.RUNNING]}
+    states = lambda job_id, task: table.get(job_id, [])  # noqa: E731
     def judge(expr: str) -> str:
         return dependency.evaluate(dependency.parse(expr), states, lambda: True)
 
@@ -139,3 +136,11 @@ def test_protocol_never_raises_anything_else(frame: bytes) -> None:
         protocol.decode_request(frame, protocol.CLIENT_OPS)
     except protocol.ProtocolError:
         pass
+
+
+def test_submit_fields_are_job_fields() -> None:
+    from schedd.model import JOB_FIELDS
+
+    assert protocol.SUBMIT_FIELDS <= set(JOB_FIELDS)
+    owned_by_schedd = {"id", "user", "uid", "gid", "state", "generation", "allocation"}
+    assert not protocol.SUBMIT_FIELDS & owned_by_schedd

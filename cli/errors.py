@@ -1,0 +1,69 @@
+"""How the Slurm-named commands fail: one line on stderr, exit 1, never a traceback.
+
+Every command's ``main`` goes through ``run_command``: a ``CommandError`` carries the exact text
+Slurm would print (``sbatch: error: ...`` or a bare ``slurm_load_jobs error: ...``), a
+``ClientError`` that nobody translated becomes ``<prog>: error: <message>``, and anything
+unexpected is still reduced to one line, because scripts parse our stderr and people read it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+
+class CommandError(Exception):
+    """A user-facing failure. ``lines`` are printed one per line; with ``prefixed`` each gets
+    ``<prog>: error: `` in front (Slurm's ``error()``), without it they are printed verbatim."""
+
+    def __init__(self, *lines: str, prefixed: bool = True, exit_code: int = 1):
+        super().__init__(lines[0] if lines else "")
+        self.lines = lines
+        self.prefixed = prefixed
+        self.exit_code = exit_code
+
+
+def fail(*lines: str, prefixed: bool = True) -> NoReturn:
+    """Raise the ``CommandError`` that ``run_command`` prints."""
+    raise CommandError(*lines, prefixed=prefixed)
+
+
+def report(prog: str, err: CommandError) -> int:
+    for line in err.lines:
+        print(f"{prog}: error: {line}" if err.prefixed else line, file=sys.stderr)
+    return err.exit_code
+
+
+def run_command(prog: str, body: Callable[[Sequence[str]], int],
+                argv: Sequence[str] | None = None) -> int:
+    """Run a command's body and turn every failure into Slurm-style stderr and an exit code."""
+    from cli.client import ClientError  # already imported by every command that talks to schedd
+    from schedd.paths import ConfigError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return body(args)
+    except CommandError as err:
+        return report(prog, err)
+    except ClientError as err:
+        print(f"{prog}: error: {err.message}", file=sys.stderr)
+        return 1
+    except ConfigError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `squeue | head`: the reader left. Point stdout at /dev/null so the interpreter's
+        # final flush does not print a second complaint.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the promise is: never a traceback
+        print(f"{prog}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

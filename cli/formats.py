@@ -1,0 +1,393 @@
+"""Output the Slurm way: time spellings, squeue's ``%`` and ``-O`` field engine, column layout.
+
+Jobs arrive as wire dictionaries (``Job.to_wire()``) and stay dictionaries: building 10,000
+``Job`` objects would cost more than printing them, and ``squeue -h`` is on every poller's
+path. A field is (header, getter, cut): ``cut`` False means the value is never truncated to
+the column width (Slurm does that for node lists and NODELIST(REASON)).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from schedd.states import COMPACT_STATES
+
+YEAR_SECONDS = 365 * 86400
+COMPACT = {str(state): compact for state, compact in COMPACT_STATES.items()}
+
+
+# --- times -----------------------------------------------------------------------------------
+
+
+def fmt_secs(secs: float | None) -> str:
+    """squeue/sinfo durations: M:SS, H:MM:SS, D-HH:MM:SS (Slurm's _print_secs)."""
+    if secs is None:
+        return "UNLIMITED"
+    t = int(secs)
+    if t < 0 or t > YEAR_SECONDS:
+        return "INVALID"
+    days, rem = divmod(t, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, seconds = divmod(rem, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{seconds:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{seconds:02d}"
+    return f"{minutes}:{seconds:02d}"
+
+
+def fmt_duration(secs: float | None, unlimited: str = "UNLIMITED") -> str:
+    """scontrol's durations: HH:MM:SS, D-HH:MM:SS (RunTime=00:00:03, TimeLimit=00:10:00)."""
+    if secs is None:
+        return unlimited
+    t = max(int(secs), 0)
+    days, rem = divmod(t, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, seconds = divmod(rem, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def fmt_time(t: float | None, none: str = "N/A") -> str:
+    """An instant as Slurm prints it: local ISO 8601 without zone, 2026-11-29T08:06:38."""
+    if not t:
+        return none
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def fmt_limit_minutes(secs: int | None, unlimited: str = "infinite") -> str:
+    """sinfo TIMELIMIT: 'infinite' or the squeue spelling."""
+    return unlimited if secs is None else fmt_secs(secs)
+
+
+# --- columns ---------------------------------------------------------------------------------
+
+
+class Column:
+    """One output field: what to print, how wide (0 = as is), justification, and the text that
+    follows it in the format (Slurm's "suffix", printed verbatim on every line)."""
+
+    __slots__ = ("key", "width", "right", "suffix")
+
+    def __init__(self, key: str, width: int = 0, right: bool = False, suffix: str = ""):
+        self.key = key
+        self.width = width
+        self.right = right
+        self.suffix = suffix
+
+
+def pad(value: str, width: int, right: bool, cut: bool = True) -> str:
+    """Slurm's _print_str: cut to ``width`` (when ``cut``), then pad left or right."""
+    if not width:
+        return value
+    if cut:
+        value = value[:width]
+    return value.rjust(width) if right else value.ljust(width)
+
+
+def parse_percent_format(fmt: str, letters: dict[str, str]) -> tuple[str, list[Column], list[str]]:
+    """'%.18i %.9P ...' -> (prefix text, columns, unknown letters). Text after a field is that
+    field's suffix; ``%%``-split empties are skipped, as Slurm's strtok does."""
+    prefix, _, rest = fmt.partition("%")
+    if not _:
+        return fmt, [], []
+    columns: list[Column] = []
+    unknown: list[str] = []
+    for token in rest.split("%"):
+        if not token:
+            continue
+        i = 0
+        right = token.startswith(".")
+        if right:
+            i = 1
+        start = i
+        while i < len(token) and token[i].isdigit():
+            i += 1
+        width = int(token[start:i]) if i > start else 0
+        if i >= len(token):
+            continue
+        letter, suffix = token[i], token[i + 1:]
+        key = letters.get(letter)
+        if key is None:
+            unknown.append(letter)
+            continue
+        columns.append(Column(key, width, right, suffix))
+    return prefix, columns, unknown
+
+
+def parse_long_format(fmt: str, names: dict[str, str]) -> tuple[list[Column], list[str]]:
+    """-O 'JobID,State:10,Name:.20|' -> columns (default width 20, left)."""
+    columns: list[Column] = []
+    unknown: list[str] = []
+    for token in fmt.split(","):
+        if not token:
+            continue
+        name, colon, spec = token.partition(":")
+        width, right, suffix = 20, False, ""
+        if colon:
+            right = spec.startswith(".")
+            spec = spec[1:] if right else spec
+            digits = len(spec) - len(spec.lstrip("0123456789"))
+            width = int(spec[:digits]) if digits else 0
+            suffix = spec[digits:]
+        key = names.get(name.lower())
+        if key is None:
+            unknown.append(name)
+            continue
+        columns.append(Column(key, width, right, suffix))
+    return columns, unknown
+
+
+Getter = Callable[[dict[str, Any], "Ctx"], str]
+
+
+class Ctx:
+    """What a getter may need beyond the record: the reference time and display options."""
+
+    __slots__ = ("now", "start_estimates")
+
+    def __init__(self, now: float, start_estimates: bool = False):
+        self.now = now
+        self.start_estimates = start_estimates
+
+
+def render(records: list[dict[str, Any]], prefix: str, columns: list[Column],
+           fields: dict[str, tuple[str, Getter, bool]], ctx: Ctx, header: bool) -> list[str]:
+    """Lines of output: the header built from the format's own text, then one per record."""
+    plan = [(fields[c.key], c.width, c.right, c.suffix) for c in columns]
+    lines = []
+    if header:
+        lines.append(prefix + "".join(pad(h, w, r, cut) + s for (h, _, cut), w, r, s in plan))
+    for rec in records:
+        lines.append(prefix + "".join(pad(get(rec, ctx), w, r, cut) + s
+                                      for (_, get, cut), w, r, s in plan))
+    return lines
+
+
+# --- squeue's job fields ---------------------------------------------------------------------
+
+
+def _null(value: Any) -> str:
+    return str(value) if value not in (None, "") else "(null)"
+
+
+def job_display_id(job: dict[str, Any]) -> str:
+    if job.get("array_job_id") is not None and job.get("array_task_id") is not None:
+        return f"{job['array_job_id']}_{job['array_task_id']}"
+    return job.get("display_id") or str(job["id"])
+
+
+def job_time_used(job: dict[str, Any], now: float) -> int:
+    start = job.get("start_time") or 0
+    if not start or job["state"] == "PENDING":
+        return 0
+    end = job.get("end_time") or 0
+    if job["state"] in ("RUNNING", "SUSPENDED") or not end:
+        end = now
+    return max(int(end - start), 0)
+
+
+def job_num_nodes(job: dict[str, Any]) -> int:
+    alloc = job.get("allocation") or []
+    return len(alloc) if alloc else int(job.get("num_nodes") or 1)
+
+
+def job_num_cpus(job: dict[str, Any]) -> int:
+    alloc = job.get("allocation") or []
+    if alloc:
+        return sum(int(a.get("cpus", 0)) for a in alloc)
+    return int(job.get("num_tasks") or 1) * int(job.get("cpus_per_task") or 1)
+
+
+def job_tres_per_node(job: dict[str, Any]) -> str:
+    """%b TRES_PER_NODE: 'gres:gpu:2' or 'gres:gpu:a100:2' (N/A without GPUs per node)."""
+    n = job.get("gpus_per_node") or 0
+    if not n:
+        return "N/A"
+    gtype = job.get("gpu_type") or ""
+    return f"gres:gpu:{gtype}:{n}" if gtype else f"gres:gpu:{n}"
+
+
+def job_reason_list(job: dict[str, Any]) -> str:
+    state = job["state"]
+    if state in ("PENDING", "TIMEOUT", "FAILED", "OUT_OF_MEMORY"):
+        return f"({job.get('reason') or 'None'})"
+    return job.get("node_list") or ""
+
+
+def job_start(job: dict[str, Any], ctx: Ctx) -> str:
+    if job["state"] == "PENDING":
+        extra = job.get("extra") or {}
+        return fmt_time(extra.get("expected_start") or job.get("start_time"))
+    return fmt_time(job.get("start_time"))
+
+
+def job_end(job: dict[str, Any], ctx: Ctx) -> str:
+    end = job.get("end_time") or 0
+    limit = job.get("time_limit")
+    if job["state"] in ("RUNNING", "SUSPENDED") and job.get("start_time"):
+        if limit is None:
+            return "NONE"
+        end = end or job["start_time"] + limit
+    elif job["state"] == "PENDING":
+        extra = job.get("extra") or {}
+        start = extra.get("expected_start") or 0
+        end = start + limit if start and limit is not None else 0
+    return fmt_time(end)
+
+
+def job_time_left(job: dict[str, Any], ctx: Ctx) -> str:
+    limit = job.get("time_limit")
+    if limit is None:
+        return "UNLIMITED"
+    return fmt_secs(max(limit - job_time_used(job, ctx.now), 0))
+
+
+def job_min_memory(job: dict[str, Any]) -> str:
+    if job.get("mem_per_node_mb"):
+        return f"{job['mem_per_node_mb']}M"
+    if job.get("mem_per_cpu_mb"):
+        return f"{job['mem_per_cpu_mb']}M"
+    return "0"
+
+
+def _gname(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except (KeyError, OverflowError):
+        return str(gid)
+
+
+def command_text(job: dict[str, Any]) -> str:
+    cmd = job.get("command") or ""
+    return "(null)" if not cmd or cmd in ("(wrap)", "(stdin)") else cmd
+
+
+# key -> (header, getter, cut)
+JOB_FIELDS: dict[str, tuple[str, Getter, bool]] = {
+    "account": ("ACCOUNT", lambda j, c: _null(j.get("account")), True),
+    "jobid_raw": ("JOBID", lambda j, c: str(j["id"]), True),
+    "tres_per_node": ("TRES_PER_NODE", lambda j, c: job_tres_per_node(j), True),
+    "batch_host": ("EXEC_HOST", lambda j, c: j.get("batch_host") or "n/a", True),
+    "min_cpus": ("MIN_CPUS", lambda j, c: str(j.get("cpus_per_task") or 1), True),
+    "cpus": ("CPUS", lambda j, c: str(job_num_cpus(j)), True),
+    "nodes_count": ("NODES", lambda j, c: str(job_num_nodes(j)), True),
+    "end_time": ("END_TIME", job_end, True),
+    "dependency": ("DEPENDENCY", lambda j, c: _null(j.get("dependency")), True),
+    "features": ("FEATURES", lambda j, c: _null(j.get("constraint")), True),
+    "array_job_id": ("ARRAY_JOB_ID",
+                     lambda j, c: str(j.get("array_job_id") or j["id"]), True),
+    "group": ("GROUP", lambda j, c: _gname(int(j.get("gid", -1))), True),
+    "gid": ("GROUP", lambda j, c: str(j.get("gid", "")), True),
+    "over_subscribe": ("OVER_SUBSCRIBE", lambda j, c: "NO" if j.get("exclusive") else "OK", True),
+    "jobid": ("JOBID", lambda j, c: job_display_id(j), True),
+    "name": ("NAME", lambda j, c: j.get("name") or "", True),
+    "comment": ("COMMENT", lambda j, c: _null(j.get("comment")), True),
+    "array_task_id": ("ARRAY_TASK_ID", lambda j, c: "N/A" if j.get("array_task_id") is None
+                      else str(j["array_task_id"]), True),
+    "time_limit": ("TIME_LIMIT", lambda j, c: fmt_secs(j.get("time_limit")), True),
+    "time_left": ("TIME_LEFT", job_time_left, True),
+    "min_memory": ("MIN_MEMORY", lambda j, c: job_min_memory(j), True),
+    "time_used": ("TIME", lambda j, c: fmt_secs(job_time_used(j, c.now)), False),
+    "req_nodes": ("REQ_NODES", lambda j, c: j.get("nodelist") or "", True),
+    "nodelist": ("NODELIST", lambda j, c: j.get("node_list") or "", False),
+    "command": ("COMMAND", lambda j, c: command_text(j), True),
+    "contiguous": ("CONTIGUOUS", lambda j, c: "0", True),
+    "priority": ("PRIORITY", lambda j, c: f"{int(j.get('priority') or 0) / 4294967295:.8f}", True),
+    "partition": ("PARTITION", lambda j, c: j.get("partition") or "", True),
+    "qos": ("QOS", lambda j, c: _null(j.get("qos")), True),
+    "priority_long": ("PRIORITY", lambda j, c: str(j.get("priority") or 0), True),
+    "reason": ("REASON", lambda j, c: j.get("reason") or "None", True),
+    "reason_list": ("NODELIST(REASON)", lambda j, c: job_reason_list(j), False),
+    "start_time": ("START_TIME", job_start, True),
+    "state_compact": ("ST", lambda j, c: COMPACT.get(j["state"], j["state"]), True),
+    "state": ("STATE", lambda j, c: j["state"], True),
+    "uid": ("UID", lambda j, c: str(j.get("uid", "")), True),
+    "user": ("USER", lambda j, c: j.get("user") or str(j.get("uid", "")), True),
+    "reservation": ("RESERVATION", lambda j, c: _null(j.get("reservation")), True),
+    "submit_time": ("SUBMIT_TIME", lambda j, c: fmt_time(j.get("submit_time")), True),
+    "wckey": ("WCKEY", lambda j, c: _null((j.get("extra") or {}).get("wckey")), True),
+    "licenses": ("LICENSES", lambda j, c: _null((j.get("extra") or {}).get("licenses")), True),
+    "exc_nodes": ("EXC_NODES", lambda j, c: j.get("exclude") or "", True),
+    "nice": ("NICE", lambda j, c: str(j.get("nice") or 0), True),
+    "schednodes": ("SCHEDNODES", lambda j, c: _null((j.get("extra") or {}).get("sched_nodes")),
+                   False),
+    "sct": ("S:C:T", lambda j, c: "*:*:*", True),
+    "work_dir": ("WORK_DIR", lambda j, c: j.get("workdir") or "", True),
+    "num_tasks": ("TASKS", lambda j, c: str(j.get("num_tasks") or 1), True),
+    "cpus_per_task": ("CPUS_PER_TASK", lambda j, c: str(j.get("cpus_per_task") or 1), True),
+    "exit_code": ("EXIT_CODE", lambda j, c: f"{j.get('exit_code', 0)}:{j.get('exit_signal', 0)}",
+                  True),
+    "eligible_time": ("ELIGIBLE_TIME", lambda j, c: fmt_time(j.get("eligible_time")), True),
+    "requeue": ("REQUEUE", lambda j, c: "1" if j.get("requeue", True) else "0", True),
+    "restart_cnt": ("RESTART_COUNT", lambda j, c: str(j.get("restart_count") or 0), True),
+    "stdout": ("STDOUT", lambda j, c: j.get("stdout") or "", True),
+    "stderr": ("STDERR", lambda j, c: j.get("stderr") or j.get("stdout") or "", True),
+    "time_min": ("TIME_MIN", lambda j, c: fmt_secs(j["time_min"]) if j.get("time_min")
+                 else "N/A", True),
+    "pending_time": ("PENDING_TIME", lambda j, c: str(int(
+        ((j.get("start_time") or c.now) if j["state"] != "PENDING" else c.now)
+        - (j.get("submit_time") or c.now))), True),
+}
+
+# squeue -o letters (SPEC §3 list and the other common ones)
+JOB_LETTERS: dict[str, str] = {
+    "a": "account", "A": "jobid_raw", "b": "tres_per_node", "B": "batch_host", "c": "min_cpus",
+    "C": "cpus", "D": "nodes_count", "e": "end_time", "E": "dependency", "f": "features",
+    "F": "array_job_id", "g": "group", "G": "gid", "h": "over_subscribe", "i": "jobid",
+    "j": "name", "k": "comment", "K": "array_task_id", "l": "time_limit", "L": "time_left",
+    "m": "min_memory", "M": "time_used", "n": "req_nodes", "N": "nodelist", "o": "command",
+    "O": "contiguous", "p": "priority", "P": "partition", "q": "qos", "Q": "priority_long",
+    "r": "reason", "R": "reason_list", "S": "start_time", "t": "state_compact", "T": "state",
+    "U": "uid", "u": "user", "v": "reservation", "V": "submit_time", "w": "wckey",
+    "W": "licenses", "x": "exc_nodes", "y": "nice", "Y": "schednodes", "z": "sct",
+    "Z": "work_dir",
+}
+
+# squeue -O names (lower case)
+JOB_LONG_NAMES: dict[str, str] = {
+    "account": "account", "arrayjobid": "array_job_id", "arraytaskid": "array_task_id",
+    "batchhost": "batch_host", "command": "command", "comment": "comment",
+    "cpus-per-task": "cpus_per_task", "dependency": "dependency", "eligibletime": "eligible_time",
+    "endtime": "end_time", "exit_code": "exit_code", "feature": "features", "groupid": "gid",
+    "groupname": "group", "jobarrayid": "jobid", "jobid": "jobid_raw", "licenses": "licenses",
+    "minmemory": "min_memory", "mintime": "time_min", "name": "name", "nice": "nice",
+    "nodelist": "nodelist", "numcpus": "cpus", "numnodes": "nodes_count",
+    "numtasks": "num_tasks", "oversubscribe": "over_subscribe", "partition": "partition",
+    "pendingtime": "pending_time", "priority": "priority", "prioritylong": "priority_long",
+    "qos": "qos", "reason": "reason", "reasonlist": "reason_list", "reqnodes": "req_nodes",
+    "requeue": "requeue", "reservation": "reservation", "restartcnt": "restart_cnt",
+    "schednodes": "schednodes", "sct": "sct", "starttime": "start_time", "state": "state",
+    "statecompact": "state_compact", "stderr": "stderr", "stdout": "stdout",
+    "submittime": "submit_time", "timeleft": "time_left", "timelimit": "time_limit",
+    "timeused": "time_used", "tres-per-node": "tres_per_node", "userid": "uid",
+    "username": "user", "wckey": "wckey", "workdir": "work_dir", "exechost": "batch_host",
+}
+
+
+def job_sort_key(key: str) -> Callable[[dict[str, Any], Ctx], Any]:
+    """A sort key for -S: numbers compare as numbers, the rest as printed text."""
+    numeric = {
+        "jobid": lambda j, c: (j.get("array_job_id") or j["id"], j.get("array_task_id") or -1),
+        "jobid_raw": lambda j, c: j["id"],
+        "priority": lambda j, c: j.get("priority") or 0,
+        "priority_long": lambda j, c: j.get("priority") or 0,
+        "time_used": lambda j, c: job_time_used(j, c.now),
+        "time_limit": lambda j, c: j["time_limit"] if j.get("time_limit") is not None
+        else float("inf"),
+        "nodes_count": lambda j, c: job_num_nodes(j),
+        "cpus": lambda j, c: job_num_cpus(j),
+        "submit_time": lambda j, c: j.get("submit_time") or 0,
+        "start_time": lambda j, c: ((j.get("extra") or {}).get("expected_start")
+                                    or j.get("start_time") or 0),
+        "end_time": lambda j, c: j.get("end_time") or 0,
+        "nice": lambda j, c: j.get("nice") or 0,
+    }
+    if key in numeric:
+        return numeric[key]
+    getter = JOB_FIELDS[key][1]
+    return getter

@@ -1,0 +1,219 @@
+"""``sbatch``: read a batch script and its options, submit it, print ``Submitted batch job N``.
+
+Precedence is Slurm's: ``#SBATCH`` directives < ``SBATCH_*`` environment < command line. Only
+options the user gave are sent (schedd fills in partition defaults), plus what only the
+submitting side knows: the script, working directory, environment, submit host and command.
+This module is on the hot path of every submission: standard library, zmq and the ground
+modules only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cli.client import Client, ClientError
+from cli.errors import CommandError, fail, run_command
+from cli.options import (
+    SBATCH_TABLE,
+    OptionError,
+    Settings,
+    apply_options,
+    build_environment,
+    directive_tokens,
+    env_options,
+    parse_argv,
+)
+from schedd import paths
+from schedd.protocol import SUBMIT_FIELDS
+
+PROG = "sbatch"
+WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
+VERSION_TEXT = "slurm 22.05.8 (kiln)"
+USAGE = """Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]
+
+Parallel run options (the common ones; every sbatch 22.05 option name is accepted):
+  -a, --array=indexes         job array index values
+  -A, --account=name          charge job to specified account
+  -b, --begin=time            defer job until HH:MM MM/DD/YY
+  -c, --cpus-per-task=ncpus   number of cpus required per task
+  -d, --dependency=type:jobid[:time] defer job until condition on jobid is satisfied
+  -D, --chdir=directory       set working directory for batch script
+  -e, --error=err             file for batch script's standard error
+      --export[=names]        specify environment variables to export
+  -G, --gpus=n                count of GPUs required for the job
+      --gres=list             required generic resources (gpu[:type]:N)
+  -H, --hold                  submit job in held state
+  -J, --job-name=jobname      name of job
+      --mem=MB                minimum amount of real memory
+  -n, --ntasks=ntasks         number of tasks to run
+  -N, --nodes=N               number of nodes on which to run (N = min[-max])
+  -o, --output=out            file for batch script's standard output
+  -p, --partition=partition   partition requested
+      --parsable              outputs only the jobid and cluster name (if present)
+  -q, --qos=qos               quality of service
+  -t, --time=minutes          time limit
+      --test-only             validate batch script but do not submit
+  -W, --wait                  wait for completion of submitted job
+      --wrap[=command string] wrap command string in a sh script and submit
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(PROG, submit_command, argv)
+
+
+def _parse(argv: Sequence[str]) -> tuple[Any, list[str]]:
+    try:
+        return parse_argv(argv, SBATCH_TABLE, stop_at_positional=True)
+    except OptionError as exc:
+        raise CommandError(f"{PROG}: {exc.message}" if not exc.prefixed else exc.message,
+                           prefixed=exc.prefixed) from None
+
+
+def submit_command(argv: Sequence[str]) -> int:
+    cli_opts, positional = _parse(argv)
+    quick = {opt.dest for opt, _ in cli_opts}
+    if "help" in quick or "usage" in quick:
+        print(USAGE, end="")
+        return 0
+    if "version" in quick:
+        print(VERSION_TEXT)
+        return 0
+    wrap = next((v for opt, v in reversed(cli_opts) if opt.dest == "wrap"), None)
+    if wrap is not None and positional:
+        fail("Script arguments not permitted with --wrap option")
+    script, default_name, command, script_args = read_script(wrap, positional)
+
+    directives, stray = _parse(directive_tokens(script, positional[0] if positional else PROG))
+    if stray:
+        fail(f"Invalid directive found in batch script: {stray[0]}")
+    settings: Settings = {"_max_array_size": paths.max_array_size()}
+    try:
+        apply_options(settings, directives)
+        apply_options(settings, env_options(dict(os.environ)))
+        apply_options(settings, cli_opts)
+    except OptionError as exc:
+        raise CommandError(exc.message, prefixed=exc.prefixed) from None
+    job = build_job(settings, script, default_name, command, script_args)
+    with Client() as client:
+        return _submit(client, job, settings)
+
+
+def read_script(wrap: str | None, positional: list[str]) -> tuple[str, str, str, list[str]]:
+    """(script text, default job name, Job.command, script arguments), checked like Slurm."""
+    if wrap is not None:
+        return f"{WRAP_HEADER}{wrap}\n", "wrap", "(wrap)", []
+    if positional:
+        path = positional[0]
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            fail(f"Unable to open file {path}")
+        name, command = os.path.basename(path), os.path.abspath(path)
+    else:
+        data = sys.stdin.buffer.read()
+        name, command = "sbatch", "(stdin)"
+    check_script(data)
+    return data.decode("utf-8", errors="replace"), name, command, positional[1:]
+
+
+def check_script(data: bytes) -> None:
+    """Slurm's sanity tests on a batch script, with its messages."""
+    if not data:
+        fail("Batch script is empty!")
+    if not data.strip():
+        fail("Batch script contains only whitespace!")
+    if not data.startswith(b"#!"):
+        fail("This does not look like a batch script.  The first",
+             "line must start with #! followed by the path to an interpreter.",
+             "For instance: #!/bin/sh")
+    if b"\0" in data:
+        fail("The Slurm controller does not allow scripts that",
+             "contain a NULL character '\\0'.")
+    if b"\r\n" in data:
+        fail("Batch script contains DOS line breaks (\\r\\n)",
+             "instead of expected UNIX line breaks (\\n).")
+
+
+def build_job(settings: Settings, script: str, default_name: str, command: str,
+              script_args: list[str]) -> dict[str, Any]:
+    """The submit body's ``job``: options given, plus what only the submitter knows."""
+    fields = SUBMIT_FIELDS
+    job: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key.startswith("_"):
+            continue
+        if key in fields:
+            job[key] = value
+        else:
+            extra[key] = value
+    job.setdefault("name", default_name)
+    job.setdefault("workdir", os.getcwd())
+    job["script"] = script
+    job["command"] = command
+    job["submit_host"] = os.uname().nodename
+    job["environment"] = build_environment(settings.get("export", "ALL"), dict(os.environ))
+    if script_args:
+        extra["script_args"] = script_args
+    extra["alloc_sid"] = os.getsid(0)
+    job["extra"] = extra
+    return job
+
+
+def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
+    test_only = bool(settings.get("_test_only"))
+    try:
+        reply = client.call("submit", {"job": job, "test_only": test_only})
+    except ClientError as exc:
+        # Slurm prints a limit's name on its own line first (`AssocMaxSubmitJobLimit`), so a
+        # multi-line message from schedd keeps that shape.
+        *first, last = exc.message.split("\n") or [""]
+        raise CommandError(*first, f"Batch job submission failed: {last}") from None
+    job_id = reply["job_id"]
+    if test_only:
+        when = reply.get("start_time") or 0
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when)) if when else "Unknown"
+        print(f"{PROG}: Job {job_id} to start at {start} using {reply.get('cpus', 1)} processors"
+              f" on nodes {reply.get('nodes', '')} in partition {reply.get('partition', '')}",
+              file=sys.stderr)
+        return 0
+    print(job_id if settings.get("_parsable") else f"Submitted batch job {job_id}", flush=True)
+    if settings.get("_wait"):
+        return wait_for(client, job_id)
+    return 0
+
+
+def wait_for(client: Client, job_id: int, poll: float = 0.5, max_poll: float = 2.0) -> int:
+    """-W/--wait: poll until every task of the job has finished; the worst exit status, with
+    Slurm's rule: a normal exit gives its code, a signal gives 1."""
+    finished = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                "PREEMPTED"}
+    while True:
+        time.sleep(poll)
+        poll = min(poll * 2, max_poll)
+        try:
+            jobs = client.call("query_jobs", {"job_ids": [str(job_id)], "all_states": True})["jobs"]
+        except ClientError as exc:
+            if exc.code == "invalid_job_id":
+                print(f"{PROG}: error: Job {job_id} no longer found and exit code not found",
+                      file=sys.stderr)
+                return 0
+            print(f"{PROG}: error: Currently unable to load job state information, retrying: "
+                  f"{exc.message}", file=sys.stderr)
+            continue
+        if not jobs:
+            print(f"{PROG}: error: Job {job_id} no longer found and exit code not found",
+                  file=sys.stderr)
+            return 0
+        if all(j["state"] in finished for j in jobs):
+            return max(1 if j.get("exit_signal") else int(j.get("exit_code") or 0) for j in jobs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""``scancel``: cancel or signal jobs by id (``123``, ``123_4``, ``123_[1-5]``) or by filter.
+
+schedd does the matching and the permission checks; this side validates the spelling and
+prints Slurm's per-job error lines (``Kill job error on job id 99: Invalid job id specified``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from cli.client import Client, ClientError
+from cli.errors import CommandError, fail, run_command
+from cli.options import (
+    NO_ARG,
+    Opt,
+    OptionError,
+    OptionTable,
+    parse_argv,
+    parse_states,
+    signal_name,
+)
+
+PROG = "scancel"
+
+TABLE = OptionTable([
+    Opt("account", "A"), Opt("batch", "b", NO_ARG), Opt("ctld", "", NO_ARG),
+    Opt("full", "f", NO_ARG), Opt("hurry", "H", NO_ARG), Opt("interactive", "i", NO_ARG),
+    Opt("cluster", "", dest="clusters"), Opt("clusters", "M"), Opt("name", "n"),
+    Opt("jobname", "", dest="name"), Opt("partition", "p"), Opt("qos", "q"),
+    Opt("quiet", "Q", NO_ARG), Opt("reservation", "R"), Opt("sibling", ""),
+    Opt("signal", "s"), Opt("state", "t"), Opt("user", "u"), Opt("verbose", "v", NO_ARG),
+    Opt("version", "V", NO_ARG), Opt("nodelist", "w"), Opt("wckey", ""), Opt("me", "", NO_ARG),
+    Opt("help", "", NO_ARG), Opt("usage", "", NO_ARG),
+])
+
+_JOB_ID = re.compile(r"^\d+(?:_(?:\d+|\[[\d,\-%]+\]))?(?:\.(?:\d+|batch|extern))?$")
+# Errors that -Q silences: the job is gone already, which is what the caller wanted.
+QUIET_CODES = ("invalid_job_id",)
+QUIET_WORDS = ("Invalid job id", "already completing or completed", "already done")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(PROG, scancel_command, argv)
+
+
+def split_ids(positional: list[str]) -> list[str]:
+    """Ids may be blank- or comma-separated; '123.batch' cancels job 123 like Slurm's step
+    spelling does here (kiln has no separate steps to cancel)."""
+    ids: list[str] = []
+    for arg in positional:
+        for job_id in re.split(r",(?![^\[]*\])", arg):
+            job_id = job_id.strip()
+            if not job_id:
+                continue
+            if not _JOB_ID.match(job_id):
+                fail(f"Invalid job id {job_id}")
+            ids.append(job_id.split(".")[0])
+    return ids
+
+
+def build_request(values: dict[str, str | None], positional: list[str]) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    ids = split_ids(positional)
+    if ids:
+        body["job_ids"] = ids
+    for key, dest in (("user", "users"), ("account", "accounts"), ("partition", "partitions"),
+                      ("qos", "qos"), ("name", "names")):
+        if values.get(key):
+            body[dest] = [v.strip() for v in values[key].split(",") if v.strip()]
+    if "me" in values:
+        import getpass
+
+        body["users"] = [getpass.getuser()]
+    if values.get("nodelist"):
+        from schedd.hostlist import HostlistError, expand
+
+        try:
+            body["nodes"] = expand(values["nodelist"])
+        except HostlistError:
+            fail(f"Invalid node list: {values['nodelist']}")
+    if values.get("state"):
+        try:
+            states, _ = parse_states(values["state"])
+        except OptionError as exc:
+            fail(exc.message)
+        body["states"] = states
+    if values.get("signal"):
+        name = signal_name(values["signal"])
+        if name is None:
+            fail(f"Invalid job signal: {values['signal']}")
+        body["signal"] = name
+    if "batch" in values:
+        body["batch_only"] = True
+    if "full" in values:
+        body["full"] = True
+    if len(body) == sum(k in body for k in ("signal", "batch_only", "full")):
+        fail("No job identification provided")
+    return body
+
+
+def scancel_command(argv: Sequence[str]) -> int:
+    try:
+        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
+    except OptionError as exc:
+        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
+    values = {opt.dest: value for opt, value in found}
+    if "help" in values or "usage" in values:
+        print("Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]\n"
+              "               [-p partition] [-Q] [-q qos] [--reservation=reservation]\n"
+              "               [-s signal | integer] [-t PENDING | RUNNING | SUSPENDED]\n"
+              "               [--usage] [-u user_name] [--hurry] [-V] [-v] [-w hosts...]\n"
+              "               [--wckey=wckey] [job_id[_array_id][.step_id]]")
+        return 0
+    if "version" in values:
+        print("slurm 22.05.8 (kiln)")
+        return 0
+    body = build_request(values, positional)
+    try:
+        with Client() as client:
+            reply = client.call("cancel", body)
+    except ClientError as exc:
+        if "quiet" in values and exc.code in QUIET_CODES:
+            return 0
+        ids = ",".join(body.get("job_ids", []))
+        raise CommandError(_kill_error(ids, exc.message) if ids else exc.message) from None
+    return report_errors(reply.get("errors", []), quiet="quiet" in values)
+
+
+def _kill_error(job_id: str, message: str) -> str:
+    return f"Kill job error on job id {job_id}: {message}"
+
+
+def report_errors(errors: list[dict[str, Any]], quiet: bool) -> int:
+    """Print one line per refused job; with -Q, jobs that are already gone do not count."""
+    rc = 0
+    for err in errors:
+        message = str(err.get("message", ""))
+        if quiet and any(w in message for w in QUIET_WORDS):
+            continue
+        print(f"{PROG}: error: {_kill_error(str(err.get('job_id', '')), message)}",
+              file=sys.stderr)
+        rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

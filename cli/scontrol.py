@@ -1,0 +1,601 @@
+"""``scontrol``: look at jobs, nodes, partitions and the configuration in Slurm's ``Key=Value``
+layout, hold/release/requeue/update jobs, update nodes, expand hostlists, ping schedd.
+
+``show hostnames`` and ``show hostlist`` are pure (no schedd): jobs call them from inside
+their allocation to turn ``$SLURM_JOB_NODELIST`` into names.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cli.client import Client, ClientError
+from cli.errors import CommandError, fail, run_command
+from cli.formats import command_text, fmt_duration, fmt_time, job_num_cpus, job_num_nodes
+from cli.options import (
+    NO_ARG,
+    Opt,
+    OptionError,
+    OptionTable,
+    parse_argv,
+    parse_begin,
+    parse_memory_mb,
+    parse_time_limit,
+)
+from schedd.hostlist import HostlistError, compress, expand
+from schedd.model import gres_type
+
+PROG = "scontrol"
+
+TABLE = OptionTable([
+    Opt("all", "a", NO_ARG), Opt("details", "d", NO_ARG), Opt("federation", "", NO_ARG),
+    Opt("help", "h", NO_ARG), Opt("hide", "", NO_ARG), Opt("local", "", NO_ARG),
+    Opt("cluster", "", dest="clusters"), Opt("clusters", "M"), Opt("oneliner", "o", NO_ARG),
+    Opt("quiet", "Q", NO_ARG), Opt("sibling", "", NO_ARG), Opt("usage", "", NO_ARG),
+    Opt("verbose", "v", NO_ARG), Opt("version", "V", NO_ARG), Opt("json", "", NO_ARG),
+])
+
+ENTITIES = {
+    "job": "job", "jobs": "job", "jobid": "job", "node": "node", "nodes": "node",
+    "nodename": "node", "partition": "partition", "partitions": "partition",
+    "partitionname": "partition", "config": "config", "configuration": "config",
+    "hostnames": "hostnames", "hostname": "hostnames", "hostlist": "hostlist",
+    "hostlistsorted": "hostlistsorted",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(PROG, scontrol_command, argv)
+
+
+def scontrol_command(argv: Sequence[str]) -> int:
+    try:
+        found, words = parse_argv(argv, TABLE, stop_at_positional=True)
+    except OptionError as exc:
+        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
+    flags = {opt.dest for opt, _ in found}
+    if "version" in flags or (words and words[0].lower() == "version"):
+        print("slurm 22.05.8 (kiln)")
+        return 0
+    if "help" in flags or "usage" in flags or not words:
+        print("scontrol [<OPTION>] [<COMMAND>]\n  show job|node|partition|config|hostnames|"
+              "hostlist [<id>], hold|release|requeue <job_list>,\n  update JobId=<id> "
+              "<key>=<value>..., update NodeName=<name> State=<state> Reason=<text>, ping")
+        return 0
+    command, args = words[0].lower(), words[1:]
+    if command == "show":
+        return show(args, oneliner="oneliner" in flags)
+    if command in ("hold", "uhold", "release", "requeue", "requeuehold"):
+        return job_action(command, args)
+    if command == "update":
+        return update(args)
+    if command == "ping":
+        return ping()
+    fail(f"invalid keyword: {words[0]}", prefixed=True)
+
+
+# --- show ------------------------------------------------------------------------------------
+
+
+def show(args: list[str], oneliner: bool) -> int:
+    if not args:
+        fail("too few arguments for keyword:show")
+    entity = ENTITIES.get(args[0].lower())
+    target = args[1] if len(args) > 1 else None
+    if entity is None:
+        fail(f"invalid entity:{args[0]} for keyword:show")
+    if entity == "hostnames":
+        return show_hostnames(target)
+    if entity in ("hostlist", "hostlistsorted"):
+        if not target:
+            fail("invalid hostlist: (null)")
+        names = _expand(target)
+        print(compress(sorted(names) if entity == "hostlistsorted" else names))
+        return 0
+    with Client() as client:
+        if entity == "job":
+            return show_jobs(client, target, oneliner)
+        if entity == "node":
+            return show_nodes(client, target, oneliner)
+        if entity == "partition":
+            return show_partitions(client, target, oneliner)
+        return show_config(client)
+
+
+def _expand(expr: str) -> list[str]:
+    try:
+        return expand(expr)
+    except HostlistError:
+        fail(f"invalid hostlist: {expr}")
+
+
+def show_hostnames(target: str | None) -> int:
+    expr = target or os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not expr:
+        fail("host list is empty")
+    print("\n".join(_expand(expr)))
+    return 0
+
+
+def _emit(blocks: list[list[str]], oneliner: bool) -> None:
+    """Slurm's layout: first pair at column 0, the rest indented three spaces, a blank line
+    after each record; -o puts a record on one line."""
+    out = []
+    for lines in blocks:
+        if oneliner:
+            out.append(" ".join(lines) + " \n")
+        else:
+            out.append(lines[0] + "\n" + "".join(f"   {line}\n" for line in lines[1:]) + "   \n\n")
+    sys.stdout.write("".join(out))
+
+
+def show_jobs(client: Client, target: str | None, oneliner: bool) -> int:
+    query: dict[str, Any] = {"all_states": True}
+    if target:
+        query["job_ids"] = [t for t in target.split(",") if t]
+    try:
+        reply = client.call("query_jobs", query)
+    except ClientError as exc:
+        raise CommandError(f"slurm_load_jobs error: {exc.message}", prefixed=False) from None
+    jobs = reply.get("jobs", [])
+    if not jobs:
+        if target:
+            fail("slurm_load_jobs error: Invalid job id specified", prefixed=False)
+        print("No jobs in the system")
+        return 0
+    now = float(reply.get("now") or time.time())
+    _emit([job_lines(j, now) for j in jobs], oneliner)
+    return 0
+
+
+def mem_str(mb: int) -> str:
+    """Slurm's exact unit conversion: 2048 -> '2G', 16000 -> '16000M'."""
+    if mb and mb % (1024 * 1024) == 0:
+        return f"{mb // (1024 * 1024)}T"
+    if mb and mb % 1024 == 0:
+        return f"{mb // 1024}G"
+    return f"{mb}M"
+
+
+def _owner(name: str, num: Any, kind: str) -> str:
+    if not name:
+        try:
+            if kind == "user":
+                import pwd
+
+                name = pwd.getpwuid(int(num)).pw_name
+            else:
+                import grp
+
+                name = grp.getgrgid(int(num)).gr_name
+        except (KeyError, ValueError, OverflowError):
+            name = str(num)
+    return f"{name}({num})"
+
+
+def _expand_path(pattern: str, job: dict[str, Any], default: str) -> str:
+    """StdOut/StdErr as scontrol shows them: %j %x %u %A %a %% expanded, made absolute."""
+    pattern = pattern or default
+    aid = job.get("array_job_id")
+    tid = job.get("array_task_id")
+    subs = {"j": str(job["id"]), "J": str(job["id"]), "x": job.get("name", ""),
+            "u": job.get("user", ""), "A": str(aid if aid is not None else job["id"]),
+            "a": str(tid if tid is not None else 4294967294), "%": "%",
+            "N": job.get("batch_host") or "%N"}
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "%" and i + 1 < len(pattern) and pattern[i + 1] in subs:
+            out.append(subs[pattern[i + 1]])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    path = "".join(out)
+    return path if path.startswith("/") else os.path.join(job.get("workdir") or "/", path)
+
+
+def job_tres(job: dict[str, Any]) -> str:
+    cpus, nodes = job_num_cpus(job), job_num_nodes(job)
+    alloc = job.get("allocation") or []
+    if alloc:
+        mem = sum(int(a.get("memory_mb", 0)) for a in alloc)
+        gpus = sum(len(a.get("gpus") or []) for a in alloc)
+    else:
+        mem = int(job.get("mem_per_node_mb") or 0) * nodes or \
+            int(job.get("mem_per_cpu_mb") or 0) * cpus
+        gpus = (int(job.get("gpus") or 0) or int(job.get("gpus_per_task") or 0)
+                * int(job.get("num_tasks") or 1) or int(job.get("gpus_per_node") or 0) * nodes)
+    parts = [f"cpu={cpus}"]
+    if mem:
+        parts.append(f"mem={mem_str(mem)}")
+    parts += [f"node={nodes}", f"billing={cpus}"]
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    return ",".join(parts)
+
+
+def _gres_spec(job: dict[str, Any], count: int) -> str:
+    gtype = job.get("gpu_type") or ""
+    return f"gres:gpu:{gtype}:{count}" if gtype else f"gres:gpu:{count}"
+
+
+def job_lines(job: dict[str, Any], now: float) -> list[str]:
+    """`scontrol show job` for one job, in Slurm 22.05's order."""
+    state = job["state"]
+    extra = job.get("extra") or {}
+    start = job.get("start_time") or 0
+    limit = job.get("time_limit")
+    if state == "PENDING":
+        start = extra.get("expected_start") or 0
+        run_time = 0
+    else:
+        end_ref = job.get("end_time") if state not in ("RUNNING", "SUSPENDED") else 0
+        run_time = int((end_ref or now) - start) if start else 0
+    end = job.get("end_time") or 0
+    if not end and start and limit is not None:
+        end = start + limit
+    head = f"JobId={job['id']}"
+    if job.get("array_job_id") is not None and job.get("array_task_id") is not None:
+        head += f" ArrayJobId={job['array_job_id']} ArrayTaskId={job['array_task_id']}"
+    head += f" JobName={job.get('name', '')}"
+    reason = (job.get("reason") or "None").replace(" ", "_")
+    submit = fmt_time(job.get("submit_time"), "Unknown")
+    eligible = fmt_time(job.get("eligible_time") or job.get("begin_time"), "Unknown")
+    lines = [
+        head,
+        f"UserId={_owner(job.get('user', ''), job.get('uid', -1), 'user')} "
+        f"GroupId={_owner('', job.get('gid', -1), 'group')} MCS_label=N/A",
+        f"Priority={job.get('priority', 0)} Nice={job.get('nice', 0)} "
+        f"Account={job.get('account') or '(null)'} QOS={job.get('qos') or '(null)'}",
+        f"JobState={state} Reason={reason} Dependency={job.get('dependency') or '(null)'}",
+        f"Requeue={1 if job.get('requeue', True) else 0} Restarts={job.get('restart_count', 0)} "
+        f"BatchFlag=1 Reboot=0 ExitCode={job.get('exit_code', 0)}:{job.get('exit_signal', 0)}",
+        f"RunTime={fmt_duration(run_time)} TimeLimit={fmt_duration(limit)} "
+        f"TimeMin={fmt_duration(job['time_min']) if job.get('time_min') else 'N/A'}",
+        f"SubmitTime={submit} EligibleTime={eligible}",
+        f"AccrueTime={eligible}",
+        f"StartTime={fmt_time(start, 'Unknown')} EndTime={fmt_time(end, 'Unknown')} "
+        "Deadline=N/A",
+    ]
+    if state == "RUNNING":
+        lines.append(f"PreemptEligibleTime={fmt_time(start, 'Unknown')} PreemptTime=None")
+    lines += [
+        f"SuspendTime=None SecsPreSuspend=0 "
+        f"LastSchedEval={fmt_time(start or job.get('submit_time'), 'Unknown')} Scheduler=Main",
+        f"Partition={job.get('partition') or '(null)'} "
+        f"AllocNode:Sid={job.get('submit_host') or 'localhost'}:{extra.get('alloc_sid', 0)}",
+        f"ReqNodeList={job.get('nodelist') or '(null)'} ExcNodeList={job.get('exclude') or '(null)'}",
+    ]
+    if state == "PENDING":
+        sched = extra.get("sched_nodes")
+        lines.append(f"NodeList= SchedNodeList={sched}" if sched else "NodeList=(null)")
+    else:
+        lines.append(f"NodeList={job.get('node_list') or '(null)'}")
+    if job.get("batch_host") and state in ("RUNNING", "COMPLETING", "SUSPENDED"):
+        lines.append(f"BatchHost={job['batch_host']}")
+    cpt = int(job.get("cpus_per_task") or 1)
+    nodes = job_num_nodes(job)
+    nodes_text = f"{nodes}-{job['num_nodes_max']}" if state == "PENDING" and \
+        (job.get("num_nodes_max") or 0) > nodes else str(nodes)
+    min_mem = f"{mem_str(job['mem_per_node_mb'])}" if job.get("mem_per_node_mb") else "0"
+    lines += [
+        f"NumNodes={nodes_text} NumCPUs={job_num_cpus(job)} NumTasks={job.get('num_tasks', 1)} "
+        f"CPUs/Task={cpt} ReqB:S:C:T=0:0:*:*",
+        f"TRES={job_tres(job)}",
+        f"Socks/Node=* NtasksPerN:B:S:C={job.get('ntasks_per_node') or 0}:0:*:* CoreSpec=*",
+        f"MinCPUsNode={cpt} MinMemory{'CPU' if job.get('mem_per_cpu_mb') else 'Node'}="
+        f"{mem_str(job['mem_per_cpu_mb']) if job.get('mem_per_cpu_mb') else min_mem} "
+        "MinTmpDiskNode=0",
+        f"Features={job.get('constraint') or '(null)'} DelayBoot=00:00:00",
+    ]
+    if job.get("reservation"):
+        lines.append(f"Reservation={job['reservation']}")
+    lines += [
+        f"OverSubscribe={'NO' if job.get('exclusive') else 'OK'} Contiguous=0 "
+        f"Licenses={extra.get('licenses') or '(null)'} Network=(null)",
+        f"Command={command_text(job)}",
+        f"WorkDir={job.get('workdir') or '(null)'}",
+    ]
+    if job.get("comment"):
+        lines.append(f"Comment={job['comment']} ")
+    default_out = "slurm-%A_%a.out" if job.get("array_task_id") is not None else "slurm-%j.out"
+    stdout = _expand_path(job.get("stdout") or "", job, default_out)
+    lines += [
+        f"StdErr={_expand_path(job['stderr'], job, '') if job.get('stderr') else stdout}",
+        f"StdIn={extra.get('stdin') or '/dev/null'}",
+        f"StdOut={stdout}",
+        "Power=",
+    ]
+    lines += _tres_per_lines(job)
+    if job.get("mail_user") or job.get("mail_type"):
+        lines.append(f"MailUser={job.get('mail_user') or job.get('user', '')} "
+                     f"MailType={job.get('mail_type') or 'NONE'}")
+    return lines
+
+
+def _tres_per_lines(job: dict[str, Any]) -> list[str]:
+    lines = []
+    if job.get("mem_per_gpu_mb"):
+        lines.append(f"MemPerTres=gres:gpu:{job['mem_per_gpu_mb']}")
+    if job.get("gpus"):
+        lines.append(f"TresPerJob={_gres_spec(job, job['gpus'])}")
+    if job.get("gpus_per_node"):
+        lines.append(f"TresPerNode={_gres_spec(job, job['gpus_per_node'])}")
+    if job.get("gpus_per_task"):
+        lines.append(f"TresPerTask={_gres_spec(job, job['gpus_per_task'])}")
+    return lines
+
+
+def node_lines(node: dict[str, Any], now: float) -> list[str]:
+    """`scontrol show node` for one node."""
+    gpus = node.get("gpus") or []
+    gtype = gres_type(str(gpus[0].get("model", ""))) if gpus else ""
+    gres = (f"gpu:{gtype}:{len(gpus)}" if gtype else f"gpu:{len(gpus)}") if gpus else "(null)"
+    features = ",".join(node.get("features") or []) or "(null)"
+    cpus, mem = int(node.get("cpus") or 0), int(node.get("memory_mb") or 0)
+    alloc_cpus, alloc_mem = int(node.get("alloc_cpus") or 0), int(node.get("alloc_mem_mb") or 0)
+    alloc_gpus = int(node.get("alloc_gpus") or 0)
+    cfg_tres = f"cpu={cpus},mem={mem_str(mem)},billing={cpus}" + \
+        (f",gres/gpu={len(gpus)}" if gpus else "")
+    alloc_tres = ",".join(
+        [f"cpu={alloc_cpus}"] * bool(alloc_cpus) + [f"mem={mem_str(alloc_mem)}"] * bool(alloc_mem)
+        + [f"gres/gpu={alloc_gpus}"] * bool(alloc_gpus))
+    address = node.get("address") or node["name"]
+    lines = [
+        f"NodeName={node['name']} Arch={os.uname().machine} CoresPerSocket=1 ",
+        f"CPUAlloc={alloc_cpus} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A",
+        f"AvailableFeatures={features}",
+        f"ActiveFeatures={features}",
+        f"Gres={gres}",
+        f"NodeAddr={address} NodeHostName={node['name']} Version=kiln",
+        f"RealMemory={mem} AllocMem={alloc_mem} FreeMem=N/A Sockets={cpus} Boards=1",
+        f"State={node.get('state_display') or node.get('state', 'IDLE')} ThreadsPerCore=1 "
+        "TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
+        f"Partitions={','.join(node.get('partitions') or [])} ",
+        f"BootTime={fmt_time(node.get('boot_time'), 'None')} "
+        f"SlurmdStartTime={fmt_time(node.get('boot_time'), 'None')}",
+        f"LastBusyTime={fmt_time(node.get('last_heartbeat'), 'None')}",
+        f"CfgTRES={cfg_tres}",
+        f"AllocTRES={alloc_tres}",
+        "CapWatts=n/a",
+        "CurrentWatts=0 AveWatts=0",
+        "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
+    ]
+    if node.get("reason"):
+        lines.append(f"Reason={node['reason']}")
+    return lines
+
+
+def show_nodes(client: Client, target: str | None, oneliner: bool) -> int:
+    body = {"names": _expand(target)} if target else {}
+    reply = client.call("query_nodes", body)
+    nodes = reply.get("nodes", [])
+    if target:
+        wanted = set(body["names"])
+        nodes = [n for n in nodes if n["name"] in wanted]
+        if not nodes:
+            fail(f"Node {target} not found", prefixed=False)
+    if not nodes:
+        print("No nodes in the system")
+        return 0
+    now = float(reply.get("now") or time.time())
+    _emit([node_lines(n, now) for n in nodes], oneliner)
+    return 0
+
+
+def partition_lines(part: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
+    names = part.get("nodes") or [n["name"] for n in nodes
+                                  if part["name"] in (n.get("partitions") or [])] \
+        or [n["name"] for n in nodes]
+    members = [n for n in nodes if n["name"] in set(names)]
+    cpus = sum(int(n.get("cpus") or 0) for n in members)
+    mem = sum(int(n.get("memory_mb") or 0) for n in members)
+    gpus = sum(len(n.get("gpus") or []) for n in members)
+    tres = f"cpu={cpus},mem={mem_str(mem)},node={len(names)},billing={cpus}" + \
+        (f",gres/gpu={gpus}" if gpus else "")
+    default_time = part.get("default_time")
+    return [
+        f"PartitionName={part['name']}",
+        "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
+        f"AllocNodes=ALL Default={'YES' if part.get('default') else 'NO'} QoS=N/A",
+        f"DefaultTime={fmt_duration(default_time) if default_time else 'NONE'} "
+        "DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO",
+        f"MaxNodes=UNLIMITED MaxTime={fmt_duration(part.get('max_time'))} MinNodes=0 LLN=NO "
+        "MaxCPUsPerNode=UNLIMITED",
+        f"Nodes={compress(names) if names else '(null)'}",
+        f"PriorityJobFactor=1 PriorityTier={part.get('priority_tier', 1)} RootOnly=NO "
+        "ReqResv=NO OverSubscribe=NO",
+        "OverTimeLimit=NONE PreemptMode=OFF",
+        f"State={part.get('state', 'UP')} TotalCPUs={cpus} TotalNodes={len(names)} "
+        "SelectTypeParameters=NONE",
+        "JobDefaults=(null)",
+        "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
+        f"TRES={tres}",
+    ]
+
+
+def show_partitions(client: Client, target: str | None, oneliner: bool) -> int:
+    parts = client.call("query_partitions", {"names": [target]} if target else {})["partitions"]
+    if target:
+        parts = [p for p in parts if p["name"] == target]
+        if not parts:
+            fail(f"Partition {target} not found", prefixed=False)
+    if not parts:
+        print("No partitions in the system")
+        return 0
+    nodes = client.call("query_nodes", {}).get("nodes", [])
+    blocks = [partition_lines(p, nodes) for p in parts]
+    if oneliner:
+        _emit(blocks, True)
+    else:
+        sys.stdout.write("".join(b[0] + "\n" + "".join(f"   {x}\n" for x in b[1:]) + "\n"
+                                 for b in blocks))
+    return 0
+
+
+def config_value(value: Any) -> str:
+    if value is None or value == "":
+        return "(null)"
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def show_config(client: Client) -> int:
+    config = client.call("show_config", {}).get("config", {})
+    lines = [f"Configuration data as of {fmt_time(time.time())}"]
+    lines += [f"{key:<23} = {config_value(value)}" for key, value in config.items()]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+def _job_list(args: list[str], keyword: str) -> list[str]:
+    ids = [j for a in args for j in a.split(",") if j]
+    if not ids:
+        fail(f"too few arguments for keyword:{keyword}")
+    for job_id in ids:
+        base = job_id.split("_")[0]
+        if not base.isdigit():
+            fail(f"Invalid job id specified for job {job_id}", prefixed=False)
+    return ids
+
+
+def job_action(command: str, args: list[str]) -> int:
+    """hold/uhold/release/requeue/requeuehold; errors print `<message> for job <id>`."""
+    ids = _job_list(args, command)
+    if command in ("hold", "uhold"):
+        op, body = "hold", {"job_ids": ids}
+    elif command == "release":
+        op, body = "release", {"job_ids": ids}
+    else:
+        op, body = "requeue", {"job_ids": ids, "hold": command == "requeuehold"}
+    with Client() as client:
+        try:
+            reply = client.call(op, body)
+        except ClientError as exc:
+            fail(f"{exc.message} for job {','.join(ids)}", prefixed=False)
+    return _print_job_errors(reply.get("errors", []))
+
+
+def _print_job_errors(errors: list[dict[str, Any]]) -> int:
+    for err in errors:
+        print(f"{err.get('message', '')} for job {err.get('job_id', '')}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+# scontrol update job keys -> (Job field, value parser)
+JOB_UPDATES = {
+    "timelimit": ("time_limit", lambda v: parse_time_limit(v, "TimeLimit")),
+    "timemin": ("time_min", lambda v: parse_time_limit(v, "TimeMin")),
+    "nice": ("nice", int),
+    "priority": ("priority", int),
+    "account": ("account", str),
+    "qos": ("qos", str),
+    "partition": ("partition", str),
+    "starttime": ("begin_time", parse_begin),
+    "begintime": ("begin_time", parse_begin),
+    "name": ("name", str),
+    "jobname": ("name", str),
+    "comment": ("comment", str),
+    "dependency": ("dependency", str),
+    "numnodes": ("num_nodes", int),
+    "numtasks": ("num_tasks", int),
+    "mincpusnode": ("cpus_per_task", int),
+    "minmemorynode": ("mem_per_node_mb", parse_memory_mb),
+    "reqnodelist": ("nodelist", str),
+    "excnodelist": ("exclude", str),
+    "features": ("constraint", str),
+    "reservation": ("reservation", str),
+    "requeue": ("requeue", lambda v: v not in ("0", "no", "NO")),
+}
+
+
+def _pairs(args: list[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if not eq:
+            fail(f"Invalid input: {arg}", "Request aborted")
+        pairs.append((key, value))
+    return pairs
+
+
+def update(args: list[str]) -> int:
+    pairs = _pairs(args)
+    if not pairs:
+        fail("too few arguments for keyword:update")
+    key = pairs[0][0].lower()
+    if key in ("jobid", "job"):
+        return update_job(pairs)
+    if key in ("nodename", "node"):
+        return update_node(pairs)
+    fail(f"Invalid input: {args[0]}", "Request aborted")
+
+
+def update_job(pairs: list[tuple[str, str]]) -> int:
+    ids = _job_list([pairs[0][1]], "update")
+    changes: dict[str, Any] = {}
+    for key, value in pairs[1:]:
+        spec = JOB_UPDATES.get(key.lower())
+        if spec is None:
+            fail(f"Update of this parameter is not supported: {key}={value}", "Request aborted")
+        try:
+            changes[spec[0]] = spec[1](value)
+        except (OptionError, ValueError):
+            fail(f"Invalid input: {key}={value}", "Request aborted")
+    if not changes:
+        fail("No changes specified")
+    with Client() as client:
+        try:
+            reply = client.call("update_job", {"job_ids": ids, "changes": changes})
+        except ClientError as exc:
+            fail(f"Error updating job {','.join(ids)}: {exc.message}", prefixed=False)
+    return _print_job_errors(reply.get("errors", []))
+
+
+def update_node(pairs: list[tuple[str, str]]) -> int:
+    names = _expand(pairs[0][1])
+    changes: dict[str, Any] = {}
+    for key, value in pairs[1:]:
+        low = key.lower()
+        if low == "state":
+            changes["state"] = value.upper()
+        elif low == "reason":
+            changes["reason"] = value
+        else:
+            fail(f"Update of this parameter is not supported: {key}={value}", "Request aborted")
+    if changes.get("state") in ("DRAIN", "DOWN") and not changes.get("reason"):
+        fail("You must specify a reason when DOWNING or DRAINING a node. Request denied",
+             prefixed=False)
+    with Client() as client:
+        try:
+            client.call("update_node", {"names": names, "changes": changes})
+        except ClientError as exc:
+            fail(f"slurm_update error: {exc.message}", prefixed=False)
+    return 0
+
+
+def ping() -> int:
+    host = os.uname().nodename
+    try:
+        with Client(timeout=5) as client:
+            client.call("ping", {})
+    except ClientError:
+        print(f"Slurmctld(primary) at {host} is DOWN")
+        return 1
+    print(f"Slurmctld(primary) at {host} is UP")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

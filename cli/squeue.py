@@ -1,0 +1,272 @@
+"""``squeue``: the job queue in Slurm's columns.
+
+Default layout ``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R``; ``-o`` with Slurm's ``%`` fields,
+``-O`` with long names; filters go to schedd, formatting happens here. Pending array tasks
+are folded into one ``123_[4-9]`` line unless ``-r`` asks for one line per task, as Slurm does.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cli.client import Client, ClientError
+from cli.errors import CommandError, fail, run_command
+from cli.formats import (
+    JOB_FIELDS,
+    JOB_LETTERS,
+    JOB_LONG_NAMES,
+    Column,
+    Ctx,
+    job_num_cpus,
+    job_num_nodes,
+    job_sort_key,
+    job_tres_per_node,
+    parse_long_format,
+    parse_percent_format,
+    render,
+)
+from cli.options import (
+    NO_ARG,
+    OPTIONAL,
+    Opt,
+    OptionError,
+    OptionTable,
+    parse_argv,
+    parse_states,
+)
+
+PROG = "squeue"
+DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
+
+TABLE = OptionTable([
+    Opt("accounts", "A"), Opt("account", "", dest="accounts"), Opt("all", "a", NO_ARG),
+    Opt("array", "r", NO_ARG), Opt("array-unique", "", NO_ARG), Opt("Format", "O"),
+    Opt("format", "o"), Opt("federation", "", NO_ARG), Opt("help", "", NO_ARG),
+    Opt("hide", "", NO_ARG), Opt("iterate", "i"), Opt("jobs", "j", OPTIONAL),
+    Opt("job", "", OPTIONAL, dest="jobs"), Opt("local", "", NO_ARG), Opt("long", "l", NO_ARG),
+    Opt("licenses", "L"), Opt("cluster", "", dest="clusters"), Opt("clusters", "M"),
+    Opt("me", "", NO_ARG), Opt("name", "n"), Opt("noconvert", "", NO_ARG),
+    Opt("node", "", dest="nodelist"), Opt("nodes", "", dest="nodelist"), Opt("nodelist", "w"),
+    Opt("noheader", "h", NO_ARG), Opt("partitions", "p"), Opt("partition", "", dest="partitions"),
+    Opt("priority", "P", NO_ARG), Opt("qos", "q"), Opt("reservation", "R"),
+    Opt("sibling", "", NO_ARG), Opt("sort", "S"), Opt("start", "", NO_ARG),
+    Opt("steps", "s", OPTIONAL), Opt("states", "t"), Opt("state", "", dest="states"),
+    Opt("usage", "", NO_ARG), Opt("user", "u", dest="users"), Opt("users", "", dest="users"),
+    Opt("verbose", "v", NO_ARG), Opt("version", "V", NO_ARG), Opt("json", "", NO_ARG),
+])
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(PROG, squeue_command, argv)
+
+
+def parse_job_ids(text: str) -> list[str]:
+    ids = [j.strip() for j in text.split(",") if j.strip()]
+    for job_id in ids:
+        base, _, task = job_id.partition("_")
+        if not base.isdigit() or (task and not (task.isdigit() or task.startswith("["))):
+            fail(f"Invalid job id: {job_id}")
+    return ids
+
+
+def build_query(values: dict[str, str | None], positional: list[str]) -> dict[str, Any]:
+    """The query_jobs filter body from the options."""
+    query: dict[str, Any] = {}
+    jobs = values.get("jobs")
+    if "jobs" in values and jobs is None and positional:
+        jobs = positional.pop(0)
+    if positional:
+        fail(f"Unrecognized option: {positional[0]}")
+    if jobs:
+        query["job_ids"] = parse_job_ids(jobs)
+    for key, dest in (("users", "users"), ("accounts", "accounts"), ("partitions", "partitions"),
+                      ("qos", "qos"), ("name", "names")):
+        if values.get(key):
+            query[dest] = [v.strip() for v in values[key].split(",") if v.strip()]
+    if "me" in values:
+        import getpass
+
+        query["users"] = [getpass.getuser()]
+    if values.get("nodelist"):
+        from schedd.hostlist import HostlistError, expand
+
+        try:
+            query["nodes"] = expand(values["nodelist"])
+        except HostlistError:
+            fail(f"'{values['nodelist']}' invalid entry for --nodelist")
+    if values.get("states"):
+        try:
+            states, all_states = parse_states(values["states"])
+        except OptionError as exc:
+            fail(exc.message)
+        if states:
+            query["states"] = states
+        if all_states:
+            query["all_states"] = True
+    elif "start" in values:
+        query["states"] = ["PENDING"]
+    if "start" in values:
+        query["start_estimates"] = True
+    return query
+
+
+def choose_columns(values: dict[str, str | None]) -> tuple[str, list[Column]]:
+    if values.get("format") and values.get("Format"):
+        fail("-O (--Format) is incompatible with -o (--format)")
+    if values.get("Format"):
+        columns, unknown = parse_long_format(values["Format"], JOB_LONG_NAMES)
+        for name in unknown:
+            print(f"{PROG}: error: Invalid job format specification: {name}", file=sys.stderr)
+        return "", columns
+    fmt = values.get("format")
+    if not fmt:
+        if "start" in values:
+            fmt = START_FORMAT
+        elif "long" in values:
+            fmt = LONG_FORMAT
+        else:
+            fmt = DEFAULT_FORMAT
+    prefix, columns, unknown = parse_percent_format(fmt, JOB_LETTERS)
+    for letter in unknown:
+        print(f"{PROG}: error: Invalid job format specification: {letter}", file=sys.stderr)
+    return prefix, columns
+
+
+def sort_jobs(jobs: list[dict[str, Any]], spec: str | None, ctx: Ctx,
+              start: bool) -> list[dict[str, Any]]:
+    """-S: comma list of [+|-]letter, applied right to left with stable sorts. Default
+    'P,t,-p' (partition, state as printed, priority descending); --start: by start time."""
+    spec = spec or ("S" if start else "P,t,-p")
+    # Ties keep job-id order (array tasks by task id), so the output is stable between calls.
+    jobs.sort(key=lambda j: (j.get("array_job_id") or j["id"], j.get("array_task_id") or -1))
+    for item in reversed([s.strip() for s in spec.split(",") if s.strip()]):
+        reverse = item.startswith("-")
+        letter = item.lstrip("+-")
+        key = JOB_LETTERS.get(letter)
+        if key is None:
+            fail(f"Invalid sort specification: {item}")
+        getter = job_sort_key(key)
+        jobs.sort(key=lambda j, g=getter: g(j, ctx), reverse=reverse)
+    return jobs
+
+
+def fold_pending_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Slurm keeps an array's not-yet-started tasks in one record: show '123_[4-9%2]'."""
+    from schedd.hostlist import compress
+
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    out: list[dict[str, Any]] = []
+    for job in jobs:
+        aid = job.get("array_job_id")
+        if (aid is None or job.get("array_task_id") is None or job["state"] != "PENDING"
+                or job.get("restart_count")):
+            out.append(job)
+            continue
+        key = (aid, job.get("reason") or "")
+        if key not in groups:
+            groups[key] = []
+            out.append({"_fold": key})
+        groups[key].append(job)
+    result = []
+    for job in out:
+        if "_fold" not in job:
+            result.append(job)
+            continue
+        tasks = groups[job["_fold"]]
+        if len(tasks) == 1:
+            result.append(tasks[0])
+            continue
+        ids = compress([f"t{t['array_task_id']}" for t in tasks])
+        ranges = ids[2:-1] if ids.startswith("t[") else ids[1:]
+        first = dict(tasks[0])
+        throttle = first.get("array_max_running") or 0
+        first["display_id"] = f"{first['array_job_id']}_[{ranges}{f'%{throttle}' if throttle else ''}]"
+        first["array_task_id"] = None
+        first["_folded"] = True
+        result.append(first)
+    return result
+
+
+def squeue_command(argv: Sequence[str]) -> int:
+    try:
+        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
+    except OptionError as exc:
+        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
+    values = {opt.dest: value for opt, value in found}
+    if "help" in values or "usage" in values:
+        print("Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid]\n"
+              "              [-n name] [-o format] [-p partitions] [--qos qos]\n"
+              "              [--reservation reservation] [--sort fields] [--start]\n"
+              "              [--steps] [-t states] [-u user_name] [--usage]\n"
+              "              [-L licenses] [-w nodes] [--federation] [--local] [--sibling]\n"
+              "              [-ahjlrsv]")
+        return 0
+    if "version" in values:
+        print("slurm 22.05.8 (kiln)")
+        return 0
+    query = build_query(values, positional)
+    prefix, columns = choose_columns(values)
+    try:
+        with Client() as client:
+            reply = client.call("query_jobs", query)
+    except ClientError as exc:
+        raise CommandError(f"slurm_load_jobs error: {exc.message}", prefixed=False) from None
+    jobs = reply.get("jobs", [])
+    ids = query.get("job_ids", [])
+    if not jobs and len(ids) == 1 and ids[0].isdigit():
+        fail("slurm_load_jobs error: Invalid job id specified", prefixed=False)
+    ctx = Ctx(float(reply.get("now") or time.time()), "start" in values)
+    if "json" in values:
+        return print_json(jobs, ctx)
+    if "array" not in values and not any("_" in i for i in ids):
+        jobs = fold_pending_arrays(jobs)
+    jobs = sort_jobs(jobs, values.get("sort"), ctx, "start" in values)
+    lines = []
+    if "long" in values:
+        lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(ctx.now)))
+    lines += render(jobs, prefix, columns, JOB_FIELDS, ctx, "noheader" not in values)
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def json_job(job: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
+    """One job in the key names of Slurm's squeue --json (data_parser v0.0.38) that tools
+    read; times are POSIX seconds, time_limit minutes as Slurm reports it."""
+    limit = job.get("time_limit")
+    return {
+        "job_id": job["id"], "array_job_id": job.get("array_job_id") or 0,
+        "array_task_id": job.get("array_task_id"), "name": job.get("name", ""),
+        "user_name": job.get("user", ""), "user_id": job.get("uid"),
+        "group_id": job.get("gid"), "account": job.get("account", ""),
+        "partition": job.get("partition", ""), "qos": job.get("qos", ""),
+        "job_state": job["state"], "state_reason": job.get("reason", "None"),
+        "priority": job.get("priority", 0), "nodes": job.get("node_list", ""),
+        "node_count": job_num_nodes(job), "cpus": job_num_cpus(job),
+        "tasks": job.get("num_tasks", 1), "time_limit": None if limit is None else limit // 60,
+        "submit_time": int(job.get("submit_time") or 0),
+        "start_time": int(job.get("start_time") or 0), "end_time": int(job.get("end_time") or 0),
+        "current_working_directory": job.get("workdir", ""), "command": job.get("command", ""),
+        "standard_output": job.get("stdout", ""), "standard_error": job.get("stderr", ""),
+        "exit_code": job.get("exit_code", 0), "dependency": job.get("dependency", ""),
+        "tres_per_node": "" if job_tres_per_node(job) == "N/A" else job_tres_per_node(job),
+    }
+
+
+def print_json(jobs: list[dict[str, Any]], ctx: Ctx) -> int:
+    import json
+
+    doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
+           "errors": [], "warnings": [], "jobs": [json_job(j, ctx) for j in jobs]}
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""A canned-reply schedd on an ipc socket, for testing the commands end to end without the
+daemon: a ROUTER in a thread that records each request and answers from a handler."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from cli.client import Client, ClientError
+from schedd import protocol
+
+Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+class FakeSchedd:
+    def __init__(self, tmp: Path, handler: Handler):
+        self.endpoint = f"ipc://{tmp / 'schedd.sock'}"
+        self.handler = handler
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(self.endpoint)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._sock.poll(50):
+                continue
+            ident, frame = self._sock.recv_multipart()
+            msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+            self.requests.append((op, body))
+            try:
+                reply = protocol.reply_ok(msg_id, self.handler(op, body))
+            except ClientError as exc:
+                reply = protocol.reply_error(msg_id, exc.code, exc.message)
+            self._sock.send_multipart([ident, reply])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sock.close(0)
+
+    def ops(self, op: str) -> list[dict[str, Any]]:
+        return [body for o, body in self.requests if o == op]
+
+
+@pytest.fixture
+def fake_schedd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Handler],
+                                                                               FakeSchedd]]:
+    """Start a fake schedd with a handler; KILN_CONF points every command at it."""
+    started: list[FakeSchedd] = []
+
+    def start(handler: Handler) -> FakeSchedd:
+        fake = FakeSchedd(tmp_path, handler)
+        conf = tmp_path / "kiln.toml"
+        conf.write_text(f'client_endpoint = "{fake.endpoint}"\n')
+        monkeypatch.setenv("KILN_CONF", str(conf))
+        started.append(fake)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.close()
+
+
+def test_fake_schedd_answers_and_records(fake_schedd: Callable[[Handler], FakeSchedd]) -> None:
+    fake = fake_schedd(lambda op, body: {"echo": body})
+    with Client(endpoint=fake.endpoint, timeout=5) as client:
+        assert client.call("ping", {}) == {"echo": {}}
+    assert fake.requests == [("ping", {})]
+
+
+def test_fake_schedd_relays_errors(fake_schedd: Callable[[Handler], FakeSchedd]) -> None:
+    def refuse(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise ClientError("invalid_job_id", "Invalid job id specified")
+
+    fake = fake_schedd(refuse)
+    with Client(endpoint=fake.endpoint, timeout=5) as client, pytest.raises(ClientError) as exc:
+        client.call("ping", {})
+    assert exc.value.code == "invalid_job_id"

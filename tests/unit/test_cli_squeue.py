@@ -1,0 +1,195 @@
+"""squeue: the format engine and the default layout against Slurm 22.05's own output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cli import squeue
+from cli.client import ClientError
+from cli.formats import (
+    JOB_FIELDS,
+    JOB_LETTERS,
+    Ctx,
+    fmt_duration,
+    fmt_secs,
+    parse_long_format,
+    parse_percent_format,
+    render,
+)
+from schedd.model import Job, JobState, NodeAllocation
+from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
+
+NOW = 1_800_000_000.0
+
+
+def job(job_id: int, name: str, state: str = "RUNNING", **kw: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(id=job_id, name=name, user="schedbench", uid=999, gid=995,
+                                  partition="debug", account="physics",
+                                  state=JobState(state), submit_time=NOW - 60)
+    if state == "RUNNING":
+        fields.update(start_time=NOW - 3, node_list="vm", batch_host="vm",
+                      allocation=[NodeAllocation("vm", 1, 0, [])])
+    fields.update(kw)
+    return Job(**fields).to_wire()
+
+
+# From slurm-reference/e_sacct.txt
+REFERENCE_JOBS = [
+    job(83048, "heldcancel", "PENDING", reason="JobHeldUser"),
+    job(83042, "tmo"), job(83043, "ok"), job(83045, "stepfail"), job(83047, "cancelme"),
+]
+REFERENCE_OUTPUT = """\
+             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)
+             83048     debug heldcanc schedben PD       0:00      1 (JobHeldUser)
+             83042     debug      tmo schedben  R       0:03      1 vm
+             83043     debug       ok schedben  R       0:03      1 vm
+             83045     debug stepfail schedben  R       0:03      1 vm
+             83047     debug cancelme schedben  R       0:03      1 vm
+"""
+
+
+def serve(fake_schedd, jobs: list[dict[str, Any]]):  # noqa: F811
+    def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        assert op == "query_jobs"
+        return {"jobs": [dict(j) for j in jobs], "now": NOW}
+    return fake_schedd(handler)
+
+
+@pytest.mark.parametrize("secs, text", [
+    (0, "0:00"), (3, "0:03"), (65, "1:05"), (3600, "1:00:00"), (7200, "2:00:00"),
+    (86400 + 3723, "1-01:02:03"), (None, "UNLIMITED"), (-5, "INVALID"),
+])
+def test_squeue_durations(secs, text) -> None:
+    assert fmt_secs(secs) == text
+
+
+def test_scontrol_durations() -> None:
+    assert fmt_duration(3) == "00:00:03" and fmt_duration(600) == "00:10:00"
+    assert fmt_duration(90061) == "1-01:01:01" and fmt_duration(None) == "UNLIMITED"
+
+
+def test_percent_format_widths_alignment_and_suffixes() -> None:
+    prefix, cols, unknown = parse_percent_format('"%i","%.5j",%10T|', JOB_LETTERS)
+    assert prefix == '"' and unknown == []
+    assert [(c.key, c.width, c.right, c.suffix) for c in cols] == [
+        ("jobid", 0, False, '","'), ("name", 5, True, '",'), ("state", 10, False, "|")]
+    lines = render([job(5, "abcdefgh")], prefix, cols, JOB_FIELDS, Ctx(NOW), header=True)
+    assert lines == ['"JOBID"," NAME",STATE     |', '"5","abcde",RUNNING   |']
+
+
+def test_unknown_letter_is_reported() -> None:
+    _, cols, unknown = parse_percent_format("%i %!", JOB_LETTERS)
+    assert unknown == ["!"] and len(cols) == 1
+
+
+def test_long_format_defaults_to_20_columns() -> None:
+    cols, unknown = parse_long_format("JobArrayID,StateCompact:.4,Reason:", squeue.JOB_LONG_NAMES)
+    lines = render([job(9, "x", "PENDING", reason="Priority")], "", cols, JOB_FIELDS, Ctx(NOW),
+                   header=True)
+    assert lines == ["JOBID                 STREASON", "9                     PDPriority"]
+    assert parse_long_format("NoSuchField", squeue.JOB_LONG_NAMES)[1] == ["NoSuchField"]
+
+
+def test_default_layout_matches_slurm(fake_schedd, capsys) -> None:  # noqa: F811
+    serve(fake_schedd, REFERENCE_JOBS)
+    assert squeue.main([]) == 0
+    assert capsys.readouterr().out == REFERENCE_OUTPUT
+
+
+def test_reference_custom_formats(fake_schedd, capsys) -> None:  # noqa: F811
+    jobs = [job(83017, "wrap", "PENDING", reason="AssocGrpGRES", gpus_per_node=1),
+            job(83015, "wrap", gpus_per_node=1)]
+    serve(fake_schedd, jobs)
+    assert squeue.main(["-o", "%.18i %.9P %.8j %.8u %.8a %.2t %.10M %.6D %b %R"]) == 0
+    assert capsys.readouterr().out == (
+        "             JOBID PARTITION     NAME     USER  ACCOUNT ST       TIME  NODES "
+        "TRES_PER_NODE NODELIST(REASON)\n"
+        "             83017     debug     wrap schedben  physics PD       0:00      1 "
+        "gres:gpu:1 (AssocGrpGRES)\n"
+        "             83015     debug     wrap schedben  physics  R       0:03      1 "
+        "gres:gpu:1 vm\n")
+    assert squeue.main(["-h", "--format=%i|%T|%r"]) == 0
+    assert capsys.readouterr().out == "83017|PENDING|AssocGrpGRES\n83015|RUNNING|None\n"
+
+
+def test_filters_become_the_query(fake_schedd, capsys) -> None:  # noqa: F811
+    fake = serve(fake_schedd, REFERENCE_JOBS)
+    assert squeue.main(["-u", "a,b", "-t", "PD,r", "-p", "debug", "-A", "x", "-q", "normal",
+                        "-n", "n1", "-w", "vm[1-2]", "--job", "1,2_3", "-h"]) == 0
+    assert fake.ops("query_jobs")[-1] == {
+        "users": ["a", "b"], "states": ["PENDING", "RUNNING"], "partitions": ["debug"],
+        "accounts": ["x"], "qos": ["normal"], "names": ["n1"], "nodes": ["vm1", "vm2"],
+        "job_ids": ["1", "2_3"]}
+    assert squeue.main(["-t", "all", "-j", "5", "-h"]) == 0
+    assert fake.ops("query_jobs")[-1] == {"all_states": True, "job_ids": ["5"]}
+    capsys.readouterr()
+
+
+def test_single_unknown_job_is_slurms_error(fake_schedd, capsys) -> None:  # noqa: F811
+    serve(fake_schedd, [])
+    assert squeue.main(["-j", "99999"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == "slurm_load_jobs error: Invalid job id specified\n"
+
+
+def test_schedd_down(fake_schedd, capsys) -> None:  # noqa: F811
+    def refuse(op, body):
+        raise ClientError("unreachable", "Unable to contact slurm controller (connect failure)")
+
+    fake_schedd(refuse)
+    assert squeue.main([]) == 1
+    assert capsys.readouterr().err == (
+        "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
+
+
+def test_bad_state_and_option(fake_schedd, capsys) -> None:  # noqa: F811
+    serve(fake_schedd, [])
+    assert squeue.main(["-t", "XX"]) == 1
+    assert capsys.readouterr().err == "squeue: error: Invalid job state specified: XX\n"
+    assert squeue.main(["--bogus"]) == 1
+    assert capsys.readouterr().err == "squeue: unrecognized option '--bogus'\n"
+
+
+def test_pending_array_tasks_fold_unless_r(fake_schedd, capsys) -> None:  # noqa: F811
+    tasks = [job(100 + i, "arr", "PENDING", reason="Priority", array_job_id=100,
+                 array_task_id=i) for i in range(4)]
+    tasks.append(job(200, "arr", array_job_id=100, array_task_id=7))
+    serve(fake_schedd, tasks)
+    assert squeue.main(["-h", "-o", "%i %t"]) == 0
+    assert capsys.readouterr().out == "100_[0-3] PD\n100_7 R\n"
+    assert squeue.main(["-h", "-r", "-o", "%i"]) == 0
+    assert capsys.readouterr().out == "100_0\n100_1\n100_2\n100_3\n100_7\n"
+
+
+def test_sort_and_start(fake_schedd, capsys) -> None:  # noqa: F811
+    jobs = [job(1, "a", "PENDING", priority=5, reason="Priority",
+                extra={"expected_start": NOW + 600, "sched_nodes": "vm"}),
+            job(2, "b", "PENDING", priority=9, reason="Resources")]
+    fake = serve(fake_schedd, jobs)
+    assert squeue.main(["-h", "-o", "%i", "-S", "-Q"]) == 0
+    assert capsys.readouterr().out == "2\n1\n"
+    assert squeue.main(["--start"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("             JOBID PARTITION     NAME     USER ST          START_TIME  "
+                      "NODES SCHEDNODES           NODELIST(REASON)")
+    assert out[1].endswith("      1 (null)               (Resources)")
+    assert out[2].endswith("      1 vm                   (Priority)")
+    assert fake.ops("query_jobs")[-1] == {"states": ["PENDING"], "start_estimates": True}
+
+
+def test_long_listing_and_json(fake_schedd, capsys) -> None:  # noqa: F811
+    serve(fake_schedd, [job(7, "longname-job", time_limit=7200)])
+    assert squeue.main(["-l"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == ("             JOBID PARTITION     NAME     USER    STATE       TIME "
+                        "TIME_LIMI  NODES NODELIST(REASON)")
+    assert lines[2] == ("                 7     debug longname schedben  RUNNING       0:03 "
+                        "  2:00:00      1 vm")
+    assert squeue.main(["--json"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["jobs"][0]["job_id"] == 7 and doc["jobs"][0]["job_state"] == "RUNNING"
+    assert doc["jobs"][0]["time_limit"] == 120
