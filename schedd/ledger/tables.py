@@ -254,6 +254,28 @@ class FairshareUsageRow(Base):
     updated: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class JobStepRow(Base):
+    """One step of a job: ``JOBID.batch`` (the script) or ``JOBID.N`` (an srun inside it)."""
+
+    __tablename__ = "job_steps"
+
+    job_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    step_id: Mapped[str] = mapped_column(String(16), primary_key=True)  # "batch", "0", "1", ...
+    name: Mapped[str] = mapped_column(String, default="")
+    node_list: Mapped[str] = mapped_column(String, default="")
+    num_nodes: Mapped[int] = mapped_column(Integer, default=1)
+    num_tasks: Mapped[int] = mapped_column(Integer, default=1)
+    cpus: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), default="RUNNING")
+    exit_code: Mapped[int] = mapped_column(Integer, default=0)
+    exit_signal: Mapped[int] = mapped_column(Integer, default=0)
+    start_time: Mapped[float] = mapped_column(Float, default=0.0)
+    end_time: Mapped[float] = mapped_column(Float, default=0.0)
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
 class MetaRow(Base):
     """Small key/value facts about the ledger itself, e.g. the highest job id ever issued."""
 
@@ -274,3 +296,4 @@ associations = AssociationRow.__table__
 audit = AuditRow.__table__
 fairshare_usage = FairshareUsageRow.__table__
 kiln_meta = MetaRow.__table__
+job_steps = JobStepRow.__table__

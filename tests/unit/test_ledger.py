@@ -166,7 +166,8 @@ def test_upgrade_then_check_schema_passes(url):
     store = Store(url)
     store.check_schema()
     store.close()
-    assert current_revision(url) == head_revision() == "0001"
+    assert current_revision(url) == head_revision()
+    assert head_revision() == sorted(_migration_revisions())[-1]
 
 
 def test_migration_creates_exactly_the_models(url):
@@ -528,13 +529,13 @@ def test_kiln_db_upgrade_and_current(url):
     runner = CliRunner()
     first = runner.invoke(kiln, ["db", "upgrade", "--url", url])
     assert first.exit_code == 0, first.output
-    assert first.output == f"database {show_url(url)} upgraded to revision 0001\n"
+    assert first.output == f"database {show_url(url)} upgraded to revision {head_revision()}\n"
     again = runner.invoke(kiln, ["db", "upgrade", "--url", url])
-    assert again.output == f"database {show_url(url)} is already at revision 0001\n"
+    assert again.output == f"database {show_url(url)} is already at revision {head_revision()}\n"
     current = runner.invoke(kiln, ["db", "current", "--url", url])
     assert (current.exit_code, current.output) == (
         0,
-        f"database {show_url(url)} is at revision 0001, this kiln's\n",
+        f"database {show_url(url)} is at revision {head_revision()}, this kiln's\n",
     )
 
 
@@ -568,4 +569,14 @@ def test_kiln_db_upgrade_defaults_to_the_cluster_database(tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "home" / "kiln.db").exists()
     with sqlite3.connect(tmp_path / "home" / "kiln.db") as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (head_revision(),)
+
+
+def _migration_revisions() -> list[str]:
+    """Revision ids of the files in migrations/versions (they are numbered in order)."""
+    from pathlib import Path
+
+    import migrations
+
+    folder = Path(next(iter(migrations.__path__))) / "versions"
+    return [p.name.split("_")[0] for p in folder.glob("[0-9]*_*.py")]
