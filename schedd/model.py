@@ -206,12 +206,17 @@ class Job:
         return self.gpus_per_node * self.num_nodes
 
     def to_wire(self, with_script: bool = False) -> dict[str, Any]:
-        """The dictionary the wire carries; script and environment only when asked for."""
-        d = dataclasses.asdict(self)
-        d["state"] = str(self.state)
-        if not with_script:
-            d.pop("script")
-            d.pop("environment")
+        """The dictionary the wire carries; script and environment only when asked for.
+
+        Built field by field rather than with ``dataclasses.asdict`` (which deep-copies): squeue
+        asks for every queued job, and this is most of the cost of answering it."""
+        names = JOB_FIELDS if with_script else _LIGHT_FIELDS
+        d = {name: getattr(self, name) for name in names}
+        d["state"] = self.state.value
+        d["allocation"] = [
+            {"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus)}
+            for a in self.allocation
+        ]
         return d
 
     @classmethod
@@ -224,6 +229,7 @@ class Job:
 
 
 JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Job))
+_LIGHT_FIELDS = tuple(n for n in JOB_FIELDS if n not in ("script", "environment"))
 
 
 def node_from_wire(d: dict[str, Any]) -> Node:

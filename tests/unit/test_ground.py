@@ -144,3 +144,16 @@ def test_submit_fields_are_job_fields() -> None:
     assert protocol.SUBMIT_FIELDS <= set(JOB_FIELDS)
     owned_by_schedd = {"id", "user", "uid", "gid", "state", "generation", "allocation"}
     assert not protocol.SUBMIT_FIELDS & owned_by_schedd
+
+
+def test_job_wire_round_trip() -> None:
+    import dataclasses
+
+    job = Job(id=5, name="n", state=JobState.RUNNING, environment={"A": "1"}, script="#!/bin/sh",
+              allocation=[NodeAllocation("n1", 2, 100, [0, 1])], extra={"k": [1, 2]})
+    full = job.to_wire(with_script=True)
+    assert full == {**dataclasses.asdict(job), "state": "RUNNING"}
+    assert Job.from_wire(full) == job
+    light = job.to_wire()
+    assert "script" not in light and "environment" not in light
+    assert json.loads(json.dumps(light))["allocation"][0]["gpus"] == [0, 1]
