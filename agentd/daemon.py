@@ -28,7 +28,8 @@ from typing import Any
 import zmq
 
 from agentd import gpus as gpu_discovery
-from agentd.launcher import Finished, LaunchError, Launcher
+from agentd.launcher import Finished, Launcher, LaunchError
+from agentd.steps import StepRunner
 from schedd import config as kconfig
 from schedd import protocol
 from schedd.logs import setup_logging
@@ -55,6 +56,8 @@ class Agent:
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
                                  allow_root=cfg.allow_root_jobs)
         recovered = self.launcher.recover()
+        self.steps = StepRunner(self.launcher, node_name)  # srun's tasks (agentd/steps.py)
+        self._step_reports: dict[int, tuple[int, int]] = {}  # msg id -> (job id, step id)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, node_name.encode())
@@ -149,6 +152,10 @@ class Agent:
             key = self._report_ids.pop(msg_id, None)  # type: ignore[arg-type]
             if key is not None:
                 self._acknowledged(key)
+        elif op == "step_ended":
+            key = self._step_reports.pop(msg_id, None)  # type: ignore[arg-type]
+            if key is not None:
+                self.steps.acknowledged(key)
 
     def _acknowledged(self, key: tuple[int, int]) -> None:
         self._unacked.pop(key, None)
@@ -175,6 +182,10 @@ class Agent:
         elif op == "signal":
             self.launcher.signal(body["job_id"], body["generation"], body["signal"],
                                  body.get("batch_only", False))
+        elif op == "launch_step":
+            self.steps.launch(body["step"])
+        elif op == "terminate_steps":
+            self.steps.terminate(body["job_id"], body.get("step_id"), body["state"])
 
     def _launch(self, spec: dict[str, Any]) -> None:
         key = (spec.get("job_id"), spec.get("generation"))
@@ -211,6 +222,10 @@ class Agent:
             now = time.time()
             for fin in self.launcher.poll(now):
                 self._report(fin)
+            for key, body in self.steps.poll(now):
+                self._step_reports[self._send("step_ended", body)] = key
+            if len(self._step_reports) > 10_000:  # replies that never came
+                self._step_reports.clear()
             if now - self._last_heartbeat >= self.heartbeat_interval:
                 self._heartbeat(now)
         self.sock.close(0)
@@ -221,7 +236,8 @@ class Agent:
         if not self._registered:
             self.register()
             return
-        self._send("heartbeat", {"node": self.name, "running": self._running()})
+        self._send("heartbeat", {"node": self.name, "running": self._running(),
+                                 "steps": self.steps.job_ids()})
         for key, (sent, body) in list(self._unacked.items()):
             if now - sent >= RESEND_AFTER:
                 self._unacked[key] = (now, body)

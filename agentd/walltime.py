@@ -1,0 +1,126 @@
+"""Hard walltime: when a job is warned, told to stop and killed, as pure arithmetic.
+
+The agent times every job itself, from its own launch time, and keeps doing so while schedd is
+unreachable (SPEC §4). This module holds no processes and reads no clock: ``Walltime`` answers
+"what is due at ``now``" and ``Ending`` remembers a kill in progress, so the launcher only has
+to deliver the signals and tests can walk a job's life on a made-up clock.
+
+Slurm's sequence, which kiln keeps:
+
+1. ``--signal=[B:]SIG[@secs]``: SIG is sent ``secs`` (default 60) before the limit, to the batch
+   shell only with ``B:``, else to the whole job (its process group).
+2. At the limit: SIGCONT and SIGTERM to the whole group, state TIMEOUT. Cancellation starts the
+   same way at once (state CANCELLED, or what the caller asks for).
+3. KillWait seconds later (default 30): SIGKILL to whatever of the group is still alive.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+DEFAULT_SIGNAL_SECONDS = 60  # Slurm's default when --signal has no @secs
+MAX_SIGNAL_SECONDS = 0xFFFF  # Slurm keeps sig_time in 16 bits
+
+
+class SignalSpecError(ValueError):
+    """A signal name or ``--signal`` value that cannot be used; the message is one line."""
+
+
+def parse_signal(text: str) -> int:
+    """'USR1', 'SIGUSR1', 'usr1' or '10' -> the signal number, as scancel -s and --signal take it."""
+    word = str(text).strip()
+    if word.isdigit():
+        number = int(word)
+        if number in signal.valid_signals() and number != 0:
+            return number
+        raise SignalSpecError(f"invalid signal number {word!r}")
+    name = word.upper()
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        raise SignalSpecError(f"invalid signal name {word!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSpec:
+    """A parsed ``--signal``: which signal, how many seconds before the limit, to whom."""
+
+    signum: int
+    seconds: int = DEFAULT_SIGNAL_SECONDS
+    batch_only: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> SignalSpec:
+        """'[B:]SIG[@secs]' (Slurm also takes an 'R:' flag, for reservations; it is ignored)."""
+        rest = text.strip()
+        batch_only = False
+        if ":" in rest:
+            flags, rest = rest.split(":", 1)
+            if not flags or any(f not in "BR" for f in flags.upper()):
+                raise SignalSpecError(f"invalid --signal flags {flags!r} in {text!r}")
+            batch_only = "B" in flags.upper()
+        seconds = DEFAULT_SIGNAL_SECONDS
+        if "@" in rest:
+            rest, when = rest.split("@", 1)
+            if not when.strip().isdigit() or int(when) > MAX_SIGNAL_SECONDS:
+                raise SignalSpecError(f"invalid --signal time {when!r} in {text!r}")
+            seconds = int(when)
+        return cls(parse_signal(rest), seconds, batch_only)
+
+
+@dataclass(slots=True)
+class Walltime:
+    """One job's time limit as the agent measures it: from ``start`` (the agent's launch time).
+
+    ``time_limit`` is in seconds, ``None`` for UNLIMITED (then nothing is ever due).
+    """
+
+    start: float
+    time_limit: int | None
+    warning: SignalSpec | None = None
+    warned: bool = False
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.time_limit is None else self.start + self.time_limit
+
+    @property
+    def warn_at(self) -> float | None:
+        if self.warning is None or self.deadline is None:
+            return None
+        return self.deadline - self.warning.seconds
+
+    def warning_due(self, now: float) -> bool:
+        """True once, when the ``--signal`` warning should go out (the caller sends it)."""
+        at = self.warn_at
+        if self.warned or at is None or now < at:
+            return False
+        self.warned = True
+        return True
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+
+@dataclass(slots=True)
+class Ending:
+    """A job being stopped: SIGTERM went out at ``began``; SIGKILL is due at ``kill_at``.
+
+    ``state`` is what the job will be reported as (TIMEOUT, CANCELLED, ...): the first reason to
+    end a job wins, so a cancel arriving during a timeout does not turn TIMEOUT into CANCELLED.
+    """
+
+    state: str
+    began: float
+    kill_at: float
+    killed: bool = False
+
+    @classmethod
+    def start(cls, state: str, now: float, kill_wait: int) -> Ending:
+        return cls(state=state, began=now, kill_at=now + max(kill_wait, 0))
+
+    def kill_due(self, now: float) -> bool:
+        return not self.killed and now >= self.kill_at

@@ -1,0 +1,152 @@
+"""GPU discovery: the fake specs tests use, and the NVML path against a stand-in pynvml."""
+
+import pynvml
+import pytest
+
+from agentd import gpus
+from agentd.gpus import GPUDiscoveryError, discover, node_resources
+from schedd.model import gres_type
+
+
+def test_fake_eight_h100_in_two_islands():
+    found = discover("8xH100-80GB", islands=2, seed="node1")
+    assert [g.index for g in found] == list(range(8))
+    assert {g.model for g in found} == {"NVIDIA H100-80GB"}
+    assert {g.memory_mb for g in found} == {81920}
+    assert [g.island for g in found] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert len({g.uuid for g in found}) == 8
+    assert all(g.uuid.startswith("GPU-") and len(g.uuid) == 40 for g in found)
+    assert gres_type(found[0].model) == "h100"
+
+
+def test_fake_uuids_repeat_per_node_and_differ_between_nodes():
+    a1, a2, b = (discover("4xA100", seed=s) for s in ("a", "a", "b"))
+    assert [g.uuid for g in a1] == [g.uuid for g in a2]
+    assert not {g.uuid for g in a1} & {g.uuid for g in b}
+
+
+@pytest.mark.parametrize("spec,count,model,memory", [
+    ("4xA100", 4, "NVIDIA A100", 81920),
+    ("2xA100-SXM4-40GB", 2, "NVIDIA A100-SXM4-40GB", 40960),
+    ("1xL4-24G", 1, "NVIDIA L4-24G", 24576),
+    ("3xT4-16000MB", 3, "NVIDIA T4-16000MB", 16000),
+    ("8", 8, "NVIDIA H100-80GB", 81920),
+    ("0", 0, None, None),
+])
+def test_fake_specs(spec, count, model, memory):
+    found = discover(spec, seed="n")
+    assert len(found) == count
+    if count:
+        assert found[0].model == model and found[0].memory_mb == memory
+
+
+def test_fake_islands_clamped_to_gpu_count():
+    assert [g.island for g in discover("2xA100", islands=4, seed="n")] == [0, 1]
+    assert [g.island for g in discover("4xA100", islands=1, seed="n")] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("spec", ["x", "8xH100 extra", "-1", "8x", "H100", "2000xH100"])
+def test_bad_fake_spec_is_a_one_line_value_error(spec):
+    with pytest.raises(ValueError) as info:
+        discover(spec, seed="n")
+    assert "\n" not in str(info.value) and spec.strip() in str(info.value)
+
+
+def test_bad_island_count():
+    with pytest.raises(ValueError):
+        discover("8xH100", islands=0, seed="n")
+
+
+def _nvml_error(code):
+    return pynvml.NVMLError(code)
+
+
+def test_no_nvidia_library_means_no_gpus(monkeypatch):
+    def missing():
+        raise _nvml_error(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    monkeypatch.setattr(pynvml, "nvmlInit", missing)
+    assert discover() == []
+
+
+def test_broken_nvml_raises_a_clear_error(monkeypatch):
+    def broken():
+        raise _nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+    monkeypatch.setattr(pynvml, "nvmlInit", broken)
+    with pytest.raises(GPUDiscoveryError) as info:
+        discover()
+    assert str(info.value).startswith("NVML initialisation failed")
+
+
+class _FakeMemory:
+    total = 80 * 1024**3
+
+
+def _install_fake_nvml(monkeypatch, nvlinked, fail_on=None):
+    """Four GPUs; ``nvlinked`` pairs are NVLink peers, all else meets at the host bridge."""
+    calls = []
+
+    def handle(i):
+        if fail_on == i:
+            raise _nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return i
+
+    def p2p(a, b, index):
+        assert index == pynvml.NVML_P2P_CAPS_INDEX_NVLINK
+        linked = (min(a, b), max(a, b)) in nvlinked
+        return pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+
+    fakes = {
+        "nvmlInit": lambda: calls.append("init"),
+        "nvmlShutdown": lambda: calls.append("shutdown"),
+        "nvmlDeviceGetCount": lambda: 4,
+        "nvmlDeviceGetHandleByIndex": handle,
+        "nvmlDeviceGetUUID": lambda h: f"GPU-0000000{h}-aaaa-bbbb-cccc-dddddddddddd",
+        "nvmlDeviceGetName": lambda h: b"NVIDIA H100 80GB HBM3",
+        "nvmlDeviceGetMemoryInfo": lambda h: _FakeMemory(),
+        "nvmlDeviceGetP2PStatus": p2p,
+        "nvmlDeviceGetTopologyCommonAncestor": lambda a, b: pynvml.NVML_TOPOLOGY_HOSTBRIDGE,
+    }
+    for name, fn in fakes.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    return calls
+
+
+def test_nvml_devices_and_nvlink_islands(monkeypatch):
+    calls = _install_fake_nvml(monkeypatch, nvlinked={(0, 1), (2, 3)})
+    found = discover()
+    assert [g.island for g in found] == [0, 0, 1, 1]
+    assert found[2].uuid == "GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"
+    assert found[0].model == "NVIDIA H100 80GB HBM3"  # bytes from older pynvml decoded
+    assert found[0].memory_mb == 81920
+    assert calls == ["init", "shutdown"]
+
+
+def test_nvml_pcie_switch_joins_an_island(monkeypatch):
+    _install_fake_nvml(monkeypatch, nvlinked=set())
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTopologyCommonAncestor",
+                        lambda a, b: pynvml.NVML_TOPOLOGY_SINGLE if {a, b} == {1, 3}
+                        else pynvml.NVML_TOPOLOGY_SYSTEM)
+    assert [g.island for g in discover()] == [0, 1, 2, 1]
+
+
+def test_nvml_topology_not_supported_keeps_the_gpus(monkeypatch):
+    _install_fake_nvml(monkeypatch, nvlinked=set())
+
+    def unsupported(*args):
+        raise _nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetP2PStatus", unsupported)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTopologyCommonAncestor", unsupported)
+    assert [g.island for g in discover()] == [0, 1, 2, 3]
+
+
+def test_nvml_lost_gpu_raises_and_shuts_down(monkeypatch):
+    calls = _install_fake_nvml(monkeypatch, nvlinked=set(), fail_on=2)
+    with pytest.raises(GPUDiscoveryError) as info:
+        gpus.nvml_gpus()
+    assert "device query failed" in str(info.value)
+    assert calls == ["init", "shutdown"]
+
+
+def test_node_resources():
+    cpus, memory_mb = node_resources()
+    assert cpus >= 1 and memory_mb > 0

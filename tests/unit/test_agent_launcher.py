@@ -1,0 +1,477 @@
+"""The launcher with real processes, run as a throwaway Unix user (tests run as root in CI).
+
+Every wait is a polling loop with a generous timeout; the asserts are about outcomes (state,
+exit code, owner, which processes survive), never about how long something took.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agentd import launcher as launcher_mod
+from agentd.launcher import Finished, Launcher, LaunchError
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a test user")
+
+WAIT = 60.0  # seconds any single outcome may take on a loaded CI machine
+
+
+@dataclass
+class User:
+    name: str
+    uid: int
+    gid: int
+    extra_gid: int
+
+
+@pytest.fixture(scope="module")
+def user():
+    name = f"kilnt{secrets.token_hex(3)}"
+    extra = f"{name}x"
+    subprocess.run(["groupadd", extra], check=True)
+    subprocess.run(["useradd", "-M", "-U", "-s", "/bin/sh", "-G", extra, name], check=True)
+    try:
+        entry = pwd.getpwnam(name)
+        yield User(name, entry.pw_uid, entry.pw_gid, grp.getgrnam(extra).gr_gid)
+    finally:
+        _kill_processes_of(name)
+        subprocess.run(["userdel", name], check=False)
+        subprocess.run(["groupdel", extra], check=False)
+        subprocess.run(["groupdel", name], check=False, stderr=subprocess.DEVNULL)
+
+
+def _kill_processes_of(name: str) -> None:
+    """Whatever a failed test left running as the throwaway user (userdel refuses otherwise)."""
+    uid = pwd.getpwnam(name).pw_uid
+    for proc in psutil.process_iter(["uids"]):
+        if proc.info["uids"] and proc.info["uids"].real == uid:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+    psutil.wait_procs([p for p in psutil.process_iter(["uids"])
+                       if p.info["uids"] and p.info["uids"].real == uid], timeout=10)
+
+
+@pytest.fixture
+def base(user):
+    root = Path(tempfile.mkdtemp(prefix="kiln-agent-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    out = root / "out"
+    out.mkdir()
+    os.chown(out, user.uid, user.gid)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def launcher(base):
+    lau = Launcher(base / "spool", "node7", kill_wait=2)
+    yield lau
+    for job in lau.running():  # a failed test must not leave sleepers behind
+        try:
+            os.killpg(job["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    lau.poll()
+    lau.close()
+
+
+def spec(who: User, base: Path, job_id: int, script: str, **changes) -> dict:
+    out = base / "out"
+    s = {
+        "job_id": job_id, "generation": 1, "name": "t", "user": who.name, "uid": who.uid,
+        "gid": who.gid, "script": script, "workdir": str(out),
+        "stdout": str(out / f"slurm-{job_id}.out"), "stderr": "", "open_mode": "truncate",
+        "environment": {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": str(job_id)},
+        "gpus": [], "cpus": 1, "memory_mb": 100, "time_limit": None, "kill_wait": 2,
+        "start_time": time.time(),
+    }
+    s.update(changes)
+    return s
+
+
+def wait_for(launcher: Launcher, job_id: int, generation: int = 1) -> Finished:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        launcher.poll()
+        for done in launcher.ended():  # kept until forget(), whichever poll found it
+            if (done.job_id, done.generation) == (job_id, generation):
+                return done
+        time.sleep(0.05)
+    pytest.fail(f"job {job_id} did not finish")
+
+
+def wait_until(predicate, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"never happened: {what}")
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def group_gone(pgid: int) -> bool:
+    return not launcher_mod._group_alive(pgid)
+
+
+def output(base: Path, job_id: int) -> str:
+    return (base / "out" / f"slurm-{job_id}.out").read_text()
+
+
+# --- identity and files --------------------------------------------------------------------
+
+
+def test_job_runs_as_the_user_with_its_groups(launcher, base, user):
+    script = "#!/bin/sh\nid -u\nid -g\nid -G\npwd\necho job=$SLURM_JOB_ID\necho oops >&2\n"
+    assert launcher.launch(spec(user, base, 1, script)) is True
+    done = wait_for(launcher, 1)
+    assert (done.state, done.exit_code, done.exit_signal) == ("COMPLETED", 0, 0)
+    lines = output(base, 1).splitlines()
+    assert lines[0] == str(user.uid) and lines[1] == str(user.gid)
+    assert {user.gid, user.extra_gid} <= {int(g) for g in lines[2].split()}
+    assert "0" not in lines[2].split()  # root's groups were dropped
+    assert lines[3] == str(base / "out")
+    assert lines[4:] == ["job=1", "oops"]
+    st = (base / "out" / "slurm-1.out").stat()
+    assert (st.st_uid, st.st_gid) == (user.uid, user.gid)
+
+
+def test_environment_is_exactly_the_given_one(launcher, base, user):
+    env = {"PATH": "/usr/bin:/bin", "ONLY": "this"}
+    launcher.launch(spec(user, base, 2, "#!/bin/sh\nenv\n", environment=env))
+    assert wait_for(launcher, 2).state == "COMPLETED"
+    seen = dict(line.split("=", 1) for line in output(base, 2).splitlines() if "=" in line)
+    assert seen.get("ONLY") == "this"
+    assert not {"SLURM_JOB_ID", "HOME", "KILN_HOME"} & set(seen)
+
+
+def test_exit_codes_and_signals(launcher, base, user, monkeypatch):
+    monkeypatch.setattr(launcher_mod, "_oom_kills", lambda: 5)  # no OOM kill on this node
+    launcher.launch(spec(user, base, 3, "#!/bin/sh\nexit 3\n"))
+    launcher.launch(spec(user, base, 4, "#!/bin/sh\nkill -9 $$\n"))
+    failed, killed = wait_for(launcher, 3), wait_for(launcher, 4)
+    assert (failed.state, failed.exit_code, failed.exit_signal) == ("FAILED", 3, 0)
+    assert (killed.state, killed.exit_code, killed.exit_signal) == ("FAILED", 0, 9)
+    assert failed.exit_known and failed.end_time >= failed.start_time
+
+
+def test_sigkill_during_an_oom_kill_is_out_of_memory(launcher, base, user, monkeypatch):
+    counter = iter(range(7, 100))
+    monkeypatch.setattr(launcher_mod, "_oom_kills", lambda: next(counter))
+    launcher.launch(spec(user, base, 16, "#!/bin/sh\nkill -9 $$\n"))
+    done = wait_for(launcher, 16)
+    assert (done.state, done.exit_signal) == ("OUT_OF_MEMORY", 9)
+    assert "Detected 1 oom_kill event in StepId=16.batch" in output(base, 16)
+
+
+NON_ROOT_AGENT = """
+import json, sys, time
+from agentd.launcher import Launcher, LaunchError
+spool, spec = sys.argv[1], json.loads(sys.argv[2])
+lau = Launcher(spool, "node7")
+try:
+    lau.launch(dict(spec, job_id=2, uid=spec["uid"] + 1))
+except LaunchError as exc:
+    print("refused:", exc)
+lau.launch(spec)
+while not lau.poll():
+    time.sleep(0.05)
+print("ended:", lau.ended()[0].state)
+"""
+
+
+def test_unprivileged_agent_launches_jobs_of_its_own_user(base, user):
+    job = spec(user, base, 17, "#!/bin/sh\nid -u\n")
+    agent = subprocess.run(
+        [sys.executable, "-c", NON_ROOT_AGENT, str(base / "out" / "spool"), json.dumps(job)],
+        user=user.uid, group=user.gid, extra_groups=[], capture_output=True, text=True,
+        cwd="/", env={"PATH": "/usr/bin:/bin"}, timeout=WAIT,
+    )
+    assert agent.returncode == 0, agent.stderr
+    assert f"cannot start jobs for uid {user.uid + 1}" in agent.stdout
+    assert "ended: COMPLETED" in agent.stdout
+    assert output(base, 17).strip() == str(user.uid)
+
+
+def test_script_without_shebang_runs_under_bash(launcher, base, user):
+    launcher.launch(spec(user, base, 5, 'echo "bash=${BASH_VERSION:+yes}"\n'))
+    assert wait_for(launcher, 5).state == "COMPLETED"
+    assert output(base, 5).strip() == "bash=yes"
+
+
+def test_separate_stderr_and_append_mode(launcher, base, user):
+    out, err = base / "out" / "o.txt", base / "out" / "e.txt"
+    out.write_text("before\n")
+    os.chown(out, user.uid, user.gid)
+    launcher.launch(spec(user, base, 6, "#!/bin/sh\necho to-out\necho to-err >&2\n",
+                         stdout=str(out), stderr=str(err), open_mode="append"))
+    assert wait_for(launcher, 6).state == "COMPLETED"
+    assert out.read_text() == "before\nto-out\n"
+    assert err.read_text() == "to-err\n"
+    assert err.stat().st_uid == user.uid
+
+
+def test_truncate_mode_empties_an_existing_file(launcher, base, user):
+    out = base / "out" / "slurm-7.out"
+    out.write_text("old content\n")
+    os.chown(out, user.uid, user.gid)
+    launcher.launch(spec(user, base, 7, "#!/bin/sh\necho new\n"))
+    wait_for(launcher, 7)
+    assert out.read_text() == "new\n"
+
+
+def test_output_where_the_user_cannot_write_is_refused(launcher, base, user):
+    locked = base / "locked"
+    locked.mkdir(mode=0o755)  # root's
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 8, "#!/bin/sh\ntrue\n", stdout=str(locked / "x.out")))
+    assert "Permission denied" in str(info.value)
+    assert not (locked / "x.out").exists()
+    assert launcher.running() == []
+
+
+def test_missing_workdir_falls_back_to_tmp(launcher, base, user):
+    launcher.launch(spec(user, base, 9, "#!/bin/sh\npwd\n", workdir=str(base / "nowhere")))
+    assert wait_for(launcher, 9).state == "COMPLETED"
+    text = output(base, 9)
+    assert f"couldn't chdir to `{base / 'nowhere'}': No such file or directory" in text
+    assert text.splitlines()[-1] == "/tmp"
+
+
+def test_script_is_spooled_privately_and_removed(launcher, base, user):
+    launcher.launch(spec(user, base, 10, "#!/bin/sh\nsleep 600\n"))
+    script = launcher.spool.script_path(10, 1)
+    st = script.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (user.uid, 0o700)
+    record = json.loads(launcher.spool.record_path(10, 1).read_text())
+    assert record["pid"] == record["pgid"] == launcher.running()[0]["pid"]
+    assert record["create_time"] > 0 and record["launch_time"] > 0
+    assert "script" not in record and "environment" not in record
+    launcher.terminate(10, 1)
+    wait_for(launcher, 10)
+    assert not script.exists()
+    record = json.loads(launcher.spool.record_path(10, 1).read_text())
+    assert record["finished"]["state"] == "CANCELLED"
+    launcher.forget(10, 1)
+    assert not launcher.spool.record_path(10, 1).exists() and launcher.ended() == []
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+def test_root_job_refused_unless_allowed(base, user):
+    root_spec = spec(user, base, 11, "#!/bin/sh\nid -u\n", user="root", uid=0, gid=0)
+    strict = Launcher(base / "spool", "node7")
+    with pytest.raises(LaunchError) as info:
+        strict.launch(root_spec)
+    assert "root" in str(info.value)
+    lenient = Launcher(base / "spool2", "node7", allow_root=True)
+    assert lenient.launch(root_spec)
+    assert wait_for(lenient, 11).state == "COMPLETED"
+    assert output(base, 11).strip() == "0"
+
+
+def test_unprivileged_agent_runs_only_its_own_uid(launcher, base, user, monkeypatch):
+    monkeypatch.setattr(launcher_mod.os, "geteuid", lambda: user.uid + 1)
+    monkeypatch.setattr(launcher_mod.os, "getuid", lambda: user.uid + 1)
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 12, "#!/bin/sh\ntrue\n"))
+    assert f"cannot start jobs for uid {user.uid}" in str(info.value)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"open_mode": "sideways"}, "invalid open_mode"),
+    ({"time_limit": "soon"}, "wrong type"),
+    ({"signal": "B:NOPE@5"}, "invalid signal name"),
+    ({"environment": {"A=B": "x"}}, "invalid environment variable"),
+    ({"user": "kiln-nobody-such"}, "unknown on this node"),
+    ({"uid": 4242424}, "has uid"),
+    ({"bogus": 1}, "unknown field"),
+])
+def test_bad_launch_specs_are_one_line_errors(launcher, base, user, change, message):
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 13, "#!/bin/sh\ntrue\n", **change))
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert launcher.running() == []
+
+
+def test_missing_interpreter_is_reported_in_stderr(launcher, base, user):
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 14, "#!/no/such/shell\ntrue\n"))
+    assert "execve()" in str(info.value)
+    assert "slurmstepd: error: execve():" in output(base, 14)
+    assert not launcher.spool.script_path(14, 1).exists()
+
+
+def test_resent_launch_is_ignored_and_other_generation_refused(launcher, base, user):
+    s = spec(user, base, 15, "#!/bin/sh\nsleep 600\n")
+    assert launcher.launch(s) is True
+    assert launcher.launch(s) is False
+    with pytest.raises(LaunchError):
+        launcher.launch({**s, "generation": 2})
+    assert [r["job_id"] for r in launcher.running()] == [15]
+    launcher.terminate(15, 1)
+    wait_for(launcher, 15)
+    assert launcher.launch(s) is False  # ended, not yet forgotten: still not run twice
+
+
+# --- walltime, cancel, signals -------------------------------------------------------------
+
+STUBBORN = """#!/bin/sh
+(trap '' TERM; exec sleep 600) &
+echo $! > {pidfile}
+sleep 600
+"""
+
+
+def test_time_limit_kills_the_whole_group(launcher, base, user):
+    pidfile = base / "out" / "child.pid"
+    launcher.launch(spec(user, base, 20, STUBBORN.format(pidfile=pidfile), time_limit=3))
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), "child started")
+    child = int(pidfile.read_text())
+    pgid = launcher.running()[0]["pid"]
+    done = wait_for(launcher, 20)
+    assert done.state == "TIMEOUT"
+    assert gone(child) and group_gone(pgid)
+    text = output(base, 20)
+    assert "slurmstepd: error: *** JOB 20 ON node7 CANCELLED AT " in text
+    assert text.rstrip().endswith("DUE TO TIME LIMIT ***")
+
+
+def test_terminate_cancels_the_whole_group(launcher, base, user):
+    pidfile = base / "out" / "child.pid"
+    launcher.launch(spec(user, base, 21, STUBBORN.format(pidfile=pidfile)))
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), "child started")
+    child = int(pidfile.read_text())
+    assert launcher.terminate(21, 1) is True
+    assert launcher.terminate(21, 1, state="PREEMPTED") is True  # the first reason stays
+    done = wait_for(launcher, 21)
+    assert done.state == "CANCELLED" and done.exit_signal == signal.SIGTERM
+    assert gone(child)
+    assert output(base, 21).rstrip().endswith(" ***")
+    assert "CANCELLED AT" in output(base, 21)
+    assert launcher.terminate(21, 1) is False
+    assert launcher.terminate(999, 1) is False
+
+
+def test_terminate_after_exit_keeps_the_exit_state(launcher, base, user):
+    launcher.launch(spec(user, base, 22, "#!/bin/sh\nexit 4\n"))
+    pid = launcher.running()[0]["pid"]
+    wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "script exited")
+    assert launcher.terminate(22, 1) is True  # it ended before the cancel came
+    done = wait_for(launcher, 22)
+    assert (done.state, done.exit_code) == ("FAILED", 4)
+    assert "CANCELLED" not in output(base, 22)
+
+
+BATCH_TRAP = """#!/bin/bash
+trap 'echo caught USR1; exit 7' USR1
+sleep 600 &
+wait
+"""
+
+
+def test_signal_before_the_limit_reaches_the_batch_shell(launcher, base, user):
+    launcher.launch(spec(user, base, 23, BATCH_TRAP, time_limit=4, signal="B:USR1@2"))
+    done = wait_for(launcher, 23)
+    # the trap ended the job before the limit: it is not a TIMEOUT
+    assert (done.state, done.exit_code) == ("FAILED", 7)
+    assert output(base, 23).strip() == "caught USR1"
+
+
+STEP_TRAP = """#!/bin/bash
+trap 'echo shell-got-USR1' USR1
+(trap 'echo step-got-USR1; exit 0' USR1; while :; do sleep 0.2; done) &
+wait
+"""
+
+
+def test_signal_without_b_reaches_the_steps_but_not_the_batch_shell(launcher, base, user):
+    launcher.launch(spec(user, base, 26, STEP_TRAP, time_limit=4, signal="USR1@2"))
+    done = wait_for(launcher, 26)
+    assert (done.state, done.exit_code) == ("COMPLETED", 0)  # ended by the step, before the limit
+    text = output(base, 26)
+    assert "step-got-USR1" in text and "shell-got-USR1" not in text
+
+
+def test_signal_by_name_to_the_group_or_the_batch_shell(launcher, base, user):
+    script = ("#!/bin/bash\ntrap 'echo shell-got-USR2' USR2\n"
+              "(trap 'echo child-got-USR2; exit 0' USR2; while :; do sleep 0.1; done) &\n"
+              "while :; do sleep 0.1; done\n")
+    launcher.launch(spec(user, base, 24, script))
+    wait_until(lambda: len(psutil.Process(launcher.running()[0]["pid"]).children()) >= 2,
+               "child started")
+    assert launcher.signal(24, 1, "SIGUSR2", batch_only=True)
+    wait_until(lambda: "shell-got-USR2" in output(base, 24), "shell trap")
+    assert "child-got-USR2" not in output(base, 24)
+    assert launcher.signal(24, 1, "usr2")
+    wait_until(lambda: "child-got-USR2" in output(base, 24), "child trap")
+    assert launcher.signal(24, 1, "NOPE") is False
+    assert launcher.signal(24, 2, "USR2") is False
+    assert launcher.signal(24, 1, str(int(signal.SIGTERM)))
+    assert wait_for(launcher, 24).exit_signal == signal.SIGTERM
+
+
+def test_leftover_processes_die_with_a_finished_script(launcher, base, user):
+    pidfile = base / "out" / "bg.pid"
+    launcher.launch(spec(user, base, 25, f"#!/bin/sh\nsleep 600 &\necho $! > {pidfile}\n"))
+    done = wait_for(launcher, 25)
+    assert done.state == "COMPLETED"
+    assert gone(int(pidfile.read_text()))
+
+
+# --- spool and restart ---------------------------------------------------------------------
+
+
+def test_recover_adopts_running_jobs_and_keeps_timing_them(base, user):
+    first = Launcher(base / "spool", "node7", kill_wait=2)
+    first.launch(spec(user, base, 30, "#!/bin/sh\nsleep 600\n", time_limit=3))
+    first.launch(spec(user, base, 31, "#!/bin/sh\nexit 5\n"))
+    wait_for(first, 31)  # ended, reported, not forgotten
+    pid = first.running()[0]["pid"]
+
+    second = Launcher(base / "spool", "node7", kill_wait=2)
+    again = second.recover()
+    assert [(d.job_id, d.state, d.exit_code) for d in again] == [(31, "FAILED", 5)]
+    assert [(r["job_id"], r["pid"]) for r in second.running()] == [(30, pid)]
+    done = wait_for(second, 30)
+    assert done.state == "TIMEOUT" and not done.exit_known
+    assert gone(pid)
+    second.forget(31, 1)
+    second.forget(30, 1)
+    assert Launcher(base / "spool", "node7").recover() == []
+    first.poll()
+
+
+def test_recover_reports_jobs_that_ended_while_no_agent_watched(base, user):
+    first = Launcher(base / "spool", "node7", kill_wait=2)
+    first.launch(spec(user, base, 32, "#!/bin/sh\nsleep 600\n"))
+    pid = first.running()[0]["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    wait_until(lambda: gone(pid), "job killed behind the agent's back")
+    [done] = Launcher(base / "spool", "node7").recover()
+    assert (done.job_id, done.state, done.exit_known) == (32, "COMPLETED", False)
+    first.poll()
