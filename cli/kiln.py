@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "db": ("cli.db", "db"),
     "sim": ("cli.sim", "sim"),
     "bench": ("cli.bench", "bench"),
+    "keygen": ("cli.keygen", "keygen"),
 }
 
 
