@@ -29,9 +29,10 @@ import zmq
 
 from agentd import gpus as gpu_discovery
 from agentd.launcher import Finished, Launcher, LaunchError
+from agentd.sampler import make_sampler
 from agentd.steps import StepRunner
 from schedd import config as kconfig
-from schedd import protocol
+from schedd import keys, protocol
 from schedd.logs import setup_logging
 
 log = logging.getLogger("agentd")
@@ -49,6 +50,7 @@ class Agent:
         host_cpus, host_mem = gpu_discovery.node_resources()
         fake = cfg.agent.fake_gpus if fake_gpus is None else fake_gpus
         self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name)
+        self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval)
         self.cpus = cpus or host_cpus
         self.memory_mb = memory_mb or host_mem
         self.features = features or []
@@ -63,6 +65,8 @@ class Agent:
         self.sock.setsockopt(zmq.IDENTITY, node_name.encode())
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+        if cfg.curve:
+            self._use_curve(cfg)
         self.sock.connect(cfg.agent.schedd)
         self._ids = itertools.count(1)
         self._requests: dict[int, str] = {}  # msg id -> op, for replies
@@ -76,6 +80,15 @@ class Agent:
         self._stopping = False
         for fin in recovered:  # ended while no agent watched: sent with the registration
             self._unacked[(fin.job_id, fin.generation)] = (0.0, self._end_body(fin))
+
+    def _use_curve(self, cfg: kconfig.Config) -> None:
+        """Authenticate to schedd with this node's key pair, and schedd by its public key."""
+        secret_file = Path(cfg.agent.key_file) if cfg.agent.key_file else \
+            keys.agent_secret(cfg.keys_path, self.name)
+        server_file = Path(cfg.agent.schedd_key) if cfg.agent.schedd_key else \
+            keys.server_public(cfg.keys_path)
+        self.sock.curve_publickey, self.sock.curve_secretkey = keys.load_secret(secret_file)
+        self.sock.curve_serverkey = keys.load_public(server_file)
 
     # --- sending -------------------------------------------------------------------------------
 
@@ -106,9 +119,13 @@ class Agent:
                 for r in self.launcher.running()]
 
     def _end_body(self, fin: Finished) -> dict[str, Any]:
-        return {"node": self.name, "job_id": fin.job_id, "generation": fin.generation,
+        body = {"node": self.name, "job_id": fin.job_id, "generation": fin.generation,
                 "state": fin.state, "exit_code": fin.exit_code, "exit_signal": fin.exit_signal,
                 "end_time": fin.end_time}
+        stats = self.sampler.finish(fin.job_id, fin.generation)  # agentd/sampler.py
+        if stats:
+            body["stats"] = stats
+        return body
 
     def _report(self, fin: Finished) -> None:
         body = self._end_body(fin)
@@ -202,6 +219,7 @@ class Agent:
             self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", 1, 0,
                                   now, now))
             return
+        self.sampler.track(spec)
         self._send("job_started", {"node": self.name, "job_id": spec["job_id"],
                                    "generation": spec["generation"], "start_time": time.time()})
 
@@ -220,6 +238,7 @@ class Agent:
                         break
                     self._on_message(frame)
             now = time.time()
+            self.sampler.tick(now, self.launcher.running())
             for fin in self.launcher.poll(now):
                 self._report(fin)
             for key, body in self.steps.poll(now):
@@ -276,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                       fake_gpus=args.fake_gpus,
                       features=[f for f in args.features.split(",") if f],
                       spool_dir=args.spool)
-    except (kconfig.ConfigError, ValueError, gpu_discovery.GPUDiscoveryError, OSError) as exc:
+    except (kconfig.ConfigError, ValueError, gpu_discovery.GPUDiscoveryError, OSError,
+            keys.KeyFileError) as exc:
         print(f"agentd: error: {exc}", file=sys.stderr)
         return 1
     signal.signal(signal.SIGTERM, agent.stop)

@@ -53,6 +53,8 @@ def write_config(home: Path, db_url: str, fake_gpus: str) -> Path:
         "min_job_age = 300",
         "# jobs of root run only where this says so; `kiln up` as root is a personal cluster",
         f"allow_root_jobs = {_toml_value(os.getuid() == 0)}",
+        "# agents authenticate with CURVE keys from keys/ (`kiln keygen --node NAME` adds one)",
+        "curve = true",
         "",
         "[agent]",
         f"fake_gpus = {_toml_value(fake_gpus)}",
@@ -160,12 +162,16 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    from schedd import keys
     from schedd.ledger.store import upgrade
 
     try:
         upgrade(cfg.db_url)
     except Exception as exc:
         raise click.ClickException(f"cannot prepare the ledger {cfg.db_url}: {exc}") from None
+    names = [f"node{i}" for i in range(1, num_nodes + 1)]
+    if cfg.curve:
+        keys.generate_cluster(cfg.keys_path, names)
     env = {**os.environ, "KILN_CONF": str(conf_path)}
     logs, run = home / "log", home / "run"
     started = []
@@ -175,7 +181,6 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
                run / "schedd.pid", env)
         started.append("schedd")
     _wait(lambda: _ping(cfg), START_TIMEOUT, "schedd")
-    names = [f"node{i}" for i in range(1, num_nodes + 1)]
     for name in names:
         if _pid_alive(run / f"agentd-{name}.pid"):
             continue

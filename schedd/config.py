@@ -56,6 +56,21 @@ class AgentConfig:
     fake_gpus: str = ""  # e.g. "8xH100-80GB"; empty = NVML
     gpu_islands: int = 2  # fake topology: GPUs split into this many NVLink islands
     sample_interval: float = 10.0
+    key_file: str = ""  # this node's CURVE secret key; default {keys_dir}/agents/{node}.key_secret
+    schedd_key: str = ""  # schedd's CURVE public key; default {keys_dir}/schedd.key
+
+
+@dataclass(slots=True)
+class AccountingConfig:
+    """``[accounting]``: prices for kiln's cost report (``sreport cluster AccountCost``).
+
+    ``gpu_price`` maps a GPU type in gres spelling (``h100``, ``a100``) to a price per GPU-hour;
+    a type missing from it costs ``default_gpu_price``. ``currency`` is only printed.
+    """
+
+    gpu_price: dict[str, float] = field(default_factory=dict)
+    default_gpu_price: float = 0.0
+    currency: str = ""
 
 
 @dataclass(slots=True)
@@ -72,10 +87,13 @@ class Config:
     node_timeout: float = 30.0  # SlurmdTimeout: no heartbeat for this long -> node DOWN
     max_array_size: int = 1001
     allow_root_jobs: bool = False
+    curve: bool = False  # agents must present a CURVE key listed in keys_dir/authorized
+    keys_dir: str = ""  # default {home}/keys
     log_dir: str = ""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     partitions: list[Partition] = field(default_factory=list)
+    accounting: AccountingConfig = field(default_factory=AccountingConfig)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
@@ -89,6 +107,10 @@ class Config:
             self.agent.schedd = self.agent_endpoint
         if not self.partitions:
             self.partitions = [Partition(name="gpu", default=True)]
+
+    @property
+    def keys_path(self) -> Path:
+        return Path(self.keys_dir) if self.keys_dir else self.home / "keys"
 
     @property
     def default_partition(self) -> Partition:
@@ -119,6 +141,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     home = Path(data.pop("home", None) or (path.parent if path else kiln_home()))
     scheduler = _build(SchedulerConfig, data.pop("scheduler", {}), f"{where} [scheduler]")
     agent = _build(AgentConfig, data.pop("agent", {}), f"{where} [agent]")
+    accounting = _build(AccountingConfig, data.pop("accounting", {}), f"{where} [accounting]")
     partitions = [
         _build(Partition, p, f"{where} [[partition]]") for p in data.pop("partition", [])
     ]
@@ -126,7 +149,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     top = {**data, **schedd}
     cfg = _build(
         Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
-        partitions=partitions,
+        partitions=partitions, accounting=accounting,
     )
     return cfg
 

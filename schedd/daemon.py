@@ -25,17 +25,19 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import protocol
+from schedd import keys, protocol
 from schedd.agents import AgentRegistry
 from schedd.handlers import AGENT_HANDLERS, CLIENT_HANDLERS, RequestError
+from schedd.handlers import steps as job_steps
 from schedd.hostlist import compress
-from schedd.identity import from_peer_address
+from schedd.identity import from_peer_address, set_admin_lookup
 from schedd.ledger.store import JobEvent, SchemaError, Store
 from schedd.logs import setup_logging
 from schedd.model import JobState
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import Decisions
 from schedd.state import State
+from schedd.steps import StepTable
 
 log = logging.getLogger("schedd")
 
@@ -50,21 +52,38 @@ class Daemon:
         store.check_schema()
         self.state = State(cfg, store)
         self.state.load(self.now())
+        set_admin_lookup(lambda uid: self.state.accounts.admin_level(uid))
         self.ctx = zmq.Context()
         self.client_sock = self._bind(zmq.ROUTER, cfg.client_endpoint)
         if cfg.client_endpoint.startswith("ipc://"):
             os.chmod(cfg.client_endpoint[6:], 0o777)  # every user may ask; identity from the OS
-        self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint)
+        self.keyring = self._start_curve() if cfg.curve else None
+        self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint, curve=cfg.curve)
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.agents = AgentRegistry(cfg, self._send_to_agent)
+        self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/steps.py)
         self._cycle_due = True
         self._last_cycle = 0.0
         self._last_purge = 0.0
         self._stopping = False
 
-    def _bind(self, kind: int, endpoint: str) -> zmq.Socket:
+    def _start_curve(self) -> keys.AgentKeyring:
+        """Agents must present a key from keys_dir/authorized (ZeroMQ's ZAP, in a thread)."""
+        from zmq.auth.thread import ThreadAuthenticator
+
+        keyring = keys.AgentKeyring(self.cfg.keys_path, log)
+        self._auth = ThreadAuthenticator(self.ctx)
+        self._auth.start()
+        self._auth.configure_curve_callback("*", credentials_provider=keyring)
+        return keyring
+
+    def _bind(self, kind: int, endpoint: str, curve: bool = False) -> zmq.Socket:
         sock = self.ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
+        if curve:
+            sock.curve_publickey, sock.curve_secretkey = keys.load_secret(
+                keys.server_secret(self.cfg.keys_path))
+            sock.curve_server = True
         sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
         if endpoint.startswith("ipc://") and os.path.exists(endpoint[6:]):
             os.unlink(endpoint[6:])  # a stale socket of a dead schedd
@@ -112,6 +131,9 @@ class Daemon:
         self._stopping = True
 
     def close(self) -> None:
+        if self.keyring is not None:
+            self._auth.stop()
+        self.state.usage.save(self.state.store, self.now(), force=True)
         self.client_sock.close(0)
         self.agent_sock.close(0)
         self.ctx.term()
@@ -132,6 +154,12 @@ class Daemon:
 
     def _handle_agent(self, frames: list[zmq.Frame]) -> None:
         node = frames[0].bytes.decode(errors="replace")
+        if self.keyring is not None:
+            key = (frames[-1].get("User-Id") or "").encode()
+            if self.keyring.node_of(key) != node:  # a valid key, but another node's
+                log.warning("agent %r presented the key of %r: refused", node,
+                            self.keyring.node_of(key))
+                node = None
         reply = self._dispatch(frames[-1].bytes, protocol.AGENT_OPS, AGENT_HANDLERS, node)
         self.agent_sock.send_multipart([f.bytes for f in frames[:-1]] + [reply])
 
@@ -157,6 +185,7 @@ class Daemon:
     def run_cycle(self, now: float) -> Decisions:
         self._cycle_due = False
         self._last_cycle = now
+        self.state.accrue_usage(now)
         snapshot, blocked = self.state.snapshot(now)
         started = time.perf_counter()
         decisions = schedule(snapshot, self.cfg.scheduler)
@@ -193,6 +222,8 @@ class Daemon:
             events.append(JobEvent(job.id, now, "RUNNING", detail=compress(
                 [a.node for a in start.allocation])))
         self.state.commit(changes, events)
+        if changes:
+            job_steps.batch_started(self, [job for job, _ in changes], now)
         for job, _ in changes:
             array_ids = (self.state.array_task_ids(job.array_job_id)
                          if job.array_job_id is not None else ())
@@ -209,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = kconfig.load(args.config)
         setup_logging(args.log_file, args.log_level.upper())
         daemon = Daemon(cfg)
-    except (kconfig.ConfigError, SchemaError) as exc:
+    except (kconfig.ConfigError, SchemaError, keys.KeyFileError) as exc:
         print(f"schedd: error: {exc}", file=sys.stderr)
         return 1
     except zmq.ZMQError as exc:

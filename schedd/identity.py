@@ -5,6 +5,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -49,7 +50,24 @@ def group_name(gid: int) -> str:
         return str(gid)
 
 
+# uid -> AdminLevel from the accounts ledger; set by schedd once it has loaded its accounts
+_admin_lookup: Callable[[int], str] | None = None
+
+
+def set_admin_lookup(lookup: Callable[[int], str] | None) -> None:
+    global _admin_lookup
+    _admin_lookup = lookup
+
+
+def admin_level(caller: Caller) -> str:
+    """Slurm's AdminLevel: root and the user schedd runs as (SlurmUser) are Administrators;
+    everyone else has what sacctmgr gave them (None, Operator, Administrator)."""
+    if caller.uid in (0, os.getuid()):
+        return "Administrator"
+    return _admin_lookup(caller.uid) if _admin_lookup is not None else "None"
+
+
 def is_operator(caller: Caller) -> bool:
-    """root and the user schedd runs as (Slurm's SlurmUser) may act on every job.
-    AdminLevel Operator/Administrator from the accounts ledger joins this with issue 4."""
-    return caller.uid in (0, os.getuid())
+    """May act on every job, and change accounts, QOS and limits: root, SlurmUser, and users
+    with AdminLevel Operator or Administrator."""
+    return admin_level(caller) in ("Operator", "Administrator")

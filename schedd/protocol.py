@@ -94,17 +94,53 @@ CLIENT_OPS: dict[str, Schema] = {
     "query_partitions": {"names": (_LIST, False)},
     "update_node": {"names": (_LIST, True), "changes": (_DICT, True)},
     "show_config": {},
+    # sacct and sreport, answered from the ledger (schedd/handlers/accounting.py)
+    "acct_jobs": {**JOB_FILTER, "start": ((int, float, type(None)), False),
+                  "end": ((int, float, type(None)), False), "steps": (_BOOL, False)},
+    "acct_report": {"start": (_NUM, True), "end": (_NUM, True)},
+    # srun inside an allocation (job steps; see schedd/handlers/steps.py)
+    "step_start": {"step": (_DICT, True)},  # see STEP_START_FIELDS
+    "step_wait": {"job_id": (_INT, True), "step_id": (_INT, True)},
+    "step_cancel": {"job_id": (_INT, True), "step_id": (_INT, True)},
+    # sacctmgr (verb add|modify|delete|show; entity account|user|qos|association) and sshare
+    "sacctmgr": {"verb": (_STR, True), "entity": (_STR, True), "names": (_LIST, False),
+                 "where": (_DICT, False), "set": (_DICT, False), "with_assoc": (_BOOL, False)},
+    "sshare": {},
+}
+
+# What srun asks for when it starts a step inside its job (identity from the socket).
+STEP_START_FIELDS: Schema = {
+    "job_id": (_INT, True),
+    "argv": (_LIST, True),  # of str: the command and its arguments
+    "environment": (_DICT, True),  # srun's own environment; schedd adds the per-task SLURM_*
+    "cwd": (_STR, True),
+    "ntasks": (_INT, False),  # 0/absent: the job's task count
+    "nodes": (_INT, False),  # 0/absent: as many of the job's nodes as there are tasks
+    "ntasks_per_node": (_INT, False),
+    "cpus_per_task": (_INT, False),
+    "gpus": (_INT, False),  # -G over the step
+    "gpus_per_node": (_INT, False),
+    "gpus_per_task": (_INT, False),
+    "stdout": (_STR, False),  # --output pattern (%j %s %t %n %N %A %a %u %x %%); "" = forward
+    "stderr": (_STR, False),
+    "spool": (_STR, False),  # where forwarded output goes: srun tails <spool>/<rank>.out|.err
+    "open_mode": (_STR, False),
+    "name": (_STR, False),
 }
 
 AGENT_OPS: dict[str, Schema] = {
     # agent -> schedd
     "register": {"node": (_DICT, True), "running": (_LIST, True), "finished": (_LIST, False)},
-    "heartbeat": {"node": (_STR, True), "running": (_LIST, False)},
+    "heartbeat": {"node": (_STR, True), "running": (_LIST, False),
+                  "steps": (_LIST, False)},  # ids of jobs with step tasks alive here
     "job_started": {"node": (_STR, True), "job_id": (_INT, True), "generation": (_INT, True),
                     "start_time": (_NUM, True), "pid": (_INT, False)},
     "job_ended": {"node": (_STR, True), "job_id": (_INT, True), "generation": (_INT, True),
                   "state": (_STR, True), "exit_code": (_INT, True), "exit_signal": (_INT, True),
                   "end_time": (_NUM, True), "stats": (_DICT, False)},
+    # every task of a step on this node has ended; tasks: [[procid, exit_code, exit_signal]]
+    "step_ended": {"node": (_STR, True), "job_id": (_INT, True), "step_id": (_INT, True),
+                   "state": (_STR, True), "tasks": (_LIST, True), "end_time": (_NUM, True)},
 }
 
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
@@ -112,6 +148,27 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "signal": {"job_id": (_INT, True), "generation": (_INT, True), "signal": (_STR, True),
                "batch_only": (_BOOL, False)},
     "terminate": {"job_id": (_INT, True), "generation": (_INT, True), "state": (_STR, True)},
+    "launch_step": {"step": (_DICT, True)},  # see STEP_LAUNCH_FIELDS
+    # step_id absent: every step of the job on this node
+    "terminate_steps": {"job_id": (_INT, True), "step_id": (_INT, False),
+                        "state": (_STR, True)},
+}
+
+# One node's share of a step (agentd/steps.py runs it): its tasks, each with its own overlay
+# of the environment (SLURM_PROCID, ...) and its output files, already expanded by schedd.
+STEP_LAUNCH_FIELDS: Schema = {
+    "job_id": (_INT, True),
+    "step_id": (_INT, True),
+    "user": (_STR, True),
+    "uid": (_INT, True),
+    "gid": (_INT, True),
+    "argv": (_LIST, True),
+    "cwd": (_STR, True),
+    "environment": (_DICT, True),  # common to the node's tasks
+    "tasks": (_LIST, True),  # of {"procid", "env", "stdout", "stderr", "append"}
+    "time_limit": (_OPT_INT, True),  # the job's, seconds from job_start; None = unlimited
+    "job_start": (_NUM, True),
+    "kill_wait": (_INT, True),
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job

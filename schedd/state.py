@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedd import dependency
+from schedd.accounts import Accounts
 from schedd.config import Config
 from schedd.ledger.store import JobEvent, Store
 from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot, pending_from_job
+from schedd.usage import UsageMeter
 
 log = logging.getLogger("schedd.state")
 
@@ -40,6 +42,8 @@ class State:
         self.partitions: dict[str, Partition] = {p.name: p for p in cfg.partitions}
         self.next_job_id = 1
         self._finished_cache: dict[tuple[int, int | None], list[JobState]] = {}
+        self.accounts = Accounts()  # associations, QOS, limits (schedd/accounts.py)
+        self.usage = UsageMeter(cfg.scheduler)  # fair-share and GrpTRESMins usage
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -52,8 +56,23 @@ class State:
             node.partitions = self.partitions_of(node.name)
             self.nodes[node.name] = node
         self.next_job_id = self.store.max_job_id() + 1
+        self.load_accounts(now)
         log.info("loaded %d jobs, %d nodes; next job id %d",
                  len(self.jobs), len(self.nodes), self.next_job_id)
+
+    def load_accounts(self, now: float) -> None:
+        """The association tree, QOS and usage; a fresh ledger gets root and QOS normal."""
+        self.accounts = Accounts.from_rows(self.store.load_accounting())
+        defaults = self.accounts.missing_defaults()
+        if defaults.accounts or defaults.users or defaults.associations or defaults.qos:
+            self.store.write_accounting(defaults)
+        self.usage.load(self.store, self.accounts, now)
+
+    def accrue_usage(self, now: float) -> None:
+        """Charge running (and just ended) jobs' use to their associations (schedd/usage.py)."""
+        gpu_types = {n.name: n.gpu_model for n in self.nodes.values()}
+        self.usage.accrue(self.jobs.values(), self.accounts, now, gpu_types)
+        self.usage.save(self.store, now)
 
     def partitions_of(self, node_name: str) -> list[str]:
         return [p.name for p in self.partitions.values() if not p.nodes or node_name in p.nodes]
@@ -212,7 +231,10 @@ class State:
                 blocked[job.id] = reason
                 continue
             pending.append(self.pending_view(job))
-        return Snapshot(now=now, nodes=nodes, running=running, pending=pending), blocked
+        limits = (self.accounts.limit_table(self.usage.tres_mins)
+                  if self.accounts.has_limits() else None)
+        return Snapshot(now=now, nodes=nodes, running=running, pending=pending,
+                        associations=self.usage.fairshare.views(), limits=limits), blocked
 
     def pending_view(self, job: Job) -> PendingJob:
         limit = self.time_limit(job)
@@ -221,6 +243,7 @@ class State:
             job,
             time_limit=limit if limit is not None else self.cfg.scheduler.default_time_limit,
             partition_priority=part.priority_tier if part else 1,
+            qos_priority=qos.priority if (qos := self.accounts.qos.get(job.qos)) else 0,
         )
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from schedd.agents import AgentRegistry
     from schedd.config import Config
     from schedd.state import State
+    from schedd.steps import StepTable
 
 
 class RequestError(Exception):
@@ -29,6 +30,7 @@ class Context(Protocol):
     cfg: Config
     state: State
     agents: AgentRegistry
+    steps: StepTable
 
     def now(self) -> float: ...
 
@@ -39,7 +41,7 @@ Handler = Callable[[Context, Any, dict[str, Any]], dict[str, Any]]
 
 
 def _registry() -> tuple[dict[str, Handler], dict[str, Handler]]:
-    from schedd.handlers import agent, control, nodes, query, submit
+    from schedd.handlers import accounting, accounts, agent, control, nodes, query, steps, submit
 
     client = {
         "ping": lambda ctx, caller, body: {"pong": True, "time": ctx.now()},
@@ -51,12 +53,20 @@ def _registry() -> tuple[dict[str, Handler], dict[str, Handler]]:
         "query_nodes": nodes.query_nodes,
         "query_partitions": nodes.query_partitions,
         "show_config": nodes.show_config,
+        "sacctmgr": accounts.sacctmgr,
+        "sshare": accounts.sshare,
+        "acct_jobs": accounting.acct_jobs,
+        "acct_report": accounting.acct_report,
+        "step_start": steps.step_start,
+        "step_wait": steps.step_wait,
+        "step_cancel": steps.step_cancel,
     }
     agents = {
         "register": agent.register,
         "heartbeat": agent.heartbeat,
         "job_started": agent.job_started,
         "job_ended": agent.job_ended,
+        "step_ended": steps.step_ended,
     }
     return client, agents
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from schedd import arrayspec, dependency, protocol
 from schedd.handlers import Context, RequestError
+from schedd.handlers.accounts import admit, check_submit_limits
 from schedd.identity import Caller
 from schedd.ledger.store import JobEvent
 from schedd.model import Job, JobState
@@ -28,6 +29,7 @@ def submit(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
     if body.get("test_only"):
         return test_only(ctx, template, now)
     jobs = expand_array(ctx, template)
+    check_submit_limits(ctx, template, len(jobs))
     events = [JobEvent(job_id=j.id, time=now, state="PENDING", actor_uid=caller.uid,
                        detail="submitted") for j in jobs]
     ctx.state.add_jobs(jobs, events)
@@ -64,7 +66,7 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
             dependency.parse(job.dependency)
         except dependency.DependencyError as exc:
             raise RequestError(str(exc)) from None
-    job.account = job.account or "root"
+    admit(ctx, job, spec)  # account, QOS and DenyOnLimit (handlers/accounts.py)
     return job
 
 

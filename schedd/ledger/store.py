@@ -78,6 +78,28 @@ class JobEvent:
 
 
 @dataclass(slots=True)
+class StepRecord:
+    """One job step as sacct shows it: ``JOBID.batch`` (step_id "batch") or ``JOBID.N`` (srun).
+
+    ``state`` is a job state name (RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...);
+    ``exit_code``/``exit_signal`` are the worst task's."""
+
+    job_id: int
+    step_id: str
+    name: str = ""
+    node_list: str = ""
+    num_nodes: int = 1
+    num_tasks: int = 1
+    cpus: int = 0
+    state: str = "RUNNING"
+    exit_code: int = 0
+    exit_signal: int = 0
+    start_time: float = 0.0
+    end_time: float = 0.0
+    stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class AccountRecord:
     name: str
     parent: str | None
@@ -108,6 +130,22 @@ class AuditRecord:
     action: str
     target: str
     detail: str = ""
+
+
+@dataclass(slots=True)
+class AccountingChange:
+    """One sacctmgr command's effect on the ledger, written in one transaction
+    (``Store.write_accounting``): rows to upsert (every column) and keys to delete."""
+
+    accounts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    users: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    associations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    qos: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    delete_accounts: list[str] = dataclasses.field(default_factory=list)
+    delete_users: list[str] = dataclasses.field(default_factory=list)
+    delete_associations: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    delete_qos: list[str] = dataclasses.field(default_factory=list)
+    audit: list[AuditRecord] = dataclasses.field(default_factory=list)
 
 
 # -- engines, URLs and schema revisions --------------------------------------------------------
@@ -574,7 +612,45 @@ class Store:
             ).scalar()
             self._set_meta(conn, META_MAX_JOB_ID, str(max(high, int(mark or 0))))
             conn.execute(delete(t.job_events).where(t.job_events.c.job_id.in_(doomed)))
+            conn.execute(delete(t.job_steps).where(t.job_steps.c.job_id.in_(doomed)))
             return conn.execute(delete(t.jobs).where(c.id.in_(doomed))).rowcount
+
+    # job steps
+
+    def save_steps(self, steps: list[StepRecord]) -> None:
+        """Store steps as given, replacing a row with the same (job, step) (a requeued job's
+        new batch step replaces the old one), atomically."""
+        rows = [dataclasses.asdict(s) for s in steps]
+        if not rows:
+            return
+        with self._write(f"storing {len(rows)} job step(s)") as conn:
+            conn.execute(_upsert(conn, t.job_steps, ["job_id", "step_id"], rows[0]), rows)
+
+    def end_step(self, job_id: int, step_id: str, state: str, exit_code: int, exit_signal: int,
+                 end_time: float) -> None:
+        """Record a step's end (its state and worst exit); a step with no row is ignored."""
+        s = t.job_steps.c
+        stmt = (update(t.job_steps).where(s.job_id == job_id, s.step_id == step_id)
+                .values(state=state, exit_code=exit_code, exit_signal=exit_signal,
+                        end_time=end_time))
+        with self._write(f"ending step {job_id}.{step_id}") as conn:
+            conn.execute(stmt)
+
+    def query_steps(self, job_ids: Iterable[int]) -> list[StepRecord]:
+        """The steps of these jobs, by job id, then batch first, then step number."""
+        s = t.job_steps.c
+        stmt = select(t.job_steps).where(s.job_id.in_(list(job_ids)))
+        with self._read("querying job steps") as conn:
+            rows = [StepRecord(**r) for r in conn.execute(stmt).mappings()]
+        rows.sort(key=lambda r: (r.job_id, -1 if not r.step_id.isdigit() else int(r.step_id)))
+        return rows
+
+    def max_step_id(self, job_id: int) -> int:
+        """The highest numbered (srun) step of a job; -1 when it has none."""
+        s = t.job_steps.c
+        with self._read("reading step ids") as conn:
+            ids = conn.execute(select(s.step_id).where(s.job_id == job_id)).scalars().all()
+        return max((int(i) for i in ids if i.isdigit()), default=-1)
 
     # nodes and partitions
 
@@ -663,8 +739,10 @@ class Store:
             )
 
     def load_accounts(self) -> list[AccountRecord]:
+        a = t.accounts.c
+        stmt = select(a.name, a.parent, a.shares, a.description, a.organization).order_by(a.name)
         with self._read("loading accounts") as conn:
-            rows = conn.execute(select(t.accounts).order_by(t.accounts.c.name)).mappings()
+            rows = conn.execute(stmt).mappings()
             return [AccountRecord(**r) for r in rows]
 
     def load_users(self) -> list[UserRecord]:
@@ -677,6 +755,62 @@ class Store:
         stmt = select(s.account, s.user, s.shares).order_by(s.account, s.user)
         with self._read("loading associations") as conn:
             return [AssociationRecord(**r) for r in conn.execute(stmt).mappings()]
+
+    # accounting: the whole account tree with limits, and sacctmgr's changes
+
+    def load_accounting(self) -> dict[str, list[dict[str, Any]]]:
+        """Every row of accounts, users, associations and qos (all columns), for schedd's
+        in-memory association tree (``schedd/accounts.py``)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        with self._read("loading accounts, users, associations and QOS") as conn:
+            for name, table in (("accounts", t.accounts), ("users", t.users),
+                                ("associations", t.associations), ("qos", t.qos)):
+                key = [c for c in table.primary_key.columns]
+                rows = conn.execute(select(table).order_by(*key)).mappings()
+                out[name] = [dict(r) for r in rows]
+        for row in out["associations"]:
+            row.pop("id", None)
+        return out
+
+    def write_accounting(self, change: AccountingChange) -> None:
+        """Apply one sacctmgr command's rows and deletions (and its audit lines) atomically.
+        Upserted rows carry every column; deletions go children first."""
+        with self._write("changing accounts") as conn:
+            for table, keys, rows in ((t.accounts, ["name"], change.accounts),
+                                      (t.users, ["name"], change.users),
+                                      (t.associations, ["account", "user"], change.associations),
+                                      (t.qos, ["name"], change.qos)):
+                for row in rows:
+                    conn.execute(_upsert(conn, table, keys, row), row)
+            s = t.associations.c
+            for account, user in change.delete_associations:
+                conn.execute(delete(t.associations).where(s.account == account, s.user == user))
+            if change.delete_users:
+                conn.execute(delete(t.users).where(t.users.c.name.in_(change.delete_users)))
+            for name in change.delete_accounts:  # children first, as the caller orders them
+                conn.execute(delete(t.accounts).where(t.accounts.c.name == name))
+            if change.delete_qos:
+                conn.execute(delete(t.qos).where(t.qos.c.name.in_(change.delete_qos)))
+            if change.audit:
+                conn.execute(insert(t.audit), [dataclasses.asdict(a) for a in change.audit])
+
+    def load_tres_usage(self) -> dict[tuple[str, str], tuple[dict[str, float], float]]:
+        """GrpTRESMins usage by (account, user): (TRES-minutes by name, period start)."""
+        u = t.tres_usage.c
+        with self._read("loading TRES usage") as conn:
+            rows = conn.execute(select(u.account, u.user, u.minutes, u.period_start)).all()
+        return {(a, user): (dict(m or {}), float(p)) for a, user, m, p in rows}
+
+    def save_tres_usage(self, usage: dict[tuple[str, str], dict[str, float]],
+                        period_start: float, now: float) -> None:
+        """Store GrpTRESMins usage for the given associations (others keep theirs)."""
+        rows = [{"account": a, "user": user, "minutes": {k: float(v) for k, v in m.items()},
+                 "period_start": period_start, "updated": now}
+                for (a, user), m in usage.items()]
+        if not rows:
+            return
+        with self._write("saving TRES usage") as conn:
+            conn.execute(_upsert(conn, t.tres_usage, ["account", "user"], rows[0]), rows)
 
     # fair share
 

@@ -192,8 +192,35 @@ class PartitionRow(Base):
     state: Mapped[str] = mapped_column(String(16), default="UP")
 
 
-class AccountRow(Base):
-    """A node of the account tree (sacctmgr's Account); ``root`` has no parent."""
+class LimitColumns:
+    """The limits sacctmgr sets on an account, a user association or a QOS (Slurm's names).
+
+    TRES limits are TRES strings (``gres/gpu=2,cpu=8``, see ``schedd/tres.py``), '' = none;
+    counts and MaxWall (seconds) are NULL when unset.
+    """
+
+    grp_tres: Mapped[str] = mapped_column(String, default="", server_default="")
+    grp_tres_mins: Mapped[str] = mapped_column(String, default="", server_default="")
+    grp_jobs: Mapped[int | None] = mapped_column(Integer)
+    grp_submit_jobs: Mapped[int | None] = mapped_column(Integer)
+    max_jobs: Mapped[int | None] = mapped_column(Integer)
+    max_submit_jobs: Mapped[int | None] = mapped_column(Integer)
+    max_tres_per_job: Mapped[str] = mapped_column(String, default="", server_default="")
+    max_wall: Mapped[int | None] = mapped_column(Integer)
+
+
+class AssocColumns(LimitColumns):
+    """What an association adds to its limits: its QOS list ('' = its parent's), default QOS
+    and Priority (for the multifactor association factor)."""
+
+    qos: Mapped[str] = mapped_column(String, default="", server_default="")
+    default_qos: Mapped[str] = mapped_column(String, default="", server_default="")
+    priority: Mapped[int | None] = mapped_column(Integer)
+
+
+class AccountRow(AssocColumns, Base):
+    """A node of the account tree (sacctmgr's Account) and its own association's limits;
+    ``root`` has no parent."""
 
     __tablename__ = "accounts"
 
@@ -217,7 +244,7 @@ class UserRow(Base):
     admin_level: Mapped[str] = mapped_column(String(16), default="None")
 
 
-class AssociationRow(Base):
+class AssociationRow(AssocColumns, Base):
     """A user's membership of an account with its fair-share weight (Slurm's association)."""
 
     __tablename__ = "associations"
@@ -228,6 +255,38 @@ class AssociationRow(Base):
     shares: Mapped[int] = mapped_column(Integer, default=1)
 
     __table_args__ = (UniqueConstraint("account", "user", name="uq_associations_account_user"),)
+
+
+class QOSRow(LimitColumns, Base):
+    """A QOS (sacctmgr's QOS): priority, preemption and limits; ``normal`` exists from the
+    start. ``preempt`` and ``flags`` are comma lists (``low,scavenger``, ``DenyOnLimit``)."""
+
+    __tablename__ = "qos"
+
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    description: Mapped[str] = mapped_column(String, default="")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    preempt: Mapped[str] = mapped_column(String, default="")
+    preempt_mode: Mapped[str] = mapped_column(String(16), default="cluster")
+    grace_time: Mapped[int] = mapped_column(Integer, default=0)  # seconds
+    usage_factor: Mapped[float] = mapped_column(Float, default=1.0)
+    flags: Mapped[str] = mapped_column(String, default="")
+    max_jobs_per_user: Mapped[int | None] = mapped_column(Integer)
+    max_submit_per_user: Mapped[int | None] = mapped_column(Integer)
+    max_tres_per_user: Mapped[str] = mapped_column(String, default="")
+
+
+class TresUsageRow(Base):
+    """GrpTRESMins usage of one association in the current budget period: TRES-minutes by
+    TRES name, decayed like fair-share usage, zeroed when the period (usage_reset) turns."""
+
+    __tablename__ = "tres_usage"
+
+    account: Mapped[str] = mapped_column(String, primary_key=True)
+    user: Mapped[str] = mapped_column(String, primary_key=True)  # "" = the account itself
+    minutes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    period_start: Mapped[float] = mapped_column(Float, default=0.0)
+    updated: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class AuditRow(Base):
@@ -297,3 +356,5 @@ audit = AuditRow.__table__
 fairshare_usage = FairshareUsageRow.__table__
 kiln_meta = MetaRow.__table__
 job_steps = JobStepRow.__table__
+qos = QOSRow.__table__
+tres_usage = TresUsageRow.__table__

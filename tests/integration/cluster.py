@@ -48,6 +48,7 @@ kill_wait = {self.kill_wait}
 min_job_age = 300
 heartbeat_interval = 1.0
 allow_root_jobs = true
+curve = true
 [scheduler]
 interval = 0.5
 [agent]

@@ -1,0 +1,319 @@
+"""Schedule-time limits of associations and QOS, as Slurm 22.05 enforces them
+(AccountingStorageEnforce=associations,limits,qos): a job over a limit stays PENDING with the
+limit's reason (``AssocGrpGRES``, ``AssocMaxJobsLimit``, ``QOSMaxWallDurationPerJobLimit`` ...).
+
+Pure: the input is a :class:`LimitTable` (the association tree with each node's own limits and
+its GrpTRESMins usage, and the QOS), the running jobs and ``now``. How limits combine:
+
+- ``Max*`` limits (MaxJobs, MaxWall, MaxTRESPerJob) are per association: a user association
+  without its own value uses its account's, and so on up to root. MaxJobs counts the running
+  jobs of that one association.
+- ``Grp*`` limits (GrpTRES, GrpJobs, GrpTRESMins) of an association count every job below it:
+  the user's own jobs for a user association, all its users' and sub-accounts' for an account.
+- GrpTRESMins counts the (decayed) usage of this budget period, plus what running jobs still
+  hold (remaining time limit x TRES), plus what the job would hold (its limit x TRES).
+- QOS limits are checked before association limits, as Slurm does.
+
+The cycle asks ``blocked(job)`` before it places a job and ``charge(job, allocation)`` for every
+job it starts, so the jobs started in one cycle count against the limits of the next ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from schedd import tres as t
+from schedd.model import NodeAllocation
+from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob
+
+AssocKey = tuple[str, str]  # (account, user); user "" = the account itself
+
+
+@dataclass(slots=True)
+class Limits:
+    """The limits sacctmgr sets on an association or a QOS; None / empty = no limit."""
+
+    grp_tres: dict[str, int] = field(default_factory=dict)
+    grp_tres_mins: dict[str, int] = field(default_factory=dict)
+    grp_jobs: int | None = None
+    grp_submit_jobs: int | None = None
+    max_jobs: int | None = None
+    max_submit_jobs: int | None = None
+    max_tres_per_job: dict[str, int] = field(default_factory=dict)
+    max_wall: int | None = None  # seconds
+    # QOS only: per-user limits (MaxJobsPU, MaxSubmitPU, MaxTRESPU)
+    max_jobs_per_user: int | None = None
+    max_submit_per_user: int | None = None
+    max_tres_per_user: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class AssocLimits:
+    """One association of the tree with its own limits and its own GrpTRESMins usage
+    (TRES-minutes in this budget period; the core sums subtrees)."""
+
+    account: str
+    user: str = ""
+    parent: AssocKey | None = None  # None: under root (or root itself)
+    limits: Limits = field(default_factory=Limits)
+    tres_mins_used: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class QOSLimits:
+    name: str
+    limits: Limits = field(default_factory=Limits)
+    deny_on_limit: bool = False
+
+
+@dataclass(slots=True)
+class LimitTable:
+    assocs: dict[AssocKey, AssocLimits] = field(default_factory=dict)
+    qos: dict[str, QOSLimits] = field(default_factory=dict)
+
+    def chain(self, account: str, user: str) -> list[AssocKey]:
+        """The job's association and its ancestors, nearest first (empty if unknown)."""
+        key: AssocKey | None = (account, user) if (account, user) in self.assocs else (account, "")
+        out: list[AssocKey] = []
+        while key is not None and key in self.assocs and key not in out:
+            out.append(key)
+            key = self.assocs[key].parent
+        return out
+
+    def effective(self, chain: list[AssocKey], name: str) -> int | dict[str, int] | None:
+        """A Max* limit as it applies to the first association of ``chain`` (inherited)."""
+        for key in chain:
+            value = getattr(self.assocs[key].limits, name)
+            if value is not None and value != {}:
+                return value
+        return None
+
+
+# Slurm's reason words: (kind, TRES) -> suffix after "Assoc"/"QOS"
+_GRP_TRES = {"cpu": "GrpCpuLimit", "mem": "GrpMemLimit", "node": "GrpNodeLimit",
+             "billing": "GrpBilling"}
+_GRP_MINS = {"cpu": "GrpCPUMinutesLimit", "mem": "GrpMemMinutes", "node": "GrpNodeMinutes",
+             "billing": "GrpBillingMinutes"}
+_MAX_PER_JOB = {"cpu": "MaxCpuPerJobLimit", "mem": "MaxMemPerJob", "node": "MaxNodePerJobLimit",
+                "billing": "MaxBillingPerJob"}
+_MAX_PER_USER = {"cpu": "MaxCpuPerUserLimit", "mem": "MaxMemPerUser",
+                 "node": "MaxNodePerUserLimit", "billing": "MaxBillingPerUser"}
+
+
+def tres_reason(prefix: str, kind: dict[str, str], gres: str, name: str) -> str:
+    """'Assoc' + 'GrpGRES' for gres/*, else the TRES's own word."""
+    if name.startswith("gres/"):
+        return prefix + gres
+    return prefix + kind.get(name, kind["cpu"])
+
+
+def pending_tres(job: PendingJob, billing: float | None = None) -> dict[str, int]:
+    return t.job_tres(job.cpus_per_node * job.num_nodes, job.mem_per_node_mb * job.num_nodes,
+                      job.num_nodes, job.gpus_per_node * job.num_nodes, job.gpu_type, billing)
+
+
+def allocation_tres(allocation: Iterable[NodeAllocation],
+                    gpu_types: dict[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {"cpu": 0, "mem": 0, "node": 0}
+    for a in allocation:
+        out["cpu"] += a.cpus
+        out["mem"] += a.memory_mb
+        out["node"] += 1
+        if a.gpus:
+            out["gres/gpu"] = out.get("gres/gpu", 0) + len(a.gpus)
+            kind = gpu_types.get(a.node, "")
+            if kind:
+                out[f"gres/gpu:{kind}"] = out.get(f"gres/gpu:{kind}", 0) + len(a.gpus)
+    return out
+
+
+def over(request: dict[str, int], used: dict[str, float], limit: dict[str, int]) -> str:
+    """The first TRES (in Slurm's order) whose use plus request exceeds the limit, or ''."""
+    for name in sorted(limit, key=t.sort_key):
+        if used.get(name, 0) + request.get(name, 0) > limit[name] and request.get(name, 0) > 0:
+            return name
+    return ""
+
+
+@dataclass(slots=True)
+class _Tally:
+    jobs: int = 0
+    tres: dict[str, float] = field(default_factory=dict)
+    run_mins: dict[str, float] = field(default_factory=dict)
+
+    def add(self, job_tres: dict[str, int], minutes: float) -> None:
+        self.jobs += 1
+        for name, amount in job_tres.items():
+            self.tres[name] = self.tres.get(name, 0) + amount
+            self.run_mins[name] = self.run_mins.get(name, 0.0) + amount * minutes
+
+
+class Enforcer:
+    """One cycle's view of the limits: what running (and just started) jobs use."""
+
+    def __init__(self, table: LimitTable, running: Iterable[RunningJob],
+                 nodes: Iterable[NodeView], now: float) -> None:
+        self.table = table
+        self.now = now
+        self.gpu_types = {n.name: n.gpu_type for n in nodes}
+        self.subtree: dict[AssocKey, _Tally] = {}  # Grp: every job below an association
+        self.own: dict[AssocKey, _Tally] = {}  # Max: the association's own jobs
+        self.qos: dict[str, _Tally] = {}
+        self.qos_user: dict[tuple[str, str], _Tally] = {}
+        self.used_mins = self._subtree_usage()
+        self._seen = 0  # starts of the walk already charged (see screen)
+        self._by_id: dict[int, PendingJob] = {}
+        for run in running:
+            self._add(run.account, run.user, run.qos,
+                      allocation_tres(run.allocation, self.gpu_types),
+                      max(run.end_time - now, 0.0) / 60.0)
+
+    def _subtree_usage(self) -> dict[AssocKey, dict[str, float]]:
+        out: dict[AssocKey, dict[str, float]] = {}
+        for key, assoc in self.table.assocs.items():
+            if not assoc.tres_mins_used:
+                continue
+            for anc in self.table.chain(*key):
+                acc = out.setdefault(anc, {})
+                for name, v in assoc.tres_mins_used.items():
+                    acc[name] = acc.get(name, 0.0) + v
+        return out
+
+    def _add(self, account: str, user: str, qos: str, job_tres: dict[str, int],
+             minutes: float) -> None:
+        chain = self.table.chain(account, user)
+        for key in chain:
+            self.subtree.setdefault(key, _Tally()).add(job_tres, minutes)
+        if chain:
+            self.own.setdefault(chain[0], _Tally()).add(job_tres, minutes)
+        self.qos.setdefault(qos, _Tally()).add(job_tres, minutes)
+        self.qos_user.setdefault((qos, user), _Tally()).add(job_tres, minutes)
+
+    def charge(self, job: PendingJob, allocation: Iterable[NodeAllocation] = ()) -> None:
+        """Count a job the cycle starts (its allocation when known, else its request)."""
+        alloc = list(allocation)
+        job_tres = allocation_tres(alloc, self.gpu_types) if alloc else pending_tres(job)
+        self._add(job.account, job.user, job.qos, job_tres, job.time_limit / 60.0)
+
+    def blocked(self, job: PendingJob) -> str:
+        """The Slurm reason that keeps the job pending now, or '' when its limits allow it."""
+        request = pending_tres(job)
+        qos = self.table.qos.get(job.qos)
+        if qos is not None:
+            reason = self._qos_reason(job, qos.limits, request)
+            if reason:
+                return reason
+        return self._assoc_reason(job, request)
+
+    def _qos_reason(self, job: PendingJob, lim: Limits, request: dict[str, int]) -> str:
+        reason = per_job_reason("QOS", lim.max_wall, lim.max_tres_per_job, job, request)
+        if reason:
+            return reason
+        mine = self.qos_user.get((job.qos, job.user), _Tally())
+        if lim.max_jobs_per_user is not None and mine.jobs >= lim.max_jobs_per_user:
+            return "QOSMaxJobsPerUserLimit"
+        name = over(request, mine.tres, lim.max_tres_per_user)
+        if name:
+            return tres_reason("QOS", _MAX_PER_USER, "MaxGRESPerUser", name)
+        everyone = self.qos.get(job.qos, _Tally())
+        if lim.grp_jobs is not None and everyone.jobs >= lim.grp_jobs:
+            return "QOSGrpJobsLimit"
+        name = over(request, everyone.tres, lim.grp_tres)
+        if name:
+            return tres_reason("QOS", _GRP_TRES, "GrpGRES", name)
+        need = {k: v * job.time_limit / 60.0 for k, v in request.items()}
+        name = over(need, everyone.run_mins, lim.grp_tres_mins)  # type: ignore[arg-type]
+        if name:
+            return tres_reason("QOS", _GRP_MINS, "GrpGRESMinutes", name)
+        return ""
+
+    def _assoc_reason(self, job: PendingJob, request: dict[str, int]) -> str:
+        chain = self.table.chain(job.account, job.user)
+        if not chain:
+            return ""
+        max_wall = self.table.effective(chain, "max_wall")
+        max_tres = self.table.effective(chain, "max_tres_per_job") or {}
+        reason = per_job_reason("Assoc", max_wall, max_tres, job, request)  # type: ignore[arg-type]
+        if reason:
+            return reason
+        max_jobs = self.table.effective(chain, "max_jobs")
+        if max_jobs is not None and self.own.get(chain[0], _Tally()).jobs >= max_jobs:
+            return "AssocMaxJobsLimit"
+        need = {k: v * job.time_limit / 60.0 for k, v in request.items()}
+        for key in chain:
+            reason = self._grp_reason(key, request, need)
+            if reason:
+                return reason
+        return ""
+
+    def _grp_reason(self, key: AssocKey, request: dict[str, int],
+                    need: dict[str, float]) -> str:
+        lim = self.table.assocs[key].limits
+        tally = self.subtree.get(key, _Tally())
+        if lim.grp_jobs is not None and tally.jobs >= lim.grp_jobs:
+            return "AssocGrpJobsLimit"
+        name = over(request, tally.tres, lim.grp_tres)
+        if name:
+            return tres_reason("Assoc", _GRP_TRES, "GrpGRES", name)
+        if lim.grp_tres_mins:
+            used = dict(self.used_mins.get(key, {}))
+            for k, v in tally.run_mins.items():
+                used[k] = used.get(k, 0.0) + v
+            name = over(need, used, lim.grp_tres_mins)  # type: ignore[arg-type]
+            if name:
+                return tres_reason("Assoc", _GRP_MINS, "GrpGRESMinutes", name)
+        return ""
+
+    # --- the two hooks the cycle uses ----------------------------------------------------
+
+    def screen(self, order: Iterable[PendingJob], started: list[tuple[int, list]],
+               reasons: dict[int, str]) -> Iterator[PendingJob]:
+        """``order`` without the jobs a limit holds back (their reason goes to ``reasons``).
+        Before each job, the jobs the walk started meanwhile (``started`` grows as it walks)
+        are charged, so three 1-GPU jobs under GrpTRES=gres/gpu=2 give two starts."""
+        by_id = self._by_id
+        for job in order:
+            by_id[job.job_id] = job
+            self._charge_new(started, by_id)
+            reason = self.blocked(job)
+            if reason:
+                reasons[job.job_id] = reason
+                continue
+            yield job
+
+    def _charge_new(self, started: list[tuple[int, list]], by_id: dict[int, PendingJob]) -> None:
+        while self._seen < len(started):
+            job_id, alloc = started[self._seen]
+            self.charge(by_id[job_id], alloc)
+            self._seen += 1
+
+    def settle(self, started: list[tuple[int, list]],
+               reasons: dict[int, str]) -> list[tuple[int, list]]:
+        """The starts that respect the limits, charged in order. Starts the walk made after the
+        screen saw its last job (the fill phase gathers jobs and starts them together) are
+        checked here; one a limit forbids is dropped and keeps pending with that reason."""
+        by_id = self._by_id
+        kept = list(started[: self._seen])
+        for job_id, alloc in started[len(kept):]:
+            job = by_id.get(job_id)
+            reason = self.blocked(job) if job is not None else ""
+            if reason:
+                reasons[job_id] = reason
+                continue
+            if job is not None:
+                self.charge(job, alloc)
+            kept.append((job_id, alloc))
+        return kept
+
+
+def per_job_reason(prefix: str, max_wall: int | None, max_tres: dict[str, int],
+                   job: PendingJob, request: dict[str, int]) -> str:
+    """MaxWall and MaxTRESPerJob: a property of the job alone (DenyOnLimit rejects these at
+    submit time)."""
+    if max_wall is not None and job.time_limit > max_wall:
+        return f"{prefix}MaxWallDurationPerJobLimit"
+    name = over(request, {}, max_tres or {})
+    if name:
+        return tres_reason(prefix, _MAX_PER_JOB, "MaxGRESPerJob", name)
+    return ""
