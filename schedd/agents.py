@@ -59,6 +59,17 @@ class AgentRegistry:
         self._tell(node, "terminate", {"job_id": job_id, "generation": generation,
                                        "state": "CANCELLED"})
 
+    def launch_step(self, node: str, step: dict[str, Any]) -> None:
+        """One node's share of an srun step (protocol.STEP_LAUNCH_FIELDS)."""
+        self._tell(node, "launch_step", {"step": step})
+
+    def terminate_steps(self, node: str, job_id: int, step_id: int | None, state: str) -> None:
+        """Stop one step (or, step_id None, every step) of a job on a node."""
+        body: dict[str, Any] = {"job_id": job_id, "state": state}
+        if step_id is not None:
+            body["step_id"] = step_id
+        self._tell(node, "terminate_steps", body)
+
     def signal(self, job: Job, signum: int, batch_only: bool) -> None:
         if job.allocation:
             self._tell(job.allocation[0].node, "signal",

@@ -25,7 +25,7 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import keys, protocol
+from schedd import forecast, keys, metrics, protocol
 from schedd.agents import AgentRegistry
 from schedd.handlers import AGENT_HANDLERS, CLIENT_HANDLERS, RequestError
 from schedd.handlers import steps as job_steps
@@ -37,7 +37,7 @@ from schedd.model import JobState
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import Decisions
 from schedd.state import State
-from schedd.steps import StepTable
+from schedd.steps import StepTable, in_nodelist_order
 
 log = logging.getLogger("schedd")
 
@@ -62,6 +62,7 @@ class Daemon:
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.agents = AgentRegistry(cfg, self._send_to_agent)
         self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/steps.py)
+        self.metrics = metrics.start(cfg, self.state, self.now)  # None unless metrics_listen
         self._cycle_due = True
         self._last_cycle = 0.0
         self._last_purge = 0.0
@@ -134,6 +135,8 @@ class Daemon:
         if self.keyring is not None:
             self._auth.stop()
         self.state.usage.save(self.state.store, self.now(), force=True)
+        if self.metrics is not None:
+            self.metrics.close()
         self.client_sock.close(0)
         self.agent_sock.close(0)
         self.ctx.term()
@@ -190,6 +193,8 @@ class Daemon:
         started = time.perf_counter()
         decisions = schedule(snapshot, self.cfg.scheduler)
         elapsed = time.perf_counter() - started
+        if self.metrics is not None:
+            self.metrics.cycle_done(elapsed)
         if decisions.starts or elapsed > 0.1:
             log.info("cycle: %d pending, %d running, %d started in %.3f s", len(snapshot.pending),
                      len(snapshot.running), len(decisions.starts), elapsed)
@@ -208,17 +213,20 @@ class Daemon:
                 jobs[job_id].priority = prio
         for job_id, when in decisions.expected_start.items():
             if job_id in jobs:
-                jobs[job_id].extra["expected_start"] = when
+                forecast.publish(jobs[job_id], when, now)  # squeue --start; kiln stats
         changes, events = [], []
         for start in decisions.starts:
             job = jobs[start.job_id]
-            job.extra.pop("expected_start", None)
+            start.allocation[:] = in_nodelist_order(start.allocation)  # batch host first
             changes.append((job, {
                 "state": JobState.RUNNING, "reason": "None", "start_time": now,
+                "extra": forecast.start_extra(job),
                 "allocation": start.allocation, "batch_host": start.allocation[0].node,
                 "node_list": compress([a.node for a in start.allocation]),
                 "generation": job.generation + 1,
             }))
+            if self.metrics is not None:
+                self.metrics.job_started(job, now)
             events.append(JobEvent(job.id, now, "RUNNING", detail=compress(
                 [a.node for a in start.allocation])))
         self.state.commit(changes, events)

@@ -13,8 +13,10 @@ from schedd.model import Job, NodeAllocation
 CHECKPOINT_TEMPLATE = "/tmp/kiln-checkpoint-{cluster}-{job_id}"
 
 
-def expand_output_pattern(pattern: str, job: Job, node: str) -> str:
-    """Slurm's filename patterns: %j %J %x %u %A %a %N %n %t %% (absolute, from the workdir)."""
+def expand_output_pattern(pattern: str, job: Job, node: str,
+                          step: dict[str, str] | None = None) -> str:
+    """Slurm's filename patterns: %j %J %x %u %A %a %N %n %t %s %% (absolute, from the
+    workdir). ``step`` overrides the batch step's values of %n %t %s for srun's tasks."""
     array_id = job.array_job_id if job.array_job_id is not None else job.id
     task = job.array_task_id if job.array_task_id is not None else 4294967294
     subs = {
@@ -22,6 +24,8 @@ def expand_output_pattern(pattern: str, job: Job, node: str) -> str:
         "A": str(array_id), "a": str(task), "N": node, "n": "0", "t": "0", "s": "batch",
         "%": "%",
     }
+    if step:
+        subs.update(step)
     out, i = [], 0
     while i < len(pattern):
         ch = pattern[i]
@@ -54,13 +58,80 @@ def output_paths(job: Job, node: str) -> tuple[str, str]:
     return stdout, stderr
 
 
+def job_ntasks(job: Job) -> int:
+    """The job's task count as Slurm reads it: -n, else --ntasks-per-node times the nodes."""
+    nodes = max(len(job.allocation) or job.num_nodes, 1)
+    if job.ntasks_per_node and job.num_tasks <= 1:
+        return job.ntasks_per_node * nodes
+    return max(job.num_tasks, 1)
+
+
+def tasks_per_node_text(counts: list[int]) -> str:
+    """SLURM_TASKS_PER_NODE's compact form: [2, 2, 1] -> '2(x2),1'."""
+    parts: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j < len(counts) and counts[j] == counts[i]:
+            j += 1
+        parts.append(f"{counts[i]}(x{j - i})" if j - i > 1 else str(counts[i]))
+        i = j
+    return ",".join(parts)
+
+
+def step_environment(base: dict[str, str], job: Job, step_id: int, node_index: int,
+                     node: str, cpus: int, gpus: list[int], procids: list[int],
+                     step_nodes: list[str], step_counts: list[int],
+                     cpus_per_task: int) -> dict[str, str]:
+    """The environment common to one node's tasks of an srun step: srun's own environment
+    (which is the batch script's, SLURM_* included) with the step's view laid over it."""
+    env = dict(base)
+    ntasks = sum(step_counts)
+    visible = ",".join(str(g) for g in gpus)
+    env.update({
+        "SLURM_JOB_ID": str(job.id),
+        "SLURM_JOBID": str(job.id),
+        "SLURM_STEP_ID": str(step_id),
+        "SLURM_STEPID": str(step_id),
+        "SLURM_STEP_NUM_NODES": str(len(step_nodes)),
+        "SLURM_STEP_NUM_TASKS": str(ntasks),
+        "SLURM_STEP_NODELIST": compress(step_nodes),
+        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node_text(step_counts),
+        "SLURM_NNODES": str(len(step_nodes)),
+        "SLURM_NODELIST": compress(step_nodes),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_NPROCS": str(ntasks),
+        "SLURM_TASKS_PER_NODE": tasks_per_node_text(step_counts),
+        "SLURM_NODEID": str(node_index),
+        "SLURM_GTIDS": ",".join(str(p) for p in procids),
+        "SLURM_CPUS_ON_NODE": str(cpus),
+        "SLURM_CPUS_PER_TASK": str(cpus_per_task),
+        "SLURMD_NODENAME": node,
+        "SLURM_TOPOLOGY_ADDR": node,
+        "SLURM_DISTRIBUTION": "block",
+        "SLURM_GPUS_ON_NODE": str(len(gpus)),
+        "SLURM_STEP_GPUS": visible,
+        "CUDA_VISIBLE_DEVICES": visible,
+        "GPU_DEVICE_ORDINAL": visible,
+    })
+    if not gpus:
+        for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"):
+            env.pop(key)
+    return env
+
+
+def task_overlay(procid: int, localid: int) -> dict[str, str]:
+    """What differs between the tasks of one node: their ranks."""
+    return {"SLURM_PROCID": str(procid), "SLURM_LOCALID": str(localid)}
+
+
 def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: str,
                     array_ids: tuple[int, ...] = ()) -> dict[str, str]:
     """The environment of the batch script on ``alloc.node`` (node_index 0 = batch host)."""
     env = dict(job.environment)
     nodes = [a.node for a in job.allocation]
     gpus = ",".join(str(g) for g in alloc.gpus)
-    ntasks = max(job.num_tasks, 1)
+    ntasks = job_ntasks(job)
     cpus_per_node = ",".join(str(a.cpus) for a in job.allocation)
     tasks_per_node = -(-ntasks // max(len(nodes), 1))
     env.update({

@@ -96,7 +96,8 @@ CLIENT_OPS: dict[str, Schema] = {
     "show_config": {},
     # sacct and sreport, answered from the ledger (schedd/handlers/accounting.py)
     "acct_jobs": {**JOB_FILTER, "start": ((int, float, type(None)), False),
-                  "end": ((int, float, type(None)), False), "steps": (_BOOL, False)},
+                  "end": ((int, float, type(None)), False), "steps": (_BOOL, False),
+                  "fields": (_LIST, False)},  # row keys wanted (schedd.accounting); all if absent
     "acct_report": {"start": (_NUM, True), "end": (_NUM, True)},
     # srun inside an allocation (job steps; see schedd/handlers/steps.py)
     "step_start": {"step": (_DICT, True)},  # see STEP_START_FIELDS
@@ -106,6 +107,9 @@ CLIENT_OPS: dict[str, Schema] = {
     "sacctmgr": {"verb": (_STR, True), "entity": (_STR, True), "names": (_LIST, False),
                  "where": (_DICT, False), "set": (_DICT, False), "with_assoc": (_BOOL, False)},
     "sshare": {},
+    # kiln why / kiln stats (schedd/handlers/insight.py)
+    "job_why": {"job_id": (_STR, True)},
+    "forecast_stats": {"since": (_NUM, False)},
 }
 
 # What srun asks for when it starts a step inside its job (identity from the socket).

@@ -41,7 +41,17 @@ Handler = Callable[[Context, Any, dict[str, Any]], dict[str, Any]]
 
 
 def _registry() -> tuple[dict[str, Handler], dict[str, Handler]]:
-    from schedd.handlers import accounting, accounts, agent, control, nodes, query, steps, submit
+    from schedd.handlers import (
+        accounting,
+        accounts,
+        agent,
+        control,
+        insight,
+        nodes,
+        query,
+        steps,
+        submit,
+    )
 
     client = {
         "ping": lambda ctx, caller, body: {"pong": True, "time": ctx.now()},
@@ -60,6 +70,8 @@ def _registry() -> tuple[dict[str, Handler], dict[str, Handler]]:
         "step_start": steps.step_start,
         "step_wait": steps.step_wait,
         "step_cancel": steps.step_cancel,
+        "job_why": insight.job_why,
+        "forecast_stats": insight.forecast_stats,
     }
     agents = {
         "register": agent.register,

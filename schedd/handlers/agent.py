@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from schedd.handlers import Context, RequestError
+from schedd.handlers import steps as job_steps
 from schedd.ledger.store import JobEvent
 from schedd.model import GPU, Job, JobState, Node, NodeState
 from schedd.state import RUNNING_STATES
@@ -63,6 +64,7 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
     if not was_alive:
         ctx.wake_scheduler()
     _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
+    job_steps.reconcile(ctx, name, body.get("steps") or [])
     return {}
 
 
@@ -135,5 +137,6 @@ def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
     if isinstance(stats, dict) and stats:
         fields["extra"] = {**job.extra, "stats": stats}
     ctx.state.commit([(job, fields)], [JobEvent(job.id, end, state, detail=f"on {node}")])
+    job_steps.job_finished(ctx, job)
     ctx.agents.confirmed.discard((job.id, job.generation))
     ctx.wake_scheduler()

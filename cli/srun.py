@@ -1,0 +1,482 @@
+"""``srun``: run tasks of a parallel job, inside an allocation or as a job of their own.
+
+**Inside an allocation** (``SLURM_JOB_ID`` is set, as in every batch script): srun asks schedd
+for a job step (``step_start``: the command, its environment, the task layout, the output
+patterns). schedd lays the tasks over the job's nodes and every node's agent runs its share as
+the job's user, each task with its own SLURM_PROCID/LOCALID/NODEID/STEP_ID and that node's
+CUDA_VISIBLE_DEVICES. Each task writes its stdout/stderr to files: the ``--output``/``--error``
+patterns expanded per task (``%t`` rank, ``%n`` node index, ``%N`` node, ``%s`` step, ``%j``,
+``%A``, ``%a``, ``%u``, ``%x``), or, without them, files in a private spool directory that srun
+tails and copies to its own stdout/stderr as lines arrive (``-l`` puts ``rank: `` in front;
+``-u`` copies bytes as they come instead of whole lines). srun polls ``step_wait`` until every
+node has reported and exits with the worst task's status (its exit code; 128+N for a task killed
+by signal N), printing Slurm's ``srun: error: node: task N: ...`` line for each failed task.
+
+**Outside an allocation**: srun submits a job whose batch script is this srun command line, waits
+for it and streams the job's output as it is written (not only at the end), then exits with the
+job's exit code. Interrupting srun (Ctrl-C, SIGTERM) cancels its step or job.
+
+The spool directory is made under ``$KILN_STEP_SPOOL`` (default: the system temp directory) and
+removed at the end. The agents of all nodes write there, so on a cluster whose nodes do not
+share that directory, set ``KILN_STEP_SPOOL`` to a shared one (or use ``--output``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from cli.client import Client, ClientError
+from cli.errors import CommandError, fail, run_command
+from cli.options import (
+    NO_ARG,
+    OPTIONAL,
+    REQUIRED,
+    Opt,
+    OptionError,
+    OptionTable,
+    Settings,
+    apply_options,
+    build_environment,
+    parse_argv,
+)
+from schedd import paths
+
+PROG = "srun"
+VERSION_TEXT = "slurm 22.05.8 (kiln)"
+POLL_START, POLL_MAX = 0.05, 0.25  # seconds between step_wait polls (backs off)
+QUEUED_AFTER = 1.0  # seconds pending before srun says the job is queued (as Slurm does)
+USAGE = """Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]]
+
+Parallel run options (the common ones):
+  -n, --ntasks=ntasks         number of tasks to run
+  -N, --nodes=N               number of nodes on which to run
+      --ntasks-per-node=n     number of tasks to invoke on each node
+  -c, --cpus-per-task=ncpus   number of cpus required per task
+  -G, --gpus=n                count of GPUs required for the step
+      --gpus-per-node=n       GPUs per node;  --gpus-per-task=n  GPUs per task
+  -o, --output=out            location of stdout redirection (%j %t %n %N %s %A %a %u %x)
+  -e, --error=err             location of stderr redirection
+  -l, --label                 prepend task number to lines of stdout/err
+  -u, --unbuffered            do not line-buffer stdout/err
+  -J, --job-name=jobname      name of job (step)
+  -D, --chdir=path            change remote current working directory
+      --export=env_vars|NONE  environment passed to the tasks
+  -t, --time=minutes          time limit (outside an allocation)
+  -p, --partition=partition   partition requested (outside an allocation)
+"""
+
+# srun 22.05's option names: "long:mode[:short]". Those kiln acts on have handlers (sbatch's,
+# shared through cli.options, plus label/unbuffered below); the rest are accepted and ignored
+# where ignoring them changes no result (binding, MPI plugin, verbosity), refused otherwise.
+SRUN_OPTION_NAMES = """
+account:r:A acctg-freq:r bb:r bbf:r begin:r:b bcast:o chdir:r:D cluster-constraint:r
+clusters:r:M comment:r compress:o constraint:r:C container:r contiguous:n core-spec:r:S
+cores-per-socket:r cpu-bind:r cpu-freq:r cpus-per-gpu:r cpus-per-task:r:c deadline:r
+delay-boot:r dependency:r:d disable-status:n:X distribution:r:m epilog:r error:r:e exact:n
+exclude:r:x exclusive:o export:r extra-node-info:r:B gid:r gpu-bind:r gpu-freq:r gpus:r:G
+gpus-per-node:r gpus-per-socket:r gpus-per-task:r gres:r gres-flags:r help:n:h het-group:r
+hint:r hold:n:H immediate:o:I input:r:i job-name:r:J jobid:r kill-on-bad-exit:o:K label:n:l
+licenses:r:L mail-type:r mail-user:r mcs-label:r mem:r mem-bind:r mem-per-cpu:r mem-per-gpu:r
+mincpus:r mpi:r multi-prog:n network:r nice:o no-allocate:n:Z no-kill:o:k nodefile:r:F
+nodelist:r:w nodes:r:N ntasks:r:n ntasks-per-core:r ntasks-per-gpu:r ntasks-per-node:r
+ntasks-per-socket:r open-mode:r output:r:o overcommit:n:O overlap:n oversubscribe:n:s
+partition:r:p power:r preserve-env:n:E prefer:r priority:r profile:r prolog:r propagate:o
+pty:n qos:r:q quiet:n:Q quit-on-interrupt:n reboot:n relative:r:r reservation:r
+send-libs:o signal:r slurmd-debug:r sockets-per-node:r spread-job:n switches:r task-epilog:r
+task-prolog:r tasks-per-node:r test-only:n thread-spec:r threads-per-core:r threads:r:T time:r:t
+time-min:r tmp:r uid:r unbuffered:n:u usage:n use-min-nodes:n verbose:n:v version:n:V wait:r:W
+wckey:r
+"""
+_MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
+_ALIASES = {"tasks-per-node": "ntasks-per-node"}
+# Options whose meaning kiln's srun does not implement and that change what runs.
+UNSUPPORTED = {"pty", "multi-prog", "no-allocate", "relative", "het-group", "bcast",
+               "task-prolog", "task-epilog", "prolog", "epilog", "send-libs", "test-only"}
+# Settings of the submitted job that are per task for the srun inside it, not the job's.
+_STEP_ONLY = {"stdout", "stderr", "open_mode", "label", "unbuffered", "stdin"}
+
+
+def _srun_table() -> OptionTable:
+    opts = []
+    for entry in SRUN_OPTION_NAMES.split():
+        long, mode, *short = entry.split(":")
+        opts.append(Opt(long, short[0] if short else "", _MODES[mode], _ALIASES.get(long, long)))
+    return OptionTable(opts)
+
+
+SRUN_TABLE = _srun_table()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(PROG, srun_command, argv)
+
+
+def parse(argv: Sequence[str]) -> tuple[Settings, list[str]]:
+    """(settings as sbatch's handlers store them, plus srun's own; the command and its args)."""
+    try:
+        parsed, command = parse_argv(argv, SRUN_TABLE, stop_at_positional=True)
+    except OptionError as exc:
+        raise CommandError(f"{PROG}: {exc.message}" if not exc.prefixed else exc.message,
+                           prefixed=exc.prefixed) from None
+    for opt, _ in parsed:
+        if opt.dest in UNSUPPORTED:
+            fail(f"--{opt.long} is not supported by kiln's srun")
+    settings: Settings = {"_max_array_size": paths.max_array_size()}
+    try:
+        apply_options(settings, [(o, v) for o, v in parsed if o.dest != "input"])
+    except OptionError as exc:
+        raise CommandError(exc.message, prefixed=exc.prefixed) from None
+    for opt, value in parsed:
+        if opt.dest == "input" and (value or "").lower() != "none":
+            fail("--input other than 'none' is not supported: tasks read /dev/null")
+        if opt.dest == "jobid":
+            if not (value or "").isdigit():
+                fail(f'Invalid numeric value "{value}" for --jobid.')
+            settings["_jobid"] = int(value or 0)
+    return settings, command
+
+
+def srun_command(argv: Sequence[str]) -> int:
+    settings, command = parse(argv)
+    if settings.get("_help") or settings.get("_usage"):
+        print(USAGE, end="")
+        return 0
+    if settings.get("_version"):
+        print(VERSION_TEXT)
+        return 0
+    if not command:
+        raise CommandError(f"{PROG}: fatal: No command given to execute.", prefixed=False)
+    job_id = settings.get("_jobid") or _env_job_id()
+    if job_id:
+        return run_step(job_id, settings, command)
+    return run_job(settings, command, list(argv))
+
+
+def _env_job_id() -> int:
+    text = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID") or ""
+    return int(text) if text.isdigit() else 0
+
+
+# --- output forwarding -----------------------------------------------------------------------
+
+
+@dataclass
+class Tail:
+    """One file another process writes, copied to ``sink`` as it grows."""
+
+    path: str
+    sink: BinaryIO
+    label: bytes = b""
+    raw: bool = False  # -u: copy bytes as they come; otherwise whole lines
+    fh: BinaryIO | None = None
+    partial: bytes = b""
+
+    def pump(self, final: bool = False) -> bool:
+        """Copy what is new; True when something was."""
+        if self.fh is None:
+            try:
+                self.fh = open(self.path, "rb")  # kept open while tailing
+            except OSError:
+                return False
+        data = self.fh.read()
+        if not data and not (final and self.partial):
+            return False
+        data = self.partial + data
+        if self.raw:
+            lines, self.partial = [data] if data else [], b""
+        else:
+            *lines, self.partial = data.split(b"\n")
+            lines = [line + b"\n" for line in lines]
+            if final and self.partial:
+                lines.append(self.partial)
+                self.partial = b""
+        for line in lines:
+            self.sink.write(self.label + line if self.label else line)
+        self.sink.flush()
+        return bool(lines)
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+
+
+@dataclass
+class Interrupts:
+    """SIGINT/SIGTERM while srun waits: remembered, acted on by the wait loop."""
+
+    count: int = 0
+    signum: int = 0
+    previous: dict[int, Any] = field(default_factory=dict)
+
+    def __enter__(self) -> Interrupts:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.signum = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def make_spool(job_id: int | str) -> str:
+    base = os.environ.get("KILN_STEP_SPOOL") or None
+    try:
+        return tempfile.mkdtemp(prefix=f"kiln-srun-{job_id}-", dir=base)
+    except OSError as exc:
+        fail(f"cannot make the output spool directory in {base or tempfile.gettempdir()}: "
+             f"{exc.strerror}")
+
+
+# --- a step inside an allocation -------------------------------------------------------------
+
+
+def step_body(job_id: int, settings: Settings, command: list[str], cwd: str,
+              spool: str) -> dict[str, Any]:
+    """The ``step_start`` request: only what the user gave; schedd fills in the job's values."""
+    body: dict[str, Any] = {
+        "job_id": job_id, "argv": command, "cwd": cwd,
+        "environment": build_environment(settings.get("export", "ALL"), dict(os.environ)),
+        "name": settings.get("name") or os.path.basename(command[0]),
+    }
+    for key, field_name in (("num_tasks", "ntasks"), ("num_nodes", "nodes"),
+                            ("ntasks_per_node", "ntasks_per_node"),
+                            ("cpus_per_task", "cpus_per_task"), ("gpus", "gpus"),
+                            ("gpus_per_node", "gpus_per_node"),
+                            ("gpus_per_task", "gpus_per_task")):
+        if settings.get(key):
+            body[field_name] = int(settings[key])
+    if settings.get("stdout"):
+        body["stdout"] = settings["stdout"]
+    if settings.get("stderr"):
+        body["stderr"] = settings["stderr"]
+    if not settings.get("stdout") or not settings.get("stderr"):
+        body["spool"] = spool
+    if settings.get("open_mode"):
+        body["open_mode"] = settings["open_mode"]
+    return body
+
+
+_PER_TASK = re.compile(r"%\d*[tnNs]")
+
+
+def truncate_shared(pattern: str, job_id: int, cwd: str) -> None:
+    """A pattern without %t/%n/%N/%s names one file that tasks on several nodes append to:
+    truncate it first (Slurm's default --open-mode), as the user, here."""
+    if not pattern or _PER_TASK.search(pattern.replace("%%", "")):
+        return
+    env = os.environ
+    subs = {"j": str(job_id), "J": str(job_id), "u": _user(),
+            "x": env.get("SLURM_JOB_NAME", ""),
+            "A": env.get("SLURM_ARRAY_JOB_ID", str(job_id)),
+            "a": env.get("SLURM_ARRAY_TASK_ID", "4294967294"), "%": "%"}
+
+    def sub(m: re.Match[str]) -> str:
+        value = subs.get(m.group(2), m.group(0))
+        return value.zfill(int(m.group(1))) if m.group(1) and value.isdigit() else value
+
+    path = re.sub(r"%(\d*)([jJuxAa%])", sub, pattern)
+    try:
+        with open(os.path.join(cwd, path), "wb"):
+            pass
+    except OSError as exc:
+        fail(f"Could not open stdout file {path}: {exc.strerror}")
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def run_step(job_id: int, settings: Settings, command: list[str]) -> int:
+    cwd = settings.get("workdir") or os.getcwd()
+    if settings.get("open_mode") != "append":
+        for key in ("stdout", "stderr"):
+            truncate_shared(settings.get(key, ""), job_id, cwd)
+    spool = make_spool(job_id)
+    try:
+        with Client() as client, Interrupts() as interrupts:
+            body = step_body(job_id, settings, command, cwd, spool)
+            try:
+                started = client.call("step_start", {"step": body})
+            except ClientError as exc:
+                fail(f"Unable to create step for job {job_id}: {exc.message}")
+            tails = _step_tails(started["tasks"], body, settings)
+            result = _wait_step(client, job_id, started["step_id"], tails, interrupts)
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+    return _step_status(result)
+
+
+def _step_tails(tasks: list[dict[str, Any]], body: dict[str, Any],
+                settings: Settings) -> list[Tail]:
+    label, raw = bool(settings.get("label")), bool(settings.get("unbuffered"))
+    spool = body.get("spool", "")
+    tails = []
+    for task in tasks:
+        prefix = f"{task['procid']}: ".encode() if label else b""
+        if spool and "stdout" not in body:
+            tails.append(Tail(task["stdout"], sys.stdout.buffer, prefix, raw))
+        if spool and "stderr" not in body and task["stderr"] != task["stdout"]:
+            tails.append(Tail(task["stderr"], sys.stderr.buffer, prefix, raw))
+    return tails
+
+
+def _wait_step(client: Client, job_id: int, step_id: int, tails: list[Tail],
+               interrupts: Interrupts) -> dict[str, Any]:
+    poll, cancelled = POLL_START, 0
+    try:
+        while True:
+            moved = any([t.pump() for t in tails])
+            if interrupts.count > cancelled:
+                cancelled = interrupts.count
+                print(f"{PROG}: Job step aborted: cancelling step {job_id}.{step_id}",
+                      file=sys.stderr, flush=True)
+                client.call("step_cancel", {"job_id": job_id, "step_id": step_id})
+                if cancelled > 1:
+                    return {"done": True, "state": "CANCELLED", "exit_code": 0,
+                            "exit_signal": interrupts.signum, "tasks": []}
+            reply = client.call("step_wait", {"job_id": job_id, "step_id": step_id})
+            if reply.get("done"):
+                for tail in tails:
+                    tail.pump(final=True)
+                return reply
+            poll = POLL_START if moved else min(poll * 2, POLL_MAX)
+            time.sleep(poll)
+    finally:
+        for tail in tails:
+            tail.close()
+
+
+def _step_status(result: dict[str, Any]) -> int:
+    """Print srun's line for each failed task; the worst task's status is srun's."""
+    worst = 0
+    for procid, node, code, sig in result.get("tasks") or []:
+        if sig:
+            print(f"{PROG}: error: {node}: task {procid}: {_signal_text(sig)}",
+                  file=sys.stderr)
+            worst = max(worst, 128 + sig)
+        elif code:
+            print(f"{PROG}: error: {node}: task {procid}: Exited with exit code {code}",
+                  file=sys.stderr)
+            worst = max(worst, code)
+    if not result.get("tasks"):
+        sig = int(result.get("exit_signal") or 0)
+        worst = 128 + sig if sig else int(result.get("exit_code") or 0)
+    if worst == 0 and result.get("state") not in (None, "COMPLETED"):
+        worst = 1
+    return worst
+
+
+def _signal_text(sig: int) -> str:
+    try:
+        return signal.strsignal(sig) or f"signal {sig}"
+    except ValueError:
+        return f"signal {sig}"
+
+
+# --- a job of its own, outside an allocation --------------------------------------------------
+
+
+def job_script(srun_path: str, argv: list[str]) -> str:
+    """The batch script of an srun outside an allocation: this srun, again, inside the job."""
+    line = " ".join(shlex.quote(a) for a in [srun_path, *argv])
+    return f"#!/bin/sh\n# submitted by srun outside an allocation\nexec {line}\n"
+
+
+def run_job(settings: Settings, command: list[str], argv: list[str]) -> int:
+    from cli.sbatch import build_job
+
+    beside = os.path.join(os.path.dirname(sys.executable), PROG)
+    srun_path = beside if os.access(beside, os.X_OK) else shutil.which(PROG) or PROG
+    job_settings = {k: v for k, v in settings.items() if k not in _STEP_ONLY}
+    job_settings.setdefault("name", os.path.basename(command[0]))
+    spool = make_spool("job")
+    job = build_job(job_settings, job_script(srun_path, argv), os.path.basename(command[0]),
+                    " ".join(command)[:4000], [])
+    job["stdout"] = os.path.join(spool, "job.out")
+    job["stderr"] = os.path.join(spool, "job.err")
+    job["open_mode"] = "truncate"
+    os.chmod(spool, 0o700)
+    try:
+        with Client() as client, Interrupts() as interrupts:
+            try:
+                job_id = client.call("submit", {"job": job})["job_id"]
+            except ClientError as exc:
+                fail(f"Unable to allocate resources: {exc.message}")
+            tails = [Tail(job["stdout"], sys.stdout.buffer), Tail(job["stderr"],
+                                                                  sys.stderr.buffer)]
+            final = _wait_job(client, job_id, tails, interrupts, bool(settings.get("_quiet")))
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+    if final.get("exit_signal"):
+        return 128 + int(final["exit_signal"])
+    if final.get("exit_code"):
+        return int(final["exit_code"])
+    return 0 if final.get("state") == "COMPLETED" else 1
+
+
+_FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+def _wait_job(client: Client, job_id: int, tails: list[Tail], interrupts: Interrupts,
+              quiet: bool) -> dict[str, Any]:
+    poll, cancelled, queued = POLL_START, 0, False
+    submitted = time.monotonic()
+    try:
+        while True:
+            moved = any([t.pump() for t in tails])
+            if interrupts.count > cancelled:
+                cancelled = interrupts.count
+                print(f"{PROG}: forcing job termination", file=sys.stderr, flush=True)
+                client.call("cancel", {"job_ids": [str(job_id)]})
+            try:
+                jobs = client.call("query_jobs", {"job_ids": [str(job_id)],
+                                                  "all_states": True})["jobs"]
+            except ClientError as exc:
+                if exc.code != "invalid_job_id":
+                    raise
+                jobs = []
+            job = jobs[0] if jobs else {"state": "COMPLETED"}
+            state = job["state"]
+            if quiet:
+                pass
+            elif state == "PENDING" and not queued and time.monotonic() - submitted > QUEUED_AFTER:
+                queued = True
+                print(f"{PROG}: job {job_id} queued and waiting for resources", file=sys.stderr,
+                      flush=True)
+            elif state != "PENDING" and queued:
+                queued = False
+                print(f"{PROG}: job {job_id} has been allocated resources", file=sys.stderr,
+                      flush=True)
+            if state in _FINISHED:
+                for tail in tails:
+                    tail.pump(final=True)
+                return job
+            poll = POLL_START if moved else min(poll * 2, POLL_MAX)
+            time.sleep(poll)
+    finally:
+        for tail in tails:
+            tail.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""Job steps: srun's ``step_start``/``step_wait``/``step_cancel`` and the agents' ``step_ended``.
+
+The flow of one ``srun`` inside a batch job::
+
+    srun --step_start--> schedd: owner? RUNNING? lay tasks over the allocation (schedd.steps),
+                         commit the job_steps row (RUNNING), then launch_step to every node
+    agentd (each node) runs its tasks as the job's user, each writing its own output files,
+                         and reports step_ended (every task's exit) until acknowledged
+    srun --step_wait--> schedd: done yet? the worst task's exit; srun exits with it
+
+The batch step (``JOBID.batch``) gets its row here too, when a job starts and ends, so sacct
+shows both kinds. When a job ends, every step of it still running is told to stop on every
+node, and its row is closed with the job's fate; agents list the jobs they run steps for in
+their heartbeats, so a step whose job schedd no longer runs is fenced even if that message was
+lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from schedd import protocol
+from schedd.handlers import Context, RequestError
+from schedd.hostlist import compress
+from schedd.identity import Caller
+from schedd.jobenv import expand_output_pattern, step_environment, task_overlay
+from schedd.ledger.store import LedgerError, StepRecord
+from schedd.model import Job, JobState
+from schedd.state import RUNNING_STATES
+from schedd.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
+
+log = logging.getLogger("schedd.steps")
+
+NOT_RUNNING = "Job/step already completing or completed"
+_SHAPE_FIELDS = ("ntasks", "nodes", "ntasks_per_node", "cpus_per_task", "gpus", "gpus_per_node",
+                 "gpus_per_task")
+
+
+# --- srun ------------------------------------------------------------------------------------
+
+
+def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    spec = body["step"]
+    protocol.check(spec, protocol.STEP_START_FIELDS, "step_start.step")
+    job = _own_job(ctx, caller, spec["job_id"])
+    if job.state != JobState.RUNNING:
+        raise RequestError(NOT_RUNNING)
+    argv, env, cwd = _command(spec)
+    shape = StepShape(**{name: spec.get(name) or 0 for name in _SHAPE_FIELDS})
+    try:
+        shares = plan(job, shape)
+    except StepError as exc:
+        raise RequestError(str(exc)) from None
+    step_id = ctx.steps.next_id(job.id, -1 if ctx.steps.known(job.id)
+                                else ctx.state.store.max_step_id(job.id))
+    now = ctx.now()
+    cpus_per_task = shape.cpus_per_task or job.cpus_per_task
+    counts = [len(s.procids) for s in shares]
+    nodes = [s.node for s in shares]
+    tasks = _task_files(job, spec, step_id, shares, cwd)
+    ctx.state.store.save_steps([StepRecord(
+        job_id=job.id, step_id=str(step_id), name=str(spec.get("name") or os.path.basename(
+            argv[0]))[:200], node_list=compress(nodes), num_nodes=len(nodes),
+        num_tasks=sum(counts), cpus=sum(s.cpus for s in shares), state="RUNNING",
+        start_time=now)])
+    ctx.steps.add(LiveStep(job.id, step_id, nodes, sum(counts), now, waiting=set(nodes)))
+    for share in shares:
+        node_env = step_environment(env, job, step_id, share.index, share.node, share.cpus,
+                                    list(share.gpus), list(share.procids), nodes, counts,
+                                    cpus_per_task)
+        ctx.agents.launch_step(share.node, {
+            "job_id": job.id, "step_id": step_id, "user": job.user, "uid": job.uid,
+            "gid": job.gid, "argv": argv, "cwd": cwd, "environment": node_env,
+            "tasks": [tasks[p] for p in share.procids],
+            "time_limit": job.extra.get("run_limit", ctx.state.time_limit(job)),
+            "job_start": job.start_time, "kill_wait": ctx.cfg.kill_wait,
+        })
+    return {"step_id": step_id, "nodes": nodes, "node_list": compress(nodes),
+            "tasks": [{"procid": p, "node": s.node, "stdout": tasks[p]["stdout"],
+                       "stderr": tasks[p]["stderr"]} for s in shares for p in s.procids]}
+
+
+def step_wait(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """Has the step ended? With every task's exit once it has (srun polls this)."""
+    job_id, step_id = body["job_id"], body["step_id"]
+    live = ctx.steps.get(job_id, step_id)
+    if live is not None:
+        _own_job(ctx, caller, job_id)
+        if not live.done:
+            return {"done": False}
+        ctx.steps.forget(job_id, step_id)
+        return {"done": True, "state": live.state, "exit_code": live.exit_code,
+                "exit_signal": live.exit_signal,
+                "tasks": [[e.procid, e.node, e.exit_code, e.exit_signal]
+                          for e in sorted(live.exits.values(), key=lambda e: e.procid)]}
+    return _stored_step(ctx, caller, job_id, step_id)
+
+
+def _stored_step(ctx: Context, caller: Caller, job_id: int, step_id: int) -> dict[str, Any]:
+    """A step schedd no longer holds in memory (answered once already, or schedd restarted)."""
+    job = ctx.state.jobs.get(job_id)
+    if job is None:
+        found = ctx.state.store.query_jobs(job_ids=[job_id])
+        job = next((j for j in found if j.id == job_id), None)
+    if job is None or (caller.uid not in (0, job.uid)):
+        raise RequestError(_invalid_step(job_id, step_id), protocol.E_INVALID_JOB)
+    row = next((r for r in ctx.state.store.query_steps([job_id]) if r.step_id == str(step_id)),
+               None)
+    if row is None:
+        raise RequestError(_invalid_step(job_id, step_id), protocol.E_INVALID_JOB)
+    if row.state == "RUNNING" and job.state in RUNNING_STATES:
+        return {"done": False}
+    state = row.state if row.state != "RUNNING" else JobState.CANCELLED.value
+    return {"done": True, "state": state, "exit_code": row.exit_code,
+            "exit_signal": row.exit_signal, "tasks": []}
+
+
+def _invalid_step(job_id: int, step_id: int) -> str:
+    return f"Invalid job id specified: step {job_id}.{step_id} is not known"
+
+
+def step_cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """srun was interrupted: stop the step's tasks on every node (SIGTERM, KillWait, SIGKILL)."""
+    job_id, step_id = body["job_id"], body["step_id"]
+    _own_job(ctx, caller, job_id)
+    live = ctx.steps.get(job_id, step_id)
+    if live is None or live.done:
+        return {"cancelled": False}
+    for node in sorted(live.waiting):
+        ctx.agents.terminate_steps(node, job_id, step_id, JobState.CANCELLED.value)
+    return {"cancelled": True}
+
+
+def _own_job(ctx: Context, caller: Caller, job_id: int) -> Job:
+    job = ctx.state.jobs.get(job_id)
+    if job is None:
+        raise RequestError("Invalid job id specified", protocol.E_INVALID_JOB)
+    if caller.uid not in (0, job.uid):
+        raise RequestError("Access/permission denied", protocol.E_PERMISSION)
+    return job
+
+
+def _command(spec: dict[str, Any]) -> tuple[list[str], dict[str, str], str]:
+    argv = spec["argv"]
+    if not argv or not argv[0] or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise RequestError("no command to run (srun needs an executable)")
+    env = spec["environment"]
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or not isinstance(value, str) or "\0" in value:
+            raise RequestError(f"invalid environment variable {str(name)[:64]!r}")
+    cwd = spec["cwd"]
+    if not os.path.isabs(cwd):
+        raise RequestError("working directory must be an absolute path")
+    if spec.get("open_mode", "truncate") not in ("truncate", "append"):
+        raise RequestError("Invalid --open-mode specification")
+    return list(argv), dict(env), cwd
+
+
+def _task_files(job: Job, spec: dict[str, Any], step_id: int, shares: list[NodeShare],
+                cwd: str) -> dict[int, dict[str, Any]]:
+    """Each task's launch entry: its rank overlay and its stdout/stderr paths.
+
+    ``--output``/``--error`` patterns are expanded per task (%t rank, %n node index, %N node,
+    %s step); without them output goes to the spool srun forwards from. A file shared by tasks
+    of several nodes is opened for appending (srun truncated it before asking), so no node
+    clobbers another's lines."""
+    out_pattern, err_pattern = spec.get("stdout") or "", spec.get("stderr") or ""
+    spool = spec.get("spool") or ""
+    base = cwd.replace("%", "%%")
+    tasks: dict[int, dict[str, Any]] = {}
+    writers: dict[str, set[str]] = {}
+    for share in shares:
+        for local, procid in enumerate(share.procids):
+            subs = {"t": str(procid), "n": str(share.index), "s": str(step_id)}
+
+            def path(pattern: str, subs: dict[str, str] = subs, node: str = share.node) -> str:
+                full = pattern if os.path.isabs(pattern) else os.path.join(base, pattern)
+                return expand_output_pattern(full, job, node, subs)
+
+            if out_pattern:
+                stdout = path(out_pattern)
+            elif spool:
+                stdout = os.path.join(spool, f"{procid}.out")
+            else:
+                stdout = os.devnull
+            if err_pattern:
+                stderr = path(err_pattern)
+            elif out_pattern:
+                stderr = stdout
+            elif spool:
+                stderr = os.path.join(spool, f"{procid}.err")
+            else:
+                stderr = os.devnull
+            tasks[procid] = {"procid": procid, "env": task_overlay(procid, local),
+                             "stdout": stdout, "stderr": stderr, "append": False}
+            for p in {stdout, stderr}:
+                writers.setdefault(p, set()).add(share.node)
+    appending = spec.get("open_mode") == "append"
+    for entry in tasks.values():
+        entry["append"] = appending or any(
+            len(writers[p]) > 1 for p in (entry["stdout"], entry["stderr"]))
+    return tasks
+
+
+# --- agents ----------------------------------------------------------------------------------
+
+
+def step_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Every task of a step on one node has ended; the step ends when its last node says so."""
+    if body["node"] != caller:
+        raise RequestError(f"agent {caller!r} cannot speak for node {body['node']!r}")
+    exits = []
+    for item in body["tasks"]:
+        if (isinstance(item, list) and len(item) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in item)):
+            exits.append(TaskExit(item[0], caller, item[1], item[2]))
+    job_id, step_id = body["job_id"], body["step_id"]
+    end = float(body["end_time"])
+    live = ctx.steps.get(job_id, step_id)
+    if live is None:
+        _close_unknown(ctx, job_id, step_id, body["state"], exits, end)
+        return {}
+    if live.node_ended(caller, str(body["state"]), exits, end):
+        _store_end(ctx, live)
+    return {}
+
+
+def _close_unknown(ctx: Context, job_id: int, step_id: int, state: str, exits: list[TaskExit],
+                   end: float) -> None:
+    """A report for a step schedd forgot (it restarted): close the row with what it says."""
+    code = max((e.exit_code for e in exits), default=0)
+    sig = next((e.exit_signal for e in exits if e.exit_signal), 0)
+    if state == "COMPLETED" and (code or sig):
+        state = "FAILED"
+    try:
+        ctx.state.store.end_step(job_id, str(step_id), state, code, sig, end)
+    except LedgerError as exc:
+        log.warning("cannot record the end of step %d.%d: %s", job_id, step_id, exc)
+
+
+def _store_end(ctx: Context, live: LiveStep) -> None:
+    try:
+        ctx.state.store.end_step(live.job_id, str(live.step_id), live.state, live.exit_code,
+                                 live.exit_signal, live.end_time)
+    except LedgerError as exc:
+        log.warning("cannot record the end of step %d.%d: %s", live.job_id, live.step_id, exc)
+
+
+def reconcile(ctx: Context, node: str, job_ids: list[Any]) -> None:
+    """Fence step tasks an agent runs for jobs schedd no longer runs (from its heartbeat)."""
+    for job_id in job_ids:
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            continue
+        job = ctx.state.jobs.get(job_id)
+        if job is None or job.state not in RUNNING_STATES:
+            ctx.agents.terminate_steps(node, job_id, None, JobState.CANCELLED.value)
+
+
+# --- the batch step, and the end of a job ----------------------------------------------------
+
+
+def batch_started(ctx: Context, jobs: list[Job], now: float) -> None:
+    """``JOBID.batch`` rows for jobs just started (a requeued job's replaces its old one)."""
+    rows = [StepRecord(job_id=j.id, step_id="batch", name="batch", node_list=j.batch_host,
+                       num_nodes=1, num_tasks=1,
+                       cpus=j.allocation[0].cpus if j.allocation else 0, state="RUNNING",
+                       start_time=now) for j in jobs]
+    try:
+        ctx.state.store.save_steps(rows)
+    except LedgerError as exc:
+        log.warning("cannot record batch steps: %s", exc)
+
+
+def job_finished(ctx: Context, job: Job) -> None:
+    """A job ended: close its batch step, and stop and close every step still running."""
+    state = job.state.value
+    batch_state = JobState.CANCELLED.value if state == JobState.TIMEOUT.value else state
+    try:
+        ctx.state.store.end_step(job.id, "batch", batch_state, job.exit_code, job.exit_signal,
+                                 job.end_time)
+    except LedgerError as exc:
+        log.warning("cannot record the end of %d.batch: %s", job.id, exc)
+    if not ctx.steps.known(job.id):
+        return
+    fate = state if state in (JobState.TIMEOUT.value, JobState.NODE_FAIL.value) \
+        else JobState.CANCELLED.value
+    stragglers = [s for s in ctx.steps.of_job(job.id) if not s.done]
+    nodes = {n for s in stragglers for n in s.waiting}
+    for live in stragglers:
+        live.abandon(fate, job.end_time)
+        _store_end(ctx, live)
+    for node in sorted(nodes):
+        ctx.agents.terminate_steps(node, job.id, None, fate)
+    ctx.steps.forget(job.id)

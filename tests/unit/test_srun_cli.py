@@ -1,0 +1,114 @@
+"""cli.srun without a cluster: options, the step request, output forwarding, exit status."""
+
+from __future__ import annotations
+
+import io
+import shlex
+from pathlib import Path
+
+import pytest
+
+from cli import srun
+from cli.errors import CommandError
+
+
+def test_options_reuse_sbatchs_parsers_plus_sruns_own() -> None:
+    settings, command = srun.parse(["-n2", "-N", "2", "--ntasks-per-node=1", "-c", "3", "-l",
+                                    "-u", "--cpu-bind=q", "--gpus", "a100:2", "-o", "o_%t",
+                                    "--mpi=pmix", "python", "-u", "x.py", "-n", "9"])
+    assert command == ["python", "-u", "x.py", "-n", "9"]  # stops at the command
+    assert (settings["num_tasks"], settings["num_nodes"], settings["ntasks_per_node"]) == (2, 2, 1)
+    assert settings["cpus_per_task"] == 3 and settings["gpus"] == 2
+    assert settings["label"] and settings["unbuffered"] and settings["cpu_bind"] == "q"
+    assert settings["stdout"] == "o_%t"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pty", "bash"], "--pty is not supported"),
+    (["-n", "0", "x"], 'Invalid numeric value "0" for --ntasks.'),
+    (["--input=task0.txt", "x"], "--input other than 'none'"),
+    (["--jobid=abc", "x"], 'Invalid numeric value "abc" for --jobid.'),
+    (["--no-such-option", "x"], "unrecognized option '--no-such-option'"),
+])
+def test_bad_options_are_one_line_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(CommandError) as err:
+        srun.parse(argv)
+    assert message in err.value.lines[0]
+
+
+def test_no_command_is_slurms_fatal_line(capsys) -> None:
+    assert srun.main([]) == 1
+    assert capsys.readouterr().err == "srun: fatal: No command given to execute.\n"
+    assert srun.main(["--version"]) == 0
+
+
+def test_step_request_carries_only_what_was_given(monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    settings, command = srun.parse(["-n", "4", "--export=NONE", "hostname"])
+    body = srun.step_body(12, settings, command, "/w", "/tmp/sp")
+    assert body == {"job_id": 12, "argv": ["hostname"], "cwd": "/w", "environment": {},
+                    "name": "hostname", "ntasks": 4, "spool": "/tmp/sp"}
+    settings, command = srun.parse(["-o", "a", "-e", "b", "--open-mode=append", "-J", "s", "x"])
+    body = srun.step_body(12, settings, command, "/w", "/tmp/sp")
+    assert (body["stdout"], body["stderr"], body["open_mode"], body["name"]) == \
+        ("a", "b", "append", "s")
+    assert "spool" not in body
+
+
+def test_tail_copies_whole_lines_with_labels_as_they_come(tmp_path: Path) -> None:
+    path = tmp_path / "0.out"
+    sink = io.BytesIO()
+    tail = srun.Tail(str(path), sink, b"3: ")
+    assert not tail.pump()  # not there yet
+    path.write_bytes(b"one\ntw")
+    assert tail.pump()
+    assert sink.getvalue() == b"3: one\n"
+    with open(path, "ab") as fh:
+        fh.write(b"o\nthree")
+    tail.pump()
+    assert sink.getvalue() == b"3: one\n3: two\n"
+    tail.pump(final=True)
+    assert sink.getvalue() == b"3: one\n3: two\n3: three"
+    tail.close()
+
+
+def test_unbuffered_tail_copies_bytes_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "0.out"
+    path.write_bytes(b"50%")
+    sink = io.BytesIO()
+    srun.Tail(str(path), sink, raw=True).pump()
+    assert sink.getvalue() == b"50%"
+
+
+def test_exit_status_is_the_worst_tasks(capsys) -> None:
+    ok = {"done": True, "state": "COMPLETED", "tasks": [[0, "n1", 0, 0], [1, "n2", 0, 0]]}
+    assert srun._step_status(ok) == 0
+    bad = {"done": True, "state": "FAILED", "tasks": [[0, "n1", 3, 0], [1, "n2", 1, 0]]}
+    assert srun._step_status(bad) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["srun: error: n1: task 0: Exited with exit code 3",
+                   "srun: error: n2: task 1: Exited with exit code 1"]
+    killed = {"done": True, "state": "FAILED", "tasks": [[0, "n1", 3, 0], [1, "n1", 0, 9]]}
+    assert srun._step_status(killed) == 137
+    assert "task 1: Killed" in capsys.readouterr().err
+    from_ledger = {"done": True, "state": "CANCELLED", "exit_code": 0, "exit_signal": 0,
+                   "tasks": []}
+    assert srun._step_status(from_ledger) == 1
+
+
+def test_job_script_runs_the_same_srun_line_inside_the_job() -> None:
+    script = srun.job_script("/venv/bin/srun", ["-N", "2", "bash", "-c", "echo $X 'q'"])
+    assert script.startswith("#!/bin/sh\n")
+    line = script.splitlines()[-1]
+    assert shlex.split(line) == ["exec", "/venv/bin/srun", "-N", "2", "bash", "-c", "echo $X 'q'"]
+
+
+def test_shared_output_files_are_truncated_first(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_NAME", "jn")
+    shared = tmp_path / "all-12-jn.txt"
+    shared.write_text("old\n")
+    per_task = tmp_path / "t-0.txt"
+    per_task.write_text("old\n")
+    srun.truncate_shared("all-%j-%x.txt", 12, str(tmp_path))
+    srun.truncate_shared("t-%t.txt", 12, str(tmp_path))
+    assert shared.read_text() == "" and per_task.read_text() == "old\n"

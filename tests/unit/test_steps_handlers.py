@@ -1,0 +1,219 @@
+"""schedd's step handlers (step_start/step_wait/step_cancel/step_ended, batch rows, job end)
+against a real ledger on both databases, with the agents replaced by a recorder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from schedd import protocol
+from schedd.handlers import RequestError
+from schedd.handlers import steps as h
+from schedd.identity import Caller
+from schedd.ledger import Store, upgrade
+from schedd.model import Job, JobState, NodeAllocation
+from schedd.steps import StepTable
+from tests.pgutil import PostgresUnavailable, fresh_database, fresh_schema
+
+OWNER, STRANGER, ROOT = Caller(1000, 1000), Caller(1001, 1001), Caller(0, 0)
+
+
+@pytest.fixture(scope="module")
+def pg_database():
+    try:
+        manager = fresh_database()
+        url = manager.__enter__()
+    except PostgresUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield url
+    manager.__exit__(None, None, None)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/kiln.db"
+        upgrade(url)
+        s = Store(url)
+        yield s
+        s.close()
+        return
+    with fresh_schema(request.getfixturevalue("pg_database")) as url:
+        upgrade(url)
+        s = Store(url)
+        yield s
+        s.close()
+
+
+@dataclass
+class Agents:
+    sent: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def launch_step(self, node: str, step: dict[str, Any]) -> None:
+        protocol.check(step, protocol.STEP_LAUNCH_FIELDS, "launch_step")
+        self.sent.append(("launch_step", node, step))
+
+    def terminate_steps(self, node: str, job_id: int, step_id: int | None, state: str) -> None:
+        self.sent.append(("terminate_steps", node, {"job_id": job_id, "step_id": step_id,
+                                                    "state": state}))
+
+
+class FakeState:
+    def __init__(self, store: Store):
+        self.store = store
+        self.jobs: dict[int, Job] = {}
+
+    def time_limit(self, job: Job) -> int | None:
+        return job.time_limit
+
+
+@pytest.fixture
+def ctx(store):
+    c = SimpleNamespace(state=FakeState(store), agents=Agents(), steps=StepTable(),
+                        cfg=SimpleNamespace(kill_wait=3), now=lambda: 1000.0)
+    job = Job(id=7, name="train", user="alice", uid=1000, gid=1000, state=JobState.RUNNING,
+              workdir="/work", num_nodes=2, ntasks_per_node=2, start_time=990.0,
+              time_limit=600, batch_host="node1",
+              allocation=[NodeAllocation("node1", 4, 100, [0, 1]),
+                          NodeAllocation("node2", 4, 100, [2, 3])])
+    store.insert_jobs([job])
+    c.state.jobs[7] = job
+    h.batch_started(c, [job], 990.0)
+    return c
+
+
+def _start(ctx, caller: Caller = OWNER, **kw: Any) -> dict[str, Any]:
+    step = {"job_id": 7, "argv": ["hostname"], "environment": {"PATH": "/bin"}, "cwd": "/work",
+            "spool": "/tmp/sp", **kw}
+    return h.step_start(ctx, caller, {"step": step})
+
+
+def _end(ctx, node: str, tasks: list[list[int]], state: str = "COMPLETED") -> None:
+    h.step_ended(ctx, node, {"node": node, "job_id": 7, "step_id": 0, "state": state,
+                             "tasks": tasks, "end_time": 1005.0})
+
+
+def test_step_start_lays_tasks_over_the_nodes_and_commits_a_running_row(ctx) -> None:
+    reply = _start(ctx, stdout="out_%j_%t_%N.txt")
+    assert reply["step_id"] == 0 and reply["nodes"] == ["node1", "node2"]
+    assert [(t["procid"], t["node"], t["stdout"]) for t in reply["tasks"]] == [
+        (0, "node1", "/work/out_7_0_node1.txt"), (1, "node1", "/work/out_7_1_node1.txt"),
+        (2, "node2", "/work/out_7_2_node2.txt"), (3, "node2", "/work/out_7_3_node2.txt")]
+    launches = [(node, s) for op, node, s in ctx.agents.sent if op == "launch_step"]
+    assert [n for n, _ in launches] == ["node1", "node2"]
+    node2 = launches[1][1]
+    assert node2["environment"]["SLURM_NODEID"] == "1"
+    assert node2["environment"]["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert [t["env"]["SLURM_PROCID"] for t in node2["tasks"]] == ["2", "3"]
+    assert [t["env"]["SLURM_LOCALID"] for t in node2["tasks"]] == ["0", "1"]
+    assert node2["tasks"][0]["stderr"] == node2["tasks"][0]["stdout"]  # no --error: same file
+    assert node2["time_limit"] == 600 and node2["job_start"] == 990.0
+    rows = {r.step_id: r for r in ctx.state.store.query_steps([7])}
+    assert list(rows) == ["batch", "0"]
+    assert (rows["0"].state, rows["0"].num_tasks, rows["0"].node_list, rows["0"].name) == \
+        ("RUNNING", 4, "node[1-2]", "hostname")
+    assert _start(ctx)["step_id"] == 1
+
+
+def test_forwarded_output_goes_to_the_spool_and_shared_files_append(ctx) -> None:
+    reply = _start(ctx)
+    assert reply["tasks"][3]["stdout"] == "/tmp/sp/3.out"
+    assert reply["tasks"][3]["stderr"] == "/tmp/sp/3.err"
+    _start(ctx, stdout="all-%j.txt")
+    second = [s for op, _, s in ctx.agents.sent if op == "launch_step" and s["step_id"] == 1]
+    assert all(t["append"] for s in second for t in s["tasks"])  # two nodes write it
+    _start(ctx, stdout="node-%n.txt")
+    third = [s for op, _, s in ctx.agents.sent if op == "launch_step" and s["step_id"] == 2]
+    assert not any(t["append"] for s in third for t in s["tasks"])
+
+
+def test_only_the_owner_or_root_starts_steps_in_a_running_job(ctx) -> None:
+    with pytest.raises(RequestError, match="permission denied"):
+        _start(ctx, STRANGER)
+    assert _start(ctx, ROOT)["step_id"] == 0
+    with pytest.raises(RequestError, match="Invalid job id"):
+        h.step_start(ctx, OWNER, {"step": {"job_id": 99, "argv": ["x"], "environment": {},
+                                           "cwd": "/"}})
+    ctx.state.jobs[7].state = JobState.COMPLETING
+    with pytest.raises(RequestError, match="already completing"):
+        _start(ctx)
+
+
+def test_bad_step_requests_are_refused_with_one_line(ctx) -> None:
+    with pytest.raises(RequestError, match="no command"):
+        _start(ctx, argv=[])
+    with pytest.raises(RequestError, match="absolute"):
+        _start(ctx, cwd="rel")
+    with pytest.raises(RequestError, match="Only allocated 2 nodes"):
+        _start(ctx, nodes=3)
+    with pytest.raises(protocol.ProtocolError, match="unknown field"):
+        _start(ctx, bogus=1)
+    with pytest.raises(RequestError, match="environment"):
+        _start(ctx, environment={"A=B": "x"})
+
+
+def test_the_step_ends_when_every_node_reported_with_the_worst_exit(ctx) -> None:
+    _start(ctx)
+    assert h.step_wait(ctx, OWNER, {"job_id": 7, "step_id": 0}) == {"done": False}
+    _end(ctx, "node1", [[0, 0, 0], [1, 2, 0]])
+    assert h.step_wait(ctx, OWNER, {"job_id": 7, "step_id": 0}) == {"done": False}
+    with pytest.raises(RequestError):
+        h.step_ended(ctx, "node1", {"node": "node2", "job_id": 7, "step_id": 0,
+                                    "state": "COMPLETED", "tasks": [], "end_time": 1.0})
+    _end(ctx, "node2", [[2, 0, 0], [3, 0, 0]])
+    done = h.step_wait(ctx, OWNER, {"job_id": 7, "step_id": 0})
+    assert done["done"] and done["state"] == "FAILED" and done["exit_code"] == 2
+    assert done["tasks"][1] == [1, "node1", 2, 0]
+    row = next(r for r in ctx.state.store.query_steps([7]) if r.step_id == "0")
+    assert (row.state, row.exit_code, row.end_time) == ("FAILED", 2, 1005.0)
+    again = h.step_wait(ctx, OWNER, {"job_id": 7, "step_id": 0})  # answered from the ledger
+    assert again["done"] and again["exit_code"] == 2
+    with pytest.raises(RequestError):
+        h.step_wait(ctx, STRANGER, {"job_id": 7, "step_id": 0})
+
+
+def test_step_cancel_tells_the_nodes_still_running_it(ctx) -> None:
+    _start(ctx)
+    _end(ctx, "node1", [[0, 0, 0], [1, 0, 0]])
+    ctx.agents.sent.clear()
+    assert h.step_cancel(ctx, OWNER, {"job_id": 7, "step_id": 0}) == {"cancelled": True}
+    assert ctx.agents.sent == [("terminate_steps", "node2",
+                                {"job_id": 7, "step_id": 0, "state": "CANCELLED"})]
+    with pytest.raises(RequestError):
+        h.step_cancel(ctx, STRANGER, {"job_id": 7, "step_id": 0})
+
+
+def test_job_end_closes_the_batch_row_and_stops_running_steps(ctx) -> None:
+    _start(ctx)
+    job = ctx.state.jobs[7]
+    job.state, job.exit_code, job.end_time = JobState.TIMEOUT, 0, 1590.0
+    ctx.agents.sent.clear()
+    h.job_finished(ctx, job)
+    assert sorted(n for op, n, _ in ctx.agents.sent if op == "terminate_steps") == \
+        ["node1", "node2"]
+    rows = {r.step_id: r for r in ctx.state.store.query_steps([7])}
+    assert rows["batch"].state == "CANCELLED"  # Slurm's batch step of a timed-out job
+    assert (rows["0"].state, rows["0"].end_time) == ("TIMEOUT", 1590.0)
+    assert not ctx.steps.known(7)
+    # a late report from a node is still written down
+    _end(ctx, "node2", [[2, 0, 15], [3, 0, 15]], state="TIMEOUT")
+    row = next(r for r in ctx.state.store.query_steps([7]) if r.step_id == "0")
+    assert (row.state, row.exit_signal) == ("TIMEOUT", 15)
+
+
+def test_heartbeats_fence_steps_of_jobs_no_longer_running(ctx) -> None:
+    ctx.state.jobs[8] = Job(id=8, state=JobState.COMPLETED)
+    h.reconcile(ctx, "node2", [7, 8, 9, "x"])
+    assert [(n, b["job_id"]) for _, n, b in ctx.agents.sent] == [("node2", 8), ("node2", 9)]
+
+
+def test_step_ids_continue_from_the_ledger_after_a_restart(ctx) -> None:
+    _start(ctx)
+    _start(ctx)
+    ctx.steps = StepTable()  # schedd restarted
+    assert _start(ctx)["step_id"] == 2
+    assert ctx.state.store.max_step_id(7) == 2
+    assert ctx.state.store.max_step_id(99) == -1
