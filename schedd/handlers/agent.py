@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schedd import health
 from schedd.handlers import Context, RequestError
 from schedd.handlers import steps as job_steps
 from schedd.ledger.store import JobEvent
@@ -39,7 +40,7 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     known = ctx.state.nodes.get(name)
     if known is not None:  # an admin's DRAIN/DOWN outlives agent restarts
         node.state, node.reason = known.state, known.reason
-        if node.state == NodeState.DOWN and known.reason in ("", "Not responding"):
+        if node.state == NodeState.DOWN and known.reason in ("", health.NOT_RESPONDING):
             node.state, node.reason = NodeState.IDLE, ""
     node.partitions = ctx.state.partitions_of(name)
     node.last_heartbeat = now
@@ -59,10 +60,9 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
     if node is None:
         return {"register": True}  # schedd does not know this node (yet): register first
     now = ctx.now()
-    was_alive = ctx.state.node_alive(node, now)
-    node.last_heartbeat = now
-    if not was_alive:
+    if not ctx.state.node_alive(node, now):
         ctx.wake_scheduler()
+    health.node_heard(ctx, node, now)
     _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
     job_steps.reconcile(ctx, name, body.get("steps") or [])
     return {}
