@@ -1,0 +1,97 @@
+"""Chaos: schedd is kill -9'd while four users submit; nothing acknowledged may be lost.
+
+Four submitters run 250 `sbatch` each while schedd is killed (SIGKILL) and brought back with
+`kiln up` three times at random moments. Afterwards every job id any submitter printed exists
+with its script, ids are unique, and every job ran to completion exactly once in the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from schedd.ledger.store import Store
+from tests.integration.cluster import Cluster, cleanup, world_tempdir
+from tests.integration.conftest import BACKENDS, _cluster
+
+SUBMITTERS = 4
+JOBS_EACH = 250
+KILLS = 3
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def chaos(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    yield from _cluster(request, request.param, nodes=1, fake_gpus="8xH100-80GB", kill_wait=2)
+
+
+def _submitter(cluster: Cluster, index: int, workdir, printed: list[int], errors: list[str]):
+    for n in range(JOBS_EACH):
+        res = cluster.run("sbatch", "--parsable", "-J", f"s{index}", "-t", "5",
+                          "--wrap", f"echo chaos-{index}-{n}", cwd=workdir)
+        if res.returncode == 0:
+            printed.append(int(res.stdout.strip()))
+        else:
+            errors.append(res.stderr.strip())
+
+
+def test_kill9_of_schedd_loses_no_acknowledged_job(chaos: Cluster) -> None:
+    workdir = world_tempdir("kiln-chaos-")
+    rng = random.Random(20261129)
+    printed: list[list[int]] = [[] for _ in range(SUBMITTERS)]
+    errors: list[str] = []
+    threads = [threading.Thread(target=_submitter, args=(chaos, i, workdir, printed[i], errors))
+               for i in range(SUBMITTERS)]
+    try:
+        for t in threads:
+            t.start()
+        for _ in range(KILLS):
+            time.sleep(rng.uniform(1.0, 4.0))
+            pid = int((chaos.home / "run" / "schedd.pid").read_text())
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(rng.uniform(0.0, 0.5))
+            res = chaos.run("kiln", "up")
+            assert res.returncode == 0, res.stderr
+        for t in threads:
+            t.join(timeout=600)
+        ids = [i for chunk in printed for i in chunk]
+        assert len(ids) == len(set(ids)), "an id was printed twice"
+        assert len(ids) >= SUBMITTERS * JOBS_EACH // 2, f"too few submissions: {errors[:3]}"
+        deadline = time.time() + 300
+        res = chaos.run("squeue", "-h", "-o", "%i")
+        while res.stdout.strip() and time.time() < deadline:
+            time.sleep(1.0)
+            res = chaos.run("squeue", "-h", "-o", "%i")
+        assert not res.stdout.strip(), "jobs still queued long after the storm"
+        store = Store(chaos.db_url)
+        try:
+            jobs = {j.id: j for j in store.query_jobs(job_ids=ids)}
+            missing = sorted(set(ids) - set(jobs))
+            assert not missing, f"acknowledged jobs lost: {missing[:10]}"
+            for index, chunk in enumerate(printed):
+                for job_id in chunk:
+                    job = jobs[job_id]
+                    assert job.name == f"s{index}" and "echo chaos-" in job.script
+                    assert job.state.value == "COMPLETED", (job_id, job.state, job.reason)
+                    assert job.start_time > 0 and job.end_time >= job.start_time
+            batch_rows = store.query_steps(ids)
+            per_job: dict[int, int] = {}
+            for step in batch_rows:
+                if step.step_id == "batch":
+                    per_job[step.job_id] = per_job.get(step.job_id, 0) + 1
+            assert all(per_job.get(i) == 1 for i in ids), "a job has no or two batch records"
+        finally:
+            store.close()
+        outputs = sorted(p.name for p in workdir.glob("slurm-*.out"))
+        assert len(outputs) >= len(ids)
+        print(f"chaos: {len(ids)} acknowledged, {len(jobs)} found, {len(errors)} sbatch errors "
+              f"while schedd was down")
+    finally:
+        subprocess.run(["pkill", "-f", str(workdir)], capture_output=True)
+        cleanup(workdir)

@@ -1,0 +1,119 @@
+"""agentd.sampler: fake and NVML GPU readings, process-tree RSS, and the stats a job ends with."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from agentd import sampler
+from schedd import accounting
+from schedd.model import GPU
+
+
+def gpus(n: int = 4, memory_mb: int = 81920) -> list[GPU]:
+    return [GPU(i, f"GPU-{i}", "NVIDIA H100-80GB", memory_mb) for i in range(n)]
+
+
+def test_fake_readings_are_deterministic_and_in_range() -> None:
+    seen = set()
+    for job_id in range(1, 200):
+        for index in range(8):
+            util, mem = sampler.fake_gpu_sample(job_id, index, 81920)
+            assert (util, mem) == sampler.fake_gpu_sample(job_id, index, 81920)
+            assert 30 <= util <= 99 and 8192 <= mem <= 81920 * 0.9
+            seen.add(util)
+    assert len(seen) > 30  # they differ between jobs and GPUs
+
+
+def fixed_rss(value: float = 2048.0):
+    return lambda pid: (value, {pid, pid + 1})
+
+
+def test_sampler_samples_new_jobs_at_once_then_on_the_interval() -> None:
+    s = sampler.Sampler(sampler.FakeGPUs(gpus()), interval=10, rss=fixed_rss())
+    s.track({"job_id": 7, "generation": 1, "gpus": [1, 3]})
+    running = [{"job_id": 7, "generation": 1, "pid": 100}]
+    s.tick(1000.0, running)  # due (first ever) and unsampled
+    s.tick(1001.0, running)  # neither due nor unsampled
+    assert s.jobs[(7, 1)].samples == 1
+    s.tick(1010.5, running)
+    stats = s.finish(7, 1)
+    u1, m1 = sampler.fake_gpu_sample(7, 1, 81920)
+    u3, m3 = sampler.fake_gpu_sample(7, 3, 81920)
+    assert stats == {accounting.STAT_SAMPLES: 2, accounting.STAT_RSS_MAX: 2048,
+                     accounting.STAT_RSS_MEAN: 2048,
+                     accounting.STAT_GPU_UTIL_MEAN: round((u1 + u3) / 2, 2),
+                     accounting.STAT_GPU_UTIL_MAX: round((u1 + u3) / 2, 2),
+                     accounting.STAT_GPU_MEM_MAX: int(m1 + m3)}
+    assert s.finish(7, 1) == {}  # forgotten
+
+
+def test_jobs_without_gpus_or_already_gone() -> None:
+    s = sampler.Sampler(None, interval=1, rss=fixed_rss(512.0))
+    s.tick(5.0, [{"job_id": 3, "generation": 2, "pid": 9}])  # adopted: never tracked
+    assert s.finish(3, 2) == {accounting.STAT_SAMPLES: 1, accounting.STAT_RSS_MAX: 512,
+                              accounting.STAT_RSS_MEAN: 512}
+    gone = sampler.Sampler(None, interval=1, rss=lambda pid: (0.0, set()))
+    gone.tick(5.0, [{"job_id": 4, "generation": 1, "pid": 9}])
+    assert gone.finish(4, 1) == {}
+
+
+def test_tree_rss_counts_children() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; x = b'x' * 20_000_000; "
+                              "time.sleep(30)"])
+    try:
+        for _ in range(50):
+            rss, pids = sampler.tree_rss_kb(os.getpid())
+            if child.pid in pids and rss > 20_000:
+                break
+            time.sleep(0.1)
+        assert child.pid in pids and os.getpid() in pids
+        assert rss > 20_000  # our own RSS plus the child's 20 MB
+    finally:
+        child.kill()
+        child.wait()
+    assert sampler.tree_rss_kb(child.pid) == (0.0, set())
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def fake_nvml(processes: list[Any], fail: set[int] = frozenset()) -> SimpleNamespace:
+    def handle(i: int) -> int:
+        if i in fail:
+            raise FakeNVMLError("GPU is lost")
+        return i
+
+    return SimpleNamespace(
+        NVMLError=FakeNVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=handle,
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=50 + h),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: processes,
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=3 * 1024 * 1024 * 1024))
+
+
+def test_nvml_readings_use_the_jobs_processes_else_the_device() -> None:
+    procs = [SimpleNamespace(pid=11, usedGpuMemory=1024 ** 3),
+             SimpleNamespace(pid=99, usedGpuMemory=5 * 1024 ** 3)]
+    nvml = sampler.NvmlGPUs(fake_nvml(procs))
+    assert nvml.sample(1, [0, 2], {10, 11}) == [(50.0, 1024.0), (52.0, 1024.0)]
+    assert nvml.sample(1, [0], {12}) == [(50.0, 3072.0)]  # no process of ours: device's use
+    lossy = sampler.NvmlGPUs(fake_nvml(procs, fail={1}))
+    assert lossy.sample(1, [0, 1], {11}) == [(50.0, 1024.0)]
+
+
+def test_make_sampler_picks_the_backend() -> None:
+    assert sampler.make_sampler([], False, 10).backend is None
+    assert isinstance(sampler.make_sampler(gpus(2), True, 10).backend, sampler.FakeGPUs)
+
+
+@pytest.mark.parametrize("interval", [0, -1])
+def test_interval_has_a_floor(interval: float) -> None:
+    assert sampler.Sampler(None, interval).interval == 0.05
