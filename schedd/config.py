@@ -90,6 +90,7 @@ class Config:
     curve: bool = False  # agents must present a CURVE key listed in keys_dir/authorized
     keys_dir: str = ""  # default {home}/keys
     log_dir: str = ""
+    metrics_listen: str = ""  # HOST:PORT of schedd's Prometheus endpoint; "" = off (metrics.py)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     partitions: list[Partition] = field(default_factory=list)

@@ -1,58 +1,75 @@
-"""One scheduling cycle over a snapshot (first version: priority order, first fit).
+"""One scheduling cycle over a snapshot: ``schedule(snapshot, config) -> Decisions``.
+
+Pure: no database, no sockets, no clock (``snapshot.now`` is the time), and deterministic: the
+same snapshot gives the same decisions. The daemon and the trace simulator run this same code.
 
 Phases:
-1. order the pending jobs (priority, then submit time, then id)
-2. compute what each node has free from the running jobs
-3. walk the jobs in order; start each that fits now, mark the rest Priority/Resources
+1. fair-share factors from the association tree (``fairshare.factors``)
+2. priorities of every pending job (``priority.priorities``)
+3. order: jobs holding a promised start first (by that start), then by priority, submit
+   time, job id
+4. availability profile of every node from the running jobs (``profile.build``)
+5. the walk: start, reserve or hold back each job in order (``backfill.Walk``); jobs an
+   association or QOS limit holds back are screened out and every start counted
+   (``limits.Enforcer``)
+6. decisions: starts with their allocations, reasons, expected starts, integer priorities
 """
 
 from __future__ import annotations
 
 from schedd.config import SchedulerConfig
-from schedd.model import NodeAllocation
-from schedd.scheduler.snapshot import Decisions, NodeView, PendingJob, Snapshot, Start
+from schedd.scheduler import fairshare, limits, priority, profile
+from schedd.scheduler.backfill import Walk, check_config
+from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot, Start
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
-    decisions = Decisions()
-    order = sorted(snapshot.pending, key=lambda j: (j.submit_time, j.job_id))
-    free = _free_resources(snapshot)
-    blocked = False
-    for job in order:
-        if blocked:
-            decisions.reasons[job.job_id] = "Priority"
-            continue
-        alloc = _first_fit(job, snapshot.nodes, free)
-        if alloc is None:
-            decisions.reasons[job.job_id] = "Resources"
-            blocked = True
-            continue
-        for a in alloc:
-            cpus, mem, gpus = free[a.node]
-            free[a.node] = (cpus - a.cpus, mem - a.memory_mb, [g for g in gpus if g not in a.gpus])
-        decisions.starts.append(Start(job.job_id, alloc))
-    return decisions
+    check_config(config)
+    pending = snapshot.pending
+    if not pending:
+        return Decisions()
+    shares = None  # no association tree: fair share is the same for every job
+    if config.weight_fairshare and snapshot.associations:
+        wanted = {(j.account, j.user) for j in pending} | {(j.account, "") for j in pending}
+        shares = fairshare.factors(snapshot.associations, wanted)
+    prio = priority.priorities(
+        pending, snapshot.now, config, priority.ClusterSize.of(snapshot.nodes), shares
+    )
+    order = ordered(pending, prio, snapshot.promised)
+    timelines = profile.build(
+        snapshot.now, snapshot.nodes, snapshot.running, config.bf_resolution,
+        config.predict_runtime,
+    )
+    walk = Walk(timelines, snapshot.now, config, snapshot.promised,
+                snapshot.promised_nodes)
+    if snapshot.limits is None:
+        plan = walk.run(order)
+    else:  # association/QOS limits: skip blocked jobs, count each start (limits.py)
+        enforcer = limits.Enforcer(snapshot.limits, snapshot.running, snapshot.nodes,
+                                   snapshot.now)
+        plan = walk.run(enforcer.screen(order, walk.plan.starts, walk.plan.reasons))
+        plan.starts = enforcer.settle(plan.starts, plan.reasons)
+    return Decisions(
+        starts=[Start(job_id, alloc) for job_id, alloc in plan.starts],
+        reasons=plan.reasons,
+        expected_start=plan.expected_start,
+        reserved_nodes=plan.reserved_nodes,
+        priorities=priority.displayed(pending, prio),
+    )
 
 
-def _free_resources(snapshot: Snapshot) -> dict[str, tuple[int, int, list[int]]]:
-    free = {n.name: (n.cpus, n.memory_mb, [g.index for g in n.gpus]) for n in snapshot.nodes}
-    for run in snapshot.running:
-        for a in run.allocation:
-            if a.node in free:
-                cpus, mem, gpus = free[a.node]
-                free[a.node] = (cpus - a.cpus, mem - a.memory_mb, [g for g in gpus if g not in a.gpus])
-    return free
+def ordered(pending: list[PendingJob], prio: dict[int, float],
+            promised: dict[int, float]) -> list[PendingJob]:
+    """Priority order, except that jobs promised a start by an earlier cycle come first, in the
+    order of their promised starts.
 
-
-def _first_fit(job: PendingJob, nodes: list[NodeView], free) -> list[NodeAllocation] | None:
-    chosen: list[NodeAllocation] = []
-    for node in nodes:
-        if not node.available or (job.partition and job.partition not in node.partitions):
-            continue
-        cpus, mem, gpus = free[node.name]
-        if cpus >= job.cpus_per_node and mem >= job.mem_per_node_mb and len(gpus) >= job.gpus_per_node:
-            chosen.append(NodeAllocation(node.name, job.cpus_per_node, job.mem_per_node_mb,
-                                         gpus[: job.gpus_per_node]))
-            if len(chosen) == job.num_nodes:
-                return chosen
-    return None
+    Re-planning promised jobs in promise order never moves one later: every job planned before
+    it was promised no later, so (with limits that hold) it can only use less of the time after
+    this job's promise than it did when the promise was made. A newcomer, however high its
+    priority, is planned after them and cannot take a promised slot.
+    """
+    if promised:
+        far = float("inf")
+        return sorted(pending, key=lambda j: (promised.get(j.job_id, far), -prio[j.job_id],
+                                              j.submit_time, j.job_id))
+    return sorted(pending, key=lambda j: (-prio[j.job_id], j.submit_time, j.job_id))

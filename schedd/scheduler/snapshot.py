@@ -8,8 +8,12 @@ simulator builds them from a trace on a virtual clock; property tests build rand
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from schedd.model import GPU, Job, NodeAllocation
+
+if TYPE_CHECKING:
+    from schedd.scheduler.limits import LimitTable
 
 
 @dataclass(slots=True)
@@ -52,6 +56,8 @@ class PendingJob:
     qos_priority: int = 0
     partition_priority: int = 1
     admin_priority: int | None = None  # scontrol update Priority=: fixed, factors ignored
+    assoc_priority: int = 0  # the association's Priority (sacctmgr), for the assoc factor
+    predicted_runtime: int | None = None  # seconds, used for planning when predict_runtime is on
 
     @property
     def total_gpus(self) -> int:
@@ -68,6 +74,24 @@ class RunningJob:
     account: str = ""
     qos: str = "normal"
     partition: str = ""
+    predicted_end: float | None = None  # planning end when predict_runtime is on (<= end_time)
+
+
+@dataclass(slots=True)
+class AssociationView:
+    """One association of the fair-share tree as the core sees it.
+
+    An account association has ``user == ""``; a user association hangs under its account.
+    ``parent`` is the parent account ("" or "root" = directly under root). ``usage`` is the
+    decayed billing-seconds consumed by this association alone (children are summed by the core).
+    """
+
+    account: str
+    parent: str = ""
+    user: str = ""
+    shares: int = 1
+    usage: float = 0.0
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -76,6 +100,15 @@ class Snapshot:
     nodes: list[NodeView]
     running: list[RunningJob] = field(default_factory=list)
     pending: list[PendingJob] = field(default_factory=list)
+    associations: list[AssociationView] = field(default_factory=list)  # empty: no fair share
+    # expected starts promised by the previous cycle (Decisions.expected_start fed back): jobs that
+    # hold one are planned before jobs that do not, so a newcomer never takes a promised slot
+    promised: dict[int, float] = field(default_factory=dict)
+    # the nodes of those promises (Decisions.reserved_nodes fed back): a promised job stays on
+    # them, so on a cluster of many nodes it cannot take another promised job's slot either
+    promised_nodes: dict[int, list[str]] = field(default_factory=dict)
+    # association and QOS limits (scheduler/limits.py); None: no limits enforced
+    limits: LimitTable | None = None
 
 
 @dataclass(slots=True)
@@ -89,6 +122,7 @@ class Decisions:
     starts: list[Start] = field(default_factory=list)
     reasons: dict[int, str] = field(default_factory=dict)  # pending job -> Slurm reason
     expected_start: dict[int, float] = field(default_factory=dict)  # from the backfill plan
+    reserved_nodes: dict[int, list[str]] = field(default_factory=dict)  # the plan's nodes
     priorities: dict[int, int] = field(default_factory=dict)
 
 

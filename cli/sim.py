@@ -1,0 +1,123 @@
+"""``kiln sim``: replay a Standard Workload Format trace through kiln's scheduler core.
+
+    kiln sim TRACE.swf[.gz] [--policy fcfs|easy|conservative|kiln]
+             [--nodes N] [--gpus-per-node G] [--config kiln.toml] [--out schedule.csv]
+
+Prints the trace, the machine, the policy, the figures of ``schedd.sim.metrics`` and how fast
+the replay ran (jobs/s, and the share of that time spent inside the scheduler core). Every bad
+input is one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NoReturn
+
+import click
+
+from schedd.config import ConfigError
+
+if TYPE_CHECKING:
+    from schedd.sim.machine import Machine
+    from schedd.sim.metrics import Metrics
+    from schedd.sim.replay import Replay
+    from schedd.sim.swf import Trace
+
+PROG = "kiln sim"
+
+
+class _OneLineErrors(click.Command):
+    """Usage errors as one ``kiln sim: error: ...`` line and exit 1, like every kiln command."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            _fail(ctx, exc.format_message())
+
+
+def _fail(ctx: click.Context, message: str) -> NoReturn:
+    click.echo(f"{PROG}: error: {message}", err=True)
+    ctx.exit(1)
+
+
+@click.command(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("trace", metavar="TRACE.swf[.gz]")
+@click.option("--policy", default="kiln", show_default=True,
+              type=click.Choice(["fcfs", "easy", "conservative", "kiln"]),
+              help="fcfs, easy/conservative backfill, or kiln's own configuration")
+@click.option("--nodes", type=int, default=None,
+              help="replay on N GPU nodes instead of one pool of MaxProcs CPUs")
+@click.option("--gpus-per-node", type=int, default=None,
+              help="GPUs per node of the GPU model (default 8); one trace processor = one GPU")
+@click.option("--config", "config_file", default=None, metavar="FILE",
+              help="kiln.toml whose [scheduler] table the kiln policy uses")
+@click.option("--out", default=None, metavar="FILE",
+              help="write the schedule as CSV: id,submit,start,end,procs")
+@click.pass_context
+def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
+        gpus_per_node: int | None, config_file: str | None, out: str | None) -> None:
+    """Replay an SWF trace through the scheduler core on a virtual clock."""
+    from schedd.sim import machine as machines
+    from schedd.sim.metrics import summarize, write_csv
+    from schedd.sim.policy import policy_config
+    from schedd.sim.replay import SimError, replay
+    from schedd.sim.swf import SwfError, read_swf
+
+    for name, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
+        if value is not None and value < 1:
+            _fail(ctx, f"{name} must be at least 1, not {value}")
+    if config_file is not None and policy != "kiln":
+        _fail(ctx, "--config only applies to --policy kiln")
+    try:
+        config = policy_config(policy, config_file)
+        data = read_swf(trace)
+        if nodes is None and gpus_per_node is None:
+            machine = machines.pool(data.max_procs)
+        else:
+            machine = machines.gpu_cluster(data.max_procs, nodes, gpus_per_node)
+        result = replay(data, machine, config)
+    except (SwfError, SimError, ConfigError) as exc:
+        _fail(ctx, str(exc))
+    if not result.records:
+        _fail(ctx, f"no job of {trace} fits on {len(machine.nodes)} node(s) of "
+                   f"{machine.gpus_per_node} GPUs")
+    metrics = summarize(result, machine.capacity)
+    if out:
+        try:
+            write_csv(result.records, out)
+        except OSError as exc:
+            _fail(ctx, f"cannot write {out}: {exc.strerror or exc}")
+    _report(data, machine, policy, result, metrics, out)
+
+
+def _report(data: Trace, machine: Machine, policy: str, result: Replay, metrics: Metrics,
+            out: str | None) -> None:
+    dropped = ", ".join(f"{n:,} {why}" for why, n in sorted(data.dropped.items()))
+    lines = [
+        ("trace", f"{data.name} ({len(data.jobs):,} jobs kept"
+                  + (f"; dropped {dropped})" if dropped else ")")),
+        ("machine", _machine_line(data, machine, result.not_fitting)),
+        ("policy", policy),
+        *metrics.rows(),
+        ("replay", _speed_line(result)),
+    ]
+    if out:
+        lines.append(("schedule", out))
+    width = max(len(label) for label, _ in lines)
+    for label, value in lines:
+        click.echo(f"{label:<{width}}  {value}")
+
+
+def _machine_line(data: Trace, machine: Machine, not_fitting: int) -> str:
+    if not machine.gpus_per_node:
+        return f"1 node x {data.max_procs:,} CPUs ({data.max_procs_source})"
+    text = f"{len(machine.nodes):,} nodes x {machine.gpus_per_node} GPUs"
+    if not_fitting:
+        text += f" ({not_fitting:,} jobs larger than the cluster dropped)"
+    return text
+
+
+def _speed_line(result: Replay) -> str:
+    share = result.core_seconds / result.wall_seconds if result.wall_seconds > 0 else 0.0
+    return (f"{result.jobs_per_second:,.0f} jobs/s ({result.wall_seconds:.2f} s, "
+            f"{result.cycles:,} cycles, {share:.0%} in the scheduler core)")

@@ -1,0 +1,199 @@
+"""The walk: pending jobs in priority order over the availability profile.
+
+- A job that fits now, for its whole planned run, without touching any reservation, starts.
+- ``backfill=False``: the first job that does not fit stops the walk (strict FCFS/priority; it
+  still gets an expected start, which nothing can take from it).
+- ``backfill=True``: a job that does not fit gets a reservation at its earliest start, for up to
+  ``bf_max_reservations`` jobs; the reservation is held in the profile, so later jobs start now
+  only where they delay none (whether they end before it or use what it leaves over). With one
+  reservation this is EASY (Lifka), with many it is conservative backfill.
+- Fill rule ``area``: once some job waits, the jobs that could start now are not started in
+  priority order but gathered and started by GPUs x minutes (CPUs x minutes as the second key),
+  ties by name: the hole takes the largest area first, never the smallest GPU count first.
+  Fill rule ``short_area`` (the default): gathered likewise, but jobs planned for at most
+  ``bf_short_job`` seconds go first, shortest first: a wait hurts their (bounded) slowdown most
+  and they take almost no area; then the rest by area. A job that was promised a start by an
+  earlier cycle is never gathered: it starts in its turn, as promised.
+
+Reasons, as Slurm gives them: the first job held back for lack of resources is ``Resources``;
+the jobs after it that do not start are ``Priority``. At most ``bf_max_job_test`` jobs are
+looked at; the rest wait with ``Priority``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from schedd.config import SchedulerConfig
+from schedd.model import NodeAllocation
+from schedd.scheduler import placement
+from schedd.scheduler.profile import NodeTimeline, round_up
+from schedd.scheduler.snapshot import PendingJob
+
+FILL_RULES = ("priority", "area", "short_area")
+
+
+def check_config(config: SchedulerConfig) -> None:
+    """A clear one-line error for a policy the walk cannot follow (the daemon checks at start)."""
+    if config.fill not in FILL_RULES:
+        raise ValueError(f"scheduler fill rule {config.fill!r} is not one of "
+                         f"{', '.join(FILL_RULES)}")
+    for name in ("bf_max_reservations", "bf_max_job_test", "bf_resolution", "bf_window",
+                 "bf_short_job", "max_age"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"scheduler {name} must not be negative")
+
+
+@dataclass(slots=True)
+class Plan:
+    starts: list[tuple[int, list[NodeAllocation]]] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)
+    expected_start: dict[int, float] = field(default_factory=dict)
+    reserved_nodes: dict[int, list[str]] = field(default_factory=dict)
+
+
+def area(job: PendingJob, duration: float) -> tuple[float, float]:
+    minutes = duration / 60.0
+    return (job.total_gpus * minutes, job.cpus_per_node * job.num_nodes * minutes)
+
+
+class Walk:
+    """One walk over the ordered queue; see the module docstring for the rules."""
+
+    def __init__(self, timelines: list[NodeTimeline], now: float, config: SchedulerConfig,
+                 promised: Collection[int] = (),
+                 promised_nodes: Mapping[int, Sequence[str]] | None = None) -> None:
+        self.timelines = timelines
+        self.now = now
+        self.config = config
+        self.promised = promised
+        self.promised_nodes = promised_nodes or {}
+        self.free = placement.FreeIndex(timelines)
+        self.plan = Plan()
+        self.reservations = 0
+        self.planned_all = config.bf_max_reservations <= 0  # no reservation left to make
+        self.blocked = False
+        self.deferred: list[PendingJob] = []
+        self.candidates = placement.CandidateCache(timelines).get
+
+    def end_of(self, job: PendingJob, start: float) -> float:
+        return round_up(start + self.duration(job), self.config.bf_resolution)
+
+    def duration(self, job: PendingJob) -> int:
+        """Seconds the job is planned for: its limit, or its predicted run time when asked."""
+        limit = max(int(job.time_limit), 1)
+        if self.config.predict_runtime and job.predicted_runtime:
+            return min(max(int(job.predicted_runtime), 1), limit)
+        return limit
+
+    def run(self, order: Iterable[PendingJob]) -> Plan:
+        limit = max(self.config.bf_max_job_test, 1)
+        reasons = self.plan.reasons
+        jobs = iter(order)
+        tested = 0
+        for job in jobs:
+            if tested >= limit or (self.blocked and not self.config.backfill):
+                reasons[job.job_id] = "Priority"
+                break
+            tested += 1
+            self.visit(job)
+            if self.blocked and self.planned_all:
+                break
+        else:
+            return self.finish()
+        # Nothing left to plan: the rest can only start now, and most cannot (the quick
+        # FreeIndex test); this loop is what a long queue behind a full cluster costs.
+        may_fit, candidates, visit = self.free.may_fit, self.candidates, self.visit
+        for job in jobs:
+            if tested >= limit or not self.config.backfill:
+                reasons[job.job_id] = "Priority"
+            elif may_fit(job):
+                tested += 1
+                visit(job)
+            else:
+                tested += 1
+                reasons[job.job_id] = candidates(job).reason or "Priority"
+        return self.finish()
+
+    def finish(self) -> Plan:
+        if self.deferred:
+            self.fill_hole()
+        return self.plan
+
+    def visit(self, job: PendingJob) -> None:
+        cands = self.candidates(job)
+        if cands.reason:
+            self.plan.reasons[job.job_id] = cands.reason
+            return
+        if job.job_id in self.promised_nodes:
+            cands = placement.keep_to(cands, self.promised_nodes[job.job_id], job.num_nodes)
+        if self.free.may_fit(job):
+            chosen = placement.place_now(job, cands, self.now, self.end_of(job, self.now),
+                                         self.free)
+            if chosen is not None:
+                if (self.blocked and self.config.fill != "priority"
+                        and job.job_id not in self.promised):
+                    self.deferred.append(job)
+                    self.plan.reasons[job.job_id] = "Priority"
+                else:
+                    self.start(job, chosen)
+                return
+        self.plan.reasons[job.job_id] = "Priority" if self.blocked else "Resources"
+        if self.config.backfill:
+            if not self.planned_all:
+                self.reserve(job, cands.nodes)
+        elif not self.blocked:
+            self.reserve(job, cands.nodes)
+        self.blocked = True
+
+    def start(self, job: PendingJob, chosen: list[NodeTimeline]) -> None:
+        end = self.end_of(job, self.now)
+        for tl in chosen:
+            self.free.before_change(tl)
+            tl.hold(placement.demand_on(job, tl.view), self.now, end)
+        allocation = placement.allocate(job, chosen)
+        for tl in chosen:
+            self.free.after_change(tl)
+        self.plan.starts.append((job.job_id, allocation))
+        self.plan.reasons.pop(job.job_id, None)
+
+    def reserve(self, job: PendingJob, nodes: list[NodeTimeline]) -> None:
+        """Plan the job at its earliest start; hold the resources there (with backfill)."""
+        duration = self.end_of(job, self.now) - self.now
+        horizon = self.now + self.config.bf_window
+        found = placement.earliest_start(job, nodes, self.now, duration, horizon)
+        if found is None:
+            return
+        t, chosen = found
+        self.plan.expected_start[job.job_id] = t
+        self.plan.reserved_nodes[job.job_id] = sorted(tl.view.name for tl in chosen)
+        if not self.config.backfill:
+            return  # FCFS: nothing may start behind the head, so nothing need be held
+        end = self.end_of(job, t)
+        for tl in chosen:
+            tl.hold(placement.demand_on(job, tl.view), t, end)
+        self.reservations += 1
+        self.planned_all = self.reservations >= self.config.bf_max_reservations
+
+    def fill_hole(self) -> None:
+        """Start the gathered jobs that still fit, in the order of the fill rule."""
+        self.deferred.sort(key=self.fill_key)
+        for job in self.deferred:
+            if not self.free.may_fit(job):
+                continue
+            chosen = placement.place_now(
+                job, self.candidates(job), self.now, self.end_of(job, self.now), self.free
+            )
+            if chosen is not None:
+                self.start(job, chosen)
+
+    def fill_key(self, job: PendingJob) -> tuple:
+        """``area``: largest GPUs x minutes first (CPUs x minutes next), ties by name.
+        ``short_area``: jobs planned for at most ``bf_short_job`` seconds first, shortest first,
+        then the others as ``area``."""
+        duration = self.duration(job)
+        gpu_area, cpu_area = area(job, duration)
+        if self.config.fill == "short_area" and duration <= self.config.bf_short_job:
+            return (0, duration, 0.0, 0.0, job.name, job.job_id)
+        return (1, 0, -gpu_area, -cpu_area, job.name, job.job_id)

@@ -1,0 +1,372 @@
+"""Placement: which nodes (and inside them which GPUs) a job gets, now or at a planned time.
+
+Hard filters first (partition, features/constraints, GPU type, ``-w``, ``-x``, a node that takes
+nothing new), then best fit across nodes: the nodes that will have the least left over, so partly
+used nodes fill up and whole nodes stay free for big jobs. ``--exclusive`` takes whole nodes (its demand is the node's whole capacity, so an exclusive
+job fits only where nothing else runs or is planned).
+Inside a node the GPU indices keep NVLink islands whole (``NodeTimeline.pick_gpus``).
+
+Multi-node jobs are gangs: all nodes at one start time, or none.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+from dataclasses import dataclass
+from heapq import nsmallest
+
+from schedd.model import NodeAllocation
+from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline
+from schedd.scheduler.snapshot import NodeView, PendingJob
+
+# why a job can never be placed as things stand (Slurm's pending reasons)
+NEVER_FITS = "BadConstraints"
+NODES_UNAVAILABLE = "ReqNodeNotAvail"
+
+
+@dataclass(slots=True)
+class Candidates:
+    """The nodes a job may use at all, and why not if there are too few."""
+
+    nodes: list[NodeTimeline]
+    reason: str = ""
+    every: bool = False  # all available nodes: no membership test needed
+    ids: frozenset[int] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not self.every:
+            self.ids = frozenset(t.index for t in self.nodes)
+
+
+def _matches(job: PendingJob, node: NodeView) -> bool:
+    """The hard filters that do not depend on the job's size."""
+    if job.partition and node.partitions and job.partition not in node.partitions:
+        return False
+    if job.features and not job.features <= node.features:
+        return False
+    if job.gpu_type and job.gpu_type != node.gpu_type:
+        return False
+    return not (job.exclude and node.name in job.exclude)
+
+
+def _big_enough(job: PendingJob, node: NodeView) -> bool:
+    return (
+        job.cpus_per_node <= node.cpus
+        and job.mem_per_node_mb <= node.memory_mb
+        and job.gpus_per_node <= len(node.gpus)
+    )
+
+
+def filter_key(job: PendingJob) -> tuple:
+    """Jobs with equal keys pass the hard filters on the same nodes."""
+    return (job.partition, job.features, job.gpu_type, job.nodelist, job.exclude)
+
+
+class CandidateCache:
+    """The nodes each job may use, computed once per filter key per cycle.
+
+    Most jobs of a cycle share a filter key and fit the smallest matching node, so after the
+    first job of a key the answer is a dictionary lookup and three comparisons.
+    """
+
+    def __init__(self, timelines: Sequence[NodeTimeline]) -> None:
+        self.timelines = timelines
+        self._by_filter: dict[tuple, tuple[list[NodeTimeline], list[NodeTimeline],
+                                           tuple[int, int, int]]] = {}
+        self._by_size: dict[tuple, Candidates] = {}
+        self._whole: dict[tuple, Candidates] = {}
+        self._available = sum(1 for t in timelines if t.view.available)
+
+    def get(self, job: PendingJob) -> Candidates:
+        if job.num_nodes < 1:
+            return Candidates([], NEVER_FITS)
+        if job.partition or job.features or job.gpu_type or job.nodelist or job.exclude:
+            key = filter_key(job)
+        else:
+            key = ()
+        found = self._by_filter.get(key)
+        if found is None:
+            static = [t for t in self.timelines if _matches(job, t.view)]
+            usable = [t for t in static if t.view.available]
+            smallest = (
+                min((t.view.cpus for t in static), default=0),
+                min((t.view.memory_mb for t in static), default=0),
+                min((len(t.view.gpus) for t in static), default=0),
+            )
+            found = (static, usable, smallest)
+            self._by_filter[key] = found
+        static, usable, (c, m, g) = found
+        if (not job.nodelist and job.cpus_per_node <= c and job.mem_per_node_mb <= m
+                and job.gpus_per_node <= g):
+            if len(usable) >= job.num_nodes:
+                whole = self._whole.get(key)
+                if whole is None:
+                    whole = Candidates(usable, every=len(usable) == self._available)
+                    self._whole[key] = whole
+                return whole
+            if len(static) < job.num_nodes:
+                return Candidates([], NEVER_FITS)
+            return Candidates([], NODES_UNAVAILABLE)
+        full = (key, job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node, job.num_nodes)
+        cands = self._by_size.get(full)
+        if cands is None:
+            cands = _sized(job, [t for t in static if _big_enough(job, t.view)])
+            self._by_size[full] = cands
+        return cands
+
+
+def keep_to(cands: Candidates, names: Sequence[str], num_nodes: int) -> Candidates:
+    """The candidates narrowed to a promise's nodes, when they can still hold the gang.
+
+    A promised job that moved to other nodes could land in another promised job's slot there;
+    kept to its own nodes it only ever uses what its promise already counted on.
+    """
+    wanted = set(names)
+    kept = [t for t in cands.nodes if t.view.name in wanted]
+    if len(kept) < num_nodes or len(kept) < len(wanted):
+        return cands
+    return Candidates(kept)
+
+
+def _sized(job: PendingJob, static: list[NodeTimeline]) -> Candidates:
+    if job.nodelist:
+        names = {t.view.name for t in static}
+        if not job.nodelist <= names or len(job.nodelist) > job.num_nodes:
+            return Candidates([], NEVER_FITS)
+    if len(static) < job.num_nodes:
+        return Candidates([], NEVER_FITS)
+    usable = [t for t in static if t.view.available]
+    if len(usable) < job.num_nodes or (
+        job.nodelist and not job.nodelist <= {t.view.name for t in usable}
+    ):
+        return Candidates([], NODES_UNAVAILABLE)
+    return Candidates(usable)
+
+
+def candidates(job: PendingJob, timelines: Sequence[NodeTimeline]) -> Candidates:
+    """Nodes that pass the hard filters and take new work; a reason when fewer than needed."""
+    return _sized(job, [t for t in timelines if _matches(job, t.view) and _big_enough(job, t.view)])
+
+
+def demand_on(job: PendingJob, node: NodeView) -> Demand:
+    """What the job takes on ``node``: its per-node request, or the whole node if exclusive."""
+    if job.exclusive:
+        return Demand(node.cpus, node.memory_mb, len(node.gpus))
+    return Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
+
+
+def _leftover(tl: NodeTimeline, d: Demand, t: float) -> tuple[int, int, int, int]:
+    c, m, g = tl.free_at(t)
+    return (g - d.gpus, c - d.cpus, m - d.mem, tl.index)
+
+
+def _required_first(job: PendingJob, chosen: list[NodeTimeline]) -> list[NodeTimeline]:
+    """-w nodes are part of the gang whatever their fit rank."""
+    if not job.nodelist:
+        return chosen
+    return sorted(chosen, key=lambda t: (t.view.name not in job.nodelist, t.index))
+
+
+def place_now(
+    job: PendingJob, cands: Candidates, now: float, end: float, free: FreeIndex | None = None
+) -> list[NodeTimeline] | None:
+    """The best-fit gang that can run from now until ``end`` without touching any plan."""
+    if free is not None and not job.exclusive:
+        return _place_now_indexed(job, cands, now, end, free)
+    fitting = []
+    for tl in cands.nodes:
+        d = demand_on(job, tl.view)
+        if not tl.fits_now(d):
+            continue
+        if tl.monotone or tl.fits(d, now, end):
+            fitting.append(tl)
+    if len(fitting) < job.num_nodes:
+        return None
+    return _choose(job, fitting, now)
+
+
+def _place_now_indexed(
+    job: PendingJob, cands: Candidates, now: float, end: float, free: FreeIndex
+) -> list[NodeTimeline] | None:
+    """``place_now`` through the free-now buckets, least free first: the first nodes found
+    are the best fit, so a job on a big cluster looks at few nodes."""
+    d = Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
+    need = job.num_nodes
+    if job.nodelist:
+        need = len(cands.nodes)  # gather all: the -w nodes must be among the chosen
+    fitting: list[NodeTimeline] = []
+    timelines = free.timelines
+    every, ids = cands.every, cands.ids
+    for key in free.keys_at_least(d.gpus, d.cpus):
+        for index in free.buckets[key]:
+            if not every and index not in ids:
+                continue
+            tl = timelines[index]
+            if tl.mem[0] < d.mem:
+                continue
+            if tl.monotone or tl.fits(d, now, end):
+                fitting.append(tl)
+                if len(fitting) >= need:
+                    break
+        if len(fitting) >= need:
+            break
+    if len(fitting) < job.num_nodes:
+        return None
+    if job.nodelist:
+        return _choose(job, fitting, now)
+    # found in (free GPUs, free CPUs, node) order: already the best fit
+    return fitting[:need]
+
+
+class FreeIndex:
+    """Available nodes bucketed by what they have free now, ``(GPUs, CPUs) -> node indices``.
+
+    It answers the quick "can this fit anywhere now" (which keeps a full cluster's cycle linear
+    in the queue, not in the nodes) and walks nodes least-free first for best fit.
+    """
+
+    def __init__(self, timelines: Sequence[NodeTimeline]) -> None:
+        self.timelines = timelines
+        self.buckets: dict[tuple[int, int], list[int]] = {}
+        self.gpu_count: dict[int, int] = {}
+        self._keys: list[tuple[int, int]] | None = None
+        self._max_cpus = 0
+        for tl in timelines:
+            if tl.view.available:
+                self._add(tl)
+        self._max_cpus = max((k[1] for k in self.buckets), default=0)
+
+    def _add(self, tl: NodeTimeline) -> None:
+        key = (tl.gpus[0], tl.cpus[0])
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            self.buckets[key] = [tl.index]
+            self._keys = None
+        else:
+            insort(bucket, tl.index)
+        self.gpu_count[key[0]] = self.gpu_count.get(key[0], 0) + 1
+        if key[1] > self._max_cpus:
+            self._max_cpus = key[1]
+
+    def _remove(self, tl: NodeTimeline) -> None:
+        key = (tl.gpus[0], tl.cpus[0])
+        bucket = self.buckets[key]
+        del bucket[bisect_left(bucket, tl.index)]
+        if not bucket:
+            del self.buckets[key]
+            self._keys = None
+            if key[1] == self._max_cpus:
+                self._max_cpus = max((k[1] for k in self.buckets), default=0)
+        self.gpu_count[key[0]] -= 1
+        if not self.gpu_count[key[0]]:
+            del self.gpu_count[key[0]]
+
+    def before_change(self, tl: NodeTimeline) -> None:
+        if tl.view.available:
+            self._remove(tl)
+
+    def after_change(self, tl: NodeTimeline) -> None:
+        if tl.view.available:
+            self._add(tl)
+
+    def keys_at_least(self, gpus: int, cpus: int) -> list[tuple[int, int]]:
+        if self._keys is None:
+            self._keys = sorted(self.buckets)
+        return [k for k in self._keys if k[0] >= gpus and k[1] >= cpus]
+
+    def may_fit(self, job: PendingJob) -> bool:
+        """False only when no set of ``num_nodes`` available nodes has enough free now."""
+        if job.exclusive:
+            return True
+        if job.cpus_per_node > self._max_cpus:
+            return False
+        need = job.gpus_per_node
+        if need == 0 and job.num_nodes == 1:
+            return True
+        nodes = 0
+        for g, n in self.gpu_count.items():
+            if g >= need:
+                nodes += n
+        return nodes >= job.num_nodes
+
+
+def _choose(job: PendingJob, fitting: list[NodeTimeline], t: float) -> list[NodeTimeline] | None:
+    if job.nodelist:
+        required = [tl for tl in fitting if tl.view.name in job.nodelist]
+        if len(required) < len(job.nodelist):
+            return None
+        rest = [tl for tl in fitting if tl.view.name not in job.nodelist]
+    else:
+        required, rest = [], fitting
+    need = job.num_nodes - len(required)
+    rest.sort(key=lambda tl: _leftover(tl, demand_on(job, tl.view), t))
+    return required + rest[:need]
+
+
+def earliest_start(
+    job: PendingJob, nodes: Sequence[NodeTimeline], after: float, duration: float,
+    horizon: float,
+) -> tuple[float, list[NodeTimeline]] | None:
+    """The earliest time (no later than ``horizon``) at which the whole gang fits for
+    ``duration``, and the nodes it would use then; None if not within the horizon.
+
+    Each node contributes intervals of feasible starts; a sweep over their ends finds the first
+    instant covered by ``num_nodes`` of them.
+    """
+    events: list[tuple[float, int, int]] = []  # (time, 0 open / 1 close after, node index)
+    by_index = {}
+    fixed = None if job.exclusive else Demand(job.cpus_per_node, job.mem_per_node_mb,
+                                              job.gpus_per_node)
+    bounded = False  # any interval with an end: then only the full sweep will do
+    for tl in nodes:
+        by_index[tl.index] = tl
+        for lo, hi in tl.start_intervals(fixed or demand_on(job, tl.view), duration):
+            if hi < after:
+                continue
+            events.append((lo if lo > after else after, 0, tl.index))
+            if hi != INFINITY:
+                events.append((hi, 1, tl.index))
+                bounded = True
+    if not bounded and not job.nodelist and len(events) >= job.num_nodes:
+        # every interval runs to infinity: the gang starts at the num_nodes-th opening
+        t = nsmallest(job.num_nodes, events)[-1][0]
+        if t > horizon:
+            return None
+        opened = [by_index[e[2]] for e in events if e[0] <= t]
+        chosen = _choose(job, opened, t)
+        return (t, chosen) if chosen is not None else None
+    if not events:
+        return None
+    events.sort()
+    open_nodes: set[int] = set()
+    need = job.num_nodes
+    i = 0
+    n = len(events)
+    while i < n:
+        t = events[i][0]
+        if t > horizon:
+            return None
+        # opens at t count for t; closes at t (closed interval) still count for t
+        j = i
+        while j < n and events[j][0] == t and events[j][1] == 0:
+            open_nodes.add(events[j][2])
+            j += 1
+        if len(open_nodes) >= need:
+            chosen = _choose(job, [by_index[k] for k in sorted(open_nodes)], t)
+            if chosen is not None:
+                return t, chosen
+        while j < n and events[j][0] == t:
+            open_nodes.discard(events[j][2])
+            j += 1
+        i = j
+    return None
+
+
+def allocate(job: PendingJob, chosen: Sequence[NodeTimeline]) -> list[NodeAllocation]:
+    """The per-node allocation of a job starting now on ``chosen`` (GPU indices picked here)."""
+    out = []
+    for tl in _required_first(job, list(chosen)):
+        d = demand_on(job, tl.view)
+        out.append(NodeAllocation(tl.view.name, d.cpus, d.mem, tl.pick_gpus(d.gpus)))
+    return out

@@ -1,0 +1,125 @@
+"""Multifactor priority, Slurm's way: a weighted sum of factors in [0, 1], minus nice.
+
+``priority = w_age*age + w_fairshare*fairshare + w_job_size*size + w_partition*partition
++ w_qos*qos + w_assoc*assoc - nice``, where
+
+- age: time since submit over PriorityMaxAge, capped at 1;
+- fairshare: the association's classic factor (``fairshare.factors``); 1 for every job when
+  there is no association tree, 0 for a job outside the tree;
+- job size: the job's share of the cluster (GPUs when it asks for GPUs, else CPUs); with
+  PriorityFavorSmall, 1 minus that; with SMALL_RELATIVE_TO_TIME, the share per hour of time
+  limit, so short narrow jobs come first (``favor_small`` then reads as "small and short");
+- partition, QOS, association: their priority over the largest among the pending jobs.
+
+``PendingJob.admin_priority`` (scontrol update Priority=) replaces the sum. The float is the
+order; the int (at least 1 unless admin-set to 0) is what squeue %Q and scontrol show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from schedd.config import SchedulerConfig
+from schedd.scheduler.fairshare import AssocKey, job_factor
+from schedd.scheduler.snapshot import NodeView, PendingJob
+
+
+@dataclass(slots=True, frozen=True)
+class ClusterSize:
+    """Totals the job-size factor is measured against."""
+
+    cpus: int
+    gpus: int
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeView]) -> ClusterSize:
+        return cls(sum(n.cpus for n in nodes), sum(len(n.gpus) for n in nodes))
+
+
+def size_factor(job: PendingJob, cluster: ClusterSize, config: SchedulerConfig) -> float:
+    if job.gpus_per_node and cluster.gpus:
+        share = job.total_gpus / cluster.gpus
+    else:
+        share = job.cpus_per_node * job.num_nodes / max(cluster.cpus, 1)
+    share = min(share, 1.0)
+    if config.size_relative_to_time:
+        # share per hour of limit, squashed into [0, 1]: 1 hour of the whole cluster = 0.5
+        hours = max(job.time_limit, 1) / 3600.0
+        x = share * hours
+        share = x / (1.0 + x)
+    return 1.0 - share if config.favor_small else share
+
+
+def priorities(
+    pending: Sequence[PendingJob],
+    now: float,
+    config: SchedulerConfig,
+    cluster: ClusterSize,
+    fairshare: Mapping[AssocKey, float] | None,
+) -> dict[int, float]:
+    """The priority of every pending job, as a float (order) ready to be rounded for display."""
+    max_part = max(map(_partition_priority, pending), default=1) or 1
+    max_qos = max(map(_qos_priority, pending), default=0) if config.weight_qos else 0
+    max_assoc = max(map(_assoc_priority, pending), default=0) if config.weight_assoc else 0
+    w_age, w_fs, w_size = config.weight_age, config.weight_fairshare, config.weight_job_size
+    w_part = config.weight_partition / max_part
+    w_qos = config.weight_qos / max_qos if max_qos > 0 else 0.0
+    w_assoc = config.weight_assoc / max_assoc if max_assoc > 0 else 0.0
+    age_rate = w_age / config.max_age if config.max_age > 0 else 0.0
+    oldest = now - config.max_age  # submitted before this: age factor 1
+    # with no association tree every job's fair-share factor is 1: a constant
+    constant_fs = w_fs if fairshare is None else 0.0
+    out: dict[int, float] = {}
+    for job in pending:
+        if job.admin_priority is not None:
+            out[job.job_id] = float(job.admin_priority)
+            continue
+        submit = job.submit_time
+        if submit <= oldest or age_rate == 0.0:
+            p = float(w_age) if submit <= now else 0.0
+        else:
+            p = age_rate * (now - submit) if submit < now else 0.0
+        p += constant_fs + w_part * job.partition_priority - job.nice
+        if fairshare is not None and w_fs:
+            p += w_fs * job_factor(fairshare, job.account, job.user)
+        if w_size:
+            p += w_size * size_factor(job, cluster, config)
+        if w_qos and job.qos_priority > 0:
+            p += w_qos * job.qos_priority
+        if w_assoc and job.assoc_priority > 0:
+            p += w_assoc * job.assoc_priority
+        out[job.job_id] = p
+    return out
+
+
+def _partition_priority(job: PendingJob) -> int:
+    return job.partition_priority
+
+
+def _qos_priority(job: PendingJob) -> int:
+    return job.qos_priority
+
+
+def _assoc_priority(job: PendingJob) -> int:
+    return job.assoc_priority
+
+
+def display(value: float, admin: bool) -> int:
+    """The integer squeue shows: Slurm keeps computed priorities at 1 or more."""
+    if admin:
+        return int(value)
+    return max(int(round(value)), 1)
+
+
+def displayed(pending: Sequence[PendingJob], prio: Mapping[int, float]) -> dict[int, int]:
+    """``display`` for every pending job."""
+    out = {}
+    for j in pending:
+        v = prio[j.job_id]
+        if j.admin_priority is not None:
+            out[j.job_id] = int(v)
+        else:
+            r = int(v + 0.5)
+            out[j.job_id] = r if r > 1 else 1
+    return out

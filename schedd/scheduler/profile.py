@@ -1,0 +1,292 @@
+"""The availability profile: what each node has free now and at every future instant the plan
+knows of.
+
+Each node keeps a step function over time: breakpoints ``times`` (``times[0]`` is now) and, per
+segment ``[times[k], times[k+1])``, the free CPUs, memory and GPU count. Running jobs give the
+node back at their end (start + limit, or a prediction when asked for); reservations and the
+jobs this cycle starts take from it. Only counts are planned for the future: which GPU indices a
+reserved job gets is decided when it really starts, so the plan needs no more than counts.
+
+A node that has only releases ahead is *monotone* (free never shrinks): for it "fits now" means
+"fits for as long as you like" and the earliest fit is a single bisection, which is what keeps a
+cycle over a thousand nodes cheap. Only nodes that carry a future reservation pay for a scan.
+
+Times are rounded up to ``bf_resolution`` (an absolute grid, so consecutive cycles agree) to
+bound the number of breakpoints; rounding up is conservative: a plan never promises a resource
+earlier than it is surely free.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from schedd.scheduler.snapshot import NodeView, RunningJob
+
+INFINITY = math.inf
+
+
+@dataclass(slots=True, frozen=True)
+class Demand:
+    """What a job needs on each of its nodes."""
+
+    cpus: int
+    mem: int
+    gpus: int
+
+
+def round_up(t: float, resolution: int) -> float:
+    """``t`` rounded up to the ``resolution`` grid (no rounding for a resolution of 0 or 1)."""
+    if resolution <= 1 or t == INFINITY:
+        return t
+    return math.ceil(t / resolution) * resolution
+
+
+class NodeTimeline:
+    """One node's free resources over time, plus which GPU indices are free now."""
+
+    __slots__ = (
+        "index", "view", "times", "cpus", "mem", "gpus", "monotone", "gpus_free", "islands",
+        "_memo",
+    )
+
+    def __init__(self, index: int, view: NodeView, now: float) -> None:
+        self.index = index
+        self.view = view
+        self.times: list[float] = [now]
+        self.cpus: list[int] = [view.cpus]
+        self.mem: list[int] = [view.memory_mb]
+        self.gpus: list[int] = [len(view.gpus)]
+        self.monotone = True
+        self.gpus_free: list[int] = sorted(g.index for g in view.gpus)
+        self.islands: dict[int, int] = {g.index: g.island for g in view.gpus}
+        # start_intervals answers until the next change: reservations of one shape ask often
+        self._memo: dict[tuple, list[tuple[float, float]]] = {}
+
+    # --- building -------------------------------------------------------------------------
+
+    def set_releases(self, releases: list[tuple[float, int, int, int]]) -> None:
+        """Turn (time, cpus, mem, gpus) releases of the running jobs into the step function.
+
+        Called once, after the running jobs' holdings were taken from the first segment.
+        """
+        releases.sort()
+        c, m, g = self.cpus[0], self.mem[0], self.gpus[0]
+        times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        for t, dc, dm, dg in releases:
+            c, m, g = c + dc, m + dm, g + dg
+            if t <= times[-1]:
+                cpus[-1], mem[-1], gpus[-1] = c, m, g
+            else:
+                times.append(t)
+                cpus.append(c)
+                mem.append(m)
+                gpus.append(g)
+
+    def take_now(self, cpus: int, mem: int, gpu_indices: Iterable[int]) -> int:
+        """A running job's holding: removed from the first segment (its release is added later).
+
+        Returns how many of its GPU indices this node really has (the count to give back)."""
+        taken = 0
+        for i in gpu_indices:
+            pos = bisect_left(self.gpus_free, i)
+            if pos < len(self.gpus_free) and self.gpus_free[pos] == i:
+                del self.gpus_free[pos]
+                taken += 1
+        self.cpus[0] -= cpus
+        self.mem[0] -= mem
+        self.gpus[0] -= taken
+        return taken
+
+    # --- questions --------------------------------------------------------------------------
+
+    def fits_now(self, d: Demand) -> bool:
+        return self.cpus[0] >= d.cpus and self.mem[0] >= d.mem and self.gpus[0] >= d.gpus
+
+    def _seg(self, t: float) -> int:
+        """Index of the segment that contains instant ``t``."""
+        return bisect_right(self.times, t) - 1
+
+    def fits(self, d: Demand, start: float, end: float) -> bool:
+        """Whether ``d`` is free during the whole of ``[start, end)``."""
+        k = max(self._seg(start), 0)
+        if self.monotone:
+            return self.cpus[k] >= d.cpus and self.mem[k] >= d.mem and self.gpus[k] >= d.gpus
+        times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        n = len(times)
+        while k < n and times[k] < end:
+            if cpus[k] < d.cpus or mem[k] < d.mem or gpus[k] < d.gpus:
+                return False
+            k += 1
+        return True
+
+    def free_at(self, t: float) -> tuple[int, int, int]:
+        k = max(self._seg(t), 0)
+        return self.cpus[k], self.mem[k], self.gpus[k]
+
+    def start_intervals(self, d: Demand, duration: float) -> list[tuple[float, float]]:
+        """Closed intervals ``[lo, hi]`` of start times at which ``d`` fits for ``duration``.
+
+        A maximal run of fitting segments ``[A, B)`` admits every start in ``[A, B - duration]``.
+        """
+        key = (d.cpus, d.mem, d.gpus) if self.monotone else (d.cpus, d.mem, d.gpus, duration)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._start_intervals(d, duration)
+        return found
+
+    def _start_intervals(self, d: Demand, duration: float) -> list[tuple[float, float]]:
+        times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        n = len(times)
+        if self.monotone:
+            for k in range(n):
+                if cpus[k] >= d.cpus and mem[k] >= d.mem and gpus[k] >= d.gpus:
+                    return [(times[k], INFINITY)]
+            return []
+        out: list[tuple[float, float]] = []
+        k = 0
+        while k < n:
+            if cpus[k] >= d.cpus and mem[k] >= d.mem and gpus[k] >= d.gpus:
+                a = times[k]
+                while k < n and cpus[k] >= d.cpus and mem[k] >= d.mem and gpus[k] >= d.gpus:
+                    k += 1
+                b = times[k] if k < n else INFINITY
+                if b - a >= duration:
+                    out.append((a, b - duration))
+            else:
+                k += 1
+        return out
+
+    def earliest(self, d: Demand, duration: float) -> float | None:
+        """The earliest start at which ``d`` fits for ``duration``, or None if never."""
+        for lo, _hi in self.start_intervals(d, duration):
+            return lo
+        return None
+
+    # --- changes ----------------------------------------------------------------------------
+
+    def _split(self, t: float) -> int:
+        """Make ``t`` a breakpoint; return its segment index."""
+        k = self._seg(t)
+        if k >= 0 and self.times[k] == t:
+            return k
+        k += 1
+        self.times.insert(k, t)
+        self.cpus.insert(k, self.cpus[k - 1])
+        self.mem.insert(k, self.mem[k - 1])
+        self.gpus.insert(k, self.gpus[k - 1])
+        return k
+
+    def hold(self, d: Demand, start: float, end: float) -> None:
+        """Take ``d`` during ``[start, end)``: a job started now or a reservation."""
+        self._memo.clear()
+        if start > self.times[0]:
+            self.monotone = False
+        else:
+            start = self.times[0]
+        a = self._split(start)
+        b = self._split(end) if end != INFINITY else len(self.times)
+        for k in range(a, b):
+            self.cpus[k] -= d.cpus
+            self.mem[k] -= d.mem
+            self.gpus[k] -= d.gpus
+
+    def pick_gpus(self, count: int) -> list[int]:
+        """Choose ``count`` free GPU indices now, keeping NVLink islands whole.
+
+        Best fit by island: the island with the fewest free GPUs that still holds the whole
+        request; a request no island holds takes the emptiest islands whole, then the remainder
+        from the best-fitting island, so what stays free is in as few, as large pieces as can be.
+        """
+        if count <= 0:
+            return []
+        by_island: dict[int, list[int]] = {}
+        for i in self.gpus_free:
+            by_island.setdefault(self.islands.get(i, 0), []).append(i)
+        chosen: list[int] = []
+        need = count
+        while need > 0:
+            fitting = [(len(v), isl) for isl, v in by_island.items() if len(v) >= need]
+            if fitting:
+                _n, isl = min(fitting)
+                chosen.extend(by_island[isl][:need])
+                break
+            _n, isl = max((len(v), -isl) for isl, v in by_island.items())
+            part = by_island.pop(-isl)
+            chosen.extend(part)
+            need -= len(part)
+        chosen.sort()
+        taken = set(chosen)
+        self.gpus_free = [i for i in self.gpus_free if i not in taken]
+        return chosen
+
+
+def planning_end(run: RunningJob, use_prediction: bool) -> float:
+    """When a running job's resources come back in the plan: its limit, or a prediction.
+
+    Enforcement always uses the limit; a prediction only makes the plan less pessimistic.
+    """
+    if use_prediction and run.predicted_end is not None:
+        return min(run.predicted_end, run.end_time)
+    return run.end_time
+
+
+def build(
+    now: float,
+    nodes: Sequence[NodeView],
+    running: Sequence[RunningJob],
+    resolution: int,
+    use_prediction: bool = False,
+) -> list[NodeTimeline]:
+    """The profile of every node from the running jobs' holdings and planned ends."""
+    timelines = [NodeTimeline(i, n, now) for i, n in enumerate(nodes)]
+    by_name = {t.view.name: t for t in timelines}
+    releases: dict[int, list[tuple[float, int, int, int]]] = {}
+    for run in running:
+        # a job past its planned end still holds its resources now (KillWait, a late report):
+        # plan them back a moment later, never now
+        end = max(round_up(planning_end(run, use_prediction), resolution),
+                  round_up(now + 1, resolution))
+        for a in run.allocation:
+            tl = by_name.get(a.node)
+            if tl is None:
+                continue
+            taken = tl.take_now(a.cpus, a.memory_mb, a.gpus)
+            releases.setdefault(tl.index, []).append((end, a.cpus, a.memory_mb, taken))
+    for index, rel in releases.items():
+        timelines[index].set_releases(rel)
+    return timelines
+
+
+class RuntimeHistory:
+    """Runtime prediction (opt-in): the mean of a user's last two actual run times of one job
+    shape, capped by the limit. Pure: the owner records finished runs and asks for predictions.
+    """
+
+    def __init__(self, keep: int = 2) -> None:
+        self.keep = keep
+        self._runs: dict[tuple[str, tuple], list[float]] = {}
+
+    @staticmethod
+    def shape(num_nodes: int, cpus_per_node: int, gpus_per_node: int, time_limit: int) -> tuple:
+        return (num_nodes, cpus_per_node, gpus_per_node, time_limit)
+
+    def record(self, user: str, shape: tuple, runtime: float) -> None:
+        runs = self._runs.setdefault((user, shape), [])
+        runs.append(max(runtime, 0.0))
+        del runs[: -self.keep]
+
+    def predict(self, user: str, shape: tuple, limit: int) -> int | None:
+        """Predicted run time in seconds, or None without history."""
+        runs = self._runs.get((user, shape))
+        if not runs:
+            return None
+        return min(int(math.ceil(sum(runs) / len(runs))), limit)
+
+    def predicted_end(self, run: RunningJob, user_shape: tuple) -> float:
+        """Planning end of a running job: start + prediction, never past its limit."""
+        limit = int(run.end_time - run.start_time)
+        pred = self.predict(run.user, user_shape, limit)
+        return run.end_time if pred is None else run.start_time + pred
