@@ -25,7 +25,7 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import forecast, keys, metrics, protocol
+from schedd import forecast, health, keys, metrics, protocol
 from schedd.agents import AgentRegistry
 from schedd.handlers import AGENT_HANDLERS, CLIENT_HANDLERS, RequestError
 from schedd.handlers import steps as job_steps
@@ -66,6 +66,9 @@ class Daemon:
         self._cycle_due = True
         self._last_cycle = 0.0
         self._last_purge = 0.0
+        self._last_health = 0.0
+        self._promised: dict[int, float] = {}
+        self._promised_nodes: dict[int, list[str]] = {}
         self._stopping = False
 
     def _start_curve(self) -> keys.AgentKeyring:
@@ -123,6 +126,9 @@ class Daemon:
             now = self.now()
             if self._cycle_due or now - self._last_cycle >= self.cfg.scheduler.interval:
                 self.run_cycle(now)
+            if now - self._last_health >= 1.0:
+                health.check_nodes(self, now)
+                self._last_health = now
             if now - self._last_purge >= 5.0:
                 self.state.purge(now)
                 self._last_purge = now
@@ -190,8 +196,15 @@ class Daemon:
         self._last_cycle = now
         self.state.accrue_usage(now)
         snapshot, blocked = self.state.snapshot(now)
+        # promises of the last cycle: promised jobs are planned first, on their nodes, so a
+        # newcomer never takes a slot somebody was shown in `squeue --start`
+        pending = {p.job_id for p in snapshot.pending}
+        snapshot.promised = {j: t for j, t in self._promised.items() if j in pending}
+        snapshot.promised_nodes = {j: n for j, n in self._promised_nodes.items() if j in pending}
         started = time.perf_counter()
         decisions = schedule(snapshot, self.cfg.scheduler)
+        self._promised = decisions.expected_start
+        self._promised_nodes = decisions.reserved_nodes
         elapsed = time.perf_counter() - started
         if self.metrics is not None:
             self.metrics.cycle_done(elapsed)
