@@ -19,6 +19,8 @@ SUBCOMMANDS = {
     "sim": ("cli.sim", "sim"),
     "bench": ("cli.bench", "bench"),
     "keygen": ("cli.keygen", "keygen"),
+    "why": ("cli.why", "why"),
+    "stats": ("cli.stats", "stats"),
 }
 
 

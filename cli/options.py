@@ -443,7 +443,7 @@ overcommit:n:O oversubscribe:n:s parsable:n partition:r:p power:r prefer:r prior
 propagate:o qos:r:q quiet:n:Q reboot:n requeue:n reservation:r signal:r sockets-per-node:r
 spread-job:n switches:r tasks-per-node:r test-only:n thread-spec:r threads-per-core:r time:r:t
 time-min:r tmp:r uid:r use-min-nodes:n usage:n verbose:n:v version:n:V wait:n:W
-wait-all-nodes:r wckey:r wrap:r
+wait-all-nodes:r wckey:r wrap:r tres-per-task:r oom-kill-step:o segment:r
 """
 _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 _ALIASES = {"tasks-per-node": "ntasks-per-node"}
@@ -638,7 +638,119 @@ SBATCH_HANDLERS: dict[str, Handler] = {
     "verbose": _flag("_verbose", True),
     "mem-bind": _store("mem_bind"),
     "input": _store("stdin"),
+    "tres-per-task": lambda s, v: s.update(parse_tres_per_task(v or "")),
+    "cpus-per-gpu": _count("_cpus_per_gpu", "--cpus-per-gpu"),
+    "oversubscribe": _flag("exclusive", False),
+    "wckey": _store("wckey"),
 }
+
+
+# Options that mean nothing on kiln: accepted (scripts written for Slurm keep working), stored in
+# Job.extra, and announced with one warning line each. dest -> what the user should know.
+SBATCH_IGNORED: dict[str, str] = {
+    "clusters": "kiln schedules one cluster",
+    "cluster": "kiln schedules one cluster",
+    "mail-type": "recorded, but kiln sends no mail",
+    "mail-user": "recorded, but kiln sends no mail",
+    "acctg-freq": "agents sample every [agent] sample_interval seconds",
+    "bb": "no burst buffers", "bbf": "no burst buffers",
+    "container": "no OCI container support", "context": "no SELinux contexts",
+    "core-spec": "no core specialisation", "thread-spec": "no core specialisation",
+    "cores-per-socket": "kiln allocates CPUs, not sockets or cores",
+    "sockets-per-node": "kiln allocates CPUs, not sockets or cores",
+    "threads-per-core": "kiln allocates CPUs, not sockets or cores",
+    "extra-node-info": "kiln allocates CPUs, not sockets or cores",
+    "ntasks-per-core": "kiln allocates CPUs, not sockets or cores",
+    "ntasks-per-socket": "kiln allocates CPUs, not sockets or cores",
+    "hint": "kiln allocates CPUs, not sockets or cores",
+    "cpu-freq": "no CPU frequency control", "gpu-freq": "no GPU frequency control",
+    "power": "no power management", "reboot": "nodes are not rebooted for jobs",
+    "delay-boot": "nodes are not rebooted for jobs",
+    "switches": "no network topology", "network": "no network options",
+    "mcs-label": "no MCS labels", "profile": "no HDF5 profiling (see seff and sacct)",
+    "licenses": "no licenses are configured", "tmp": "temporary disk is not scheduled",
+    "deadline": "recorded, not enforced", "get-user-env": "the submit environment is used",
+    "propagate": "resource limits are not propagated", "gres-flags": "GPUs are placed by NVLink island",
+    "oom-kill-step": "a job over its memory is ended as a whole",
+    "segment": "no network topology",
+    "spread-job": "nodes are chosen by the placement policy",
+    "use-min-nodes": "nodes are chosen by the placement policy",
+    "wait-all-nodes": "the batch script starts when its nodes are allocated",
+    "cluster-constraint": "kiln schedules one cluster", "ignore-pbs": "#PBS lines are never read",
+    "batch": "the batch script runs on the first node of the allocation",
+    "contiguous": "nodes are chosen by the placement policy",
+    "distribution": "srun places tasks in block order",
+    "export-file": "use --export=VAR=value",
+    "gpu-bind": "tasks see the job's GPUs (CUDA_VISIBLE_DEVICES)",
+    "kill-on-invalid-dep": "a job whose dependency can never be met stays pending with "
+                           "reason DependencyNeverSatisfied; scancel it",
+    "mincpus": "use -c/--cpus-per-task",
+    "no-kill": "a job on a failed node ends as NODE_FAIL",
+    "ntasks-per-gpu": "use -n with --gpus-per-task", "ntasks-per-tres": "use -n with --gpus-per-task",
+    "overcommit": "kiln allocates at least one CPU per task",
+    "prefer": "a soft preference, not honoured",
+    "priority": "set by the scheduler; use --nice, or scontrol update Priority= as an operator",
+    "mem-bind": "no memory binding",
+}
+
+
+# Options whose meaning kiln cannot honour and that change what runs or as whom: refused.
+SBATCH_REFUSED: dict[str, str] = {
+    "uid": "jobs run as the submitting user",
+    "gid": "jobs run with the submitting user's group",
+    "container": "kiln runs no OCI containers; start one from the script (apptainer exec ...)",
+    "gpus-per-socket": "kiln does not model sockets; use --gpus-per-node",
+}
+
+
+def refused_option(parsed: Parsed) -> str:
+    """The error line for the first refused option given, or ''."""
+    for opt, _ in parsed:
+        why = SBATCH_REFUSED.get(opt.dest)
+        if why is not None:
+            return f"--{opt.long} is not supported by kiln: {why}"
+    return ""
+
+
+def parse_tres_per_task(text: str) -> dict[str, Any]:
+    """--tres-per-task=cpu:4,gres/gpu:2 (also 'gres/gpu:a100:2', '=' for ':') -> settings."""
+    out: dict[str, Any] = {}
+    for item in text.replace("=", ":").split(","):
+        parts = [p.strip() for p in item.strip().split(":")]
+        if parts[0] == "cpu" and len(parts) == 2 and parts[1].isdigit():
+            out["cpus_per_task"] = int(parts[1])
+        elif parts[0] in ("gres/gpu", "gpu") and len(parts) in (2, 3) and parts[-1].isdigit():
+            out["gpus_per_task"] = int(parts[-1])
+            if len(parts) == 3:
+                out["gpu_type"] = parts[1]
+        else:
+            raise OptionError("Invalid --tres-per-task specification")
+    return out
+
+
+def resolve_cpus_per_gpu(settings: Settings) -> None:
+    """--cpus-per-gpu=N without -c: give each task enough CPUs for N per GPU on its node
+    (kiln allocates CPUs per task; the GPU count per node comes from the other options)."""
+    per_gpu = settings.pop("_cpus_per_gpu", None)
+    if per_gpu is None or "cpus_per_task" in settings:
+        return
+    nodes = max(int(settings.get("num_nodes") or 1), 1)
+    tasks = int(settings.get("ntasks_per_node") or -(-int(settings.get("num_tasks") or 1)
+                                                     // nodes))
+    gpus = int(settings.get("gpus_per_node") or -(-int(settings.get("gpus") or 0) // nodes)
+               or int(settings.get("gpus_per_task") or 0) * tasks)
+    if gpus:
+        settings["cpus_per_task"] = max(-(-per_gpu * gpus // max(tasks, 1)), 1)
+
+
+def ignored_warnings(parsed: Parsed) -> list[str]:
+    """One warning per ignored option given (in the order first given)."""
+    seen: dict[str, str] = {}
+    for opt, _ in parsed:
+        why = SBATCH_IGNORED.get(opt.dest)
+        if why is not None and opt.long not in seen:
+            seen[opt.long] = f"--{opt.long} is ignored: {why}"
+    return list(seen.values())
 
 
 def apply_options(settings: Settings, parsed: Parsed) -> None:

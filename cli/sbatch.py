@@ -25,7 +25,10 @@ from cli.options import (
     build_environment,
     directive_tokens,
     env_options,
+    ignored_warnings,
     parse_argv,
+    refused_option,
+    resolve_cpus_per_gpu,
 )
 from schedd import paths
 from schedd.protocol import SUBMIT_FIELDS
@@ -98,6 +101,14 @@ def submit_command(argv: Sequence[str]) -> int:
         apply_options(settings, cli_opts)
     except OptionError as exc:
         raise CommandError(exc.message, prefixed=exc.prefixed) from None
+    resolve_cpus_per_gpu(settings)
+    given = [*directives, *env_options(dict(os.environ)), *cli_opts]
+    refused = refused_option(given)
+    if refused:
+        fail(refused)
+    if not settings.get("_quiet"):
+        for warning in ignored_warnings(given):
+            print(f"{PROG}: warning: {warning}", file=sys.stderr)
     job = build_job(settings, script, default_name, command, script_args)
     with Client() as client:
         return _submit(client, job, settings)

@@ -33,8 +33,14 @@ TABLE = OptionTable([
     Opt("quiet", "Q", NO_ARG), Opt("reservation", "R"), Opt("sibling", ""),
     Opt("signal", "s"), Opt("state", "t"), Opt("user", "u"), Opt("verbose", "v", NO_ARG),
     Opt("version", "V", NO_ARG), Opt("nodelist", "w"), Opt("wckey", ""), Opt("me", "", NO_ARG),
-    Opt("help", "", NO_ARG), Opt("usage", "", NO_ARG),
+    Opt("help", "", NO_ARG), Opt("usage", "", NO_ARG), Opt("cron", "c", NO_ARG),
 ])
+# Accepted options that mean nothing on kiln: one warning line each (not with -Q).
+IGNORED = {"clusters": "kiln schedules one cluster", "sibling": "kiln has no federation",
+           "cron": "kiln has no scrontab"}
+# Filters schedd's cancel request has no field for: scancel selects those jobs itself (a
+# query first), then cancels them by id, so a filter is never silently dropped.
+LOCAL_FILTERS = ("reservation", "wckey", "interactive")
 
 _JOB_ID = re.compile(r"^\d+(?:_(?:\d+|\[[\d,\-%]+\]))?(?:\.(?:\d+|batch|extern))?$")
 # Errors that -Q silences: the job is gone already, which is what the caller wanted.
@@ -96,7 +102,8 @@ def build_request(values: dict[str, str | None], positional: list[str]) -> dict[
         body["batch_only"] = True
     if "full" in values:
         body["full"] = True
-    if len(body) == sum(k in body for k in ("signal", "batch_only", "full")):
+    local = any(values.get(k) for k in ("reservation", "wckey"))
+    if len(body) == sum(k in body for k in ("signal", "batch_only", "full")) and not local:
         fail("No job identification provided")
     return body
 
@@ -117,9 +124,17 @@ def scancel_command(argv: Sequence[str]) -> int:
     if "version" in values:
         print("slurm 22.05.8 (kiln)")
         return 0
+    if "quiet" not in values:
+        for dest, why in IGNORED.items():
+            if dest in values:
+                print(f"{PROG}: warning: --{dest} is ignored: {why}", file=sys.stderr)
     body = build_request(values, positional)
     try:
         with Client() as client:
+            if any(key in values for key in LOCAL_FILTERS):
+                body = select_locally(client, body, values)
+                if not body.get("job_ids"):
+                    return 0
             reply = client.call("cancel", body)
     except ClientError as exc:
         if "quiet" in values and exc.code in QUIET_CODES:
@@ -127,6 +142,43 @@ def scancel_command(argv: Sequence[str]) -> int:
         ids = ",".join(body.get("job_ids", []))
         raise CommandError(_kill_error(ids, exc.message) if ids else exc.message) from None
     return report_errors(reply.get("errors", []), quiet="quiet" in values)
+
+
+def select_locally(client: Client, body: dict[str, Any],
+                   values: dict[str, str | None]) -> dict[str, Any]:
+    """-R/--reservation, --wckey and -i/--interactive: the jobs the other filters select, kept
+    when they match (and, with -i, when the user confirms each), as an id list."""
+    query = {k: v for k, v in body.items() if k not in ("signal", "batch_only", "full")}
+    jobs = client.call("query_jobs", query).get("jobs", [])
+    reservation, wckey = values.get("reservation"), values.get("wckey")
+    chosen = []
+    for job in jobs:
+        if job.get("state") not in ("PENDING", "RUNNING", "SUSPENDED", "REQUEUED"):
+            continue
+        if reservation and job.get("reservation") != reservation:
+            continue
+        if wckey and (job.get("extra") or {}).get("wckey") != wckey:
+            continue
+        if "interactive" in values and not confirm(job):
+            continue
+        chosen.append(_display(job))
+    rest = {k: v for k, v in body.items() if k in ("signal", "batch_only", "full")}
+    return {**rest, "job_ids": chosen} if chosen else {}
+
+
+def _display(job: dict[str, Any]) -> str:
+    if job.get("array_job_id") is not None and job.get("array_task_id") is not None:
+        return f"{job['array_job_id']}_{job['array_task_id']}"
+    return str(job["id"])
+
+
+def confirm(job: dict[str, Any]) -> bool:
+    """Slurm's -i question; anything but y/yes keeps the job."""
+    prompt = (f"Cancel job_id={_display(job)} name={job.get('name', '')} "
+              f"partition={job.get('partition', '')} [y/n]? ")
+    print(prompt, end="", flush=True)
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
 
 
 def _kill_error(job_id: str, message: str) -> str:

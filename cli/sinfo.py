@@ -268,6 +268,10 @@ def sinfo_command(argv: Sequence[str]) -> int:
     except ClientError as exc:
         raise CommandError(f"slurm_load_partitions: {exc.message}", prefixed=False) from None
     partitions, nodes = apply_filters(values, partitions, nodes)
+    if "json" in values:
+        from cli.sinfo_json import print_json
+
+        return print_json(partitions, nodes)
     if "list-reasons" in values:
         nodes = [n for n in nodes if _category(n) == "O" or n.get("reason")]
         partitions = [{"name": "", "nodes": [n["name"] for n in nodes]}] if nodes else []

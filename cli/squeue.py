@@ -58,7 +58,14 @@ TABLE = OptionTable([
     Opt("steps", "s", OPTIONAL), Opt("states", "t"), Opt("state", "", dest="states"),
     Opt("usage", "", NO_ARG), Opt("user", "u", dest="users"), Opt("users", "", dest="users"),
     Opt("verbose", "v", NO_ARG), Opt("version", "V", NO_ARG), Opt("json", "", NO_ARG),
+    Opt("yaml", "", NO_ARG), Opt("only-job-state", "", NO_ARG),
 ])
+# Accepted options that mean nothing on kiln: one warning line each.
+IGNORED = {"clusters": "kiln schedules one cluster", "federation": "kiln has no federation",
+           "sibling": "kiln has no federation"}
+# Options that would change what is shown and that kiln cannot honour: refused.
+REFUSED = {"steps": "--steps is not supported: list a job's steps with sacct -j JOBID",
+           "yaml": "--yaml is not supported: use --json"}
 
 
 
@@ -210,23 +217,68 @@ def squeue_command(argv: Sequence[str]) -> int:
     if "version" in values:
         print("slurm 22.05.8 (kiln)")
         return 0
+    for dest, message in REFUSED.items():
+        if dest in values:
+            fail(message)
+    for dest, why in IGNORED.items():
+        if dest in values:
+            print(f"{PROG}: warning: --{dest} is ignored: {why}", file=sys.stderr)
     query = build_query(values, positional)
     prefix, columns = choose_columns(values)
+    if values.get("iterate") is not None:
+        return iterate(values, query, prefix, columns)
+    return show_queue(values, query, prefix, columns)
+
+
+def iterate(values: dict[str, str | None], query: dict[str, Any], prefix: str,
+            columns: list[Column]) -> int:
+    """-i SECONDS: print the queue again every SECONDS, each time under a date line, until
+    interrupted (Ctrl-C exits 0, as Slurm's does)."""
+    text = str(values.get("iterate") or "").strip()
+    if not text.isdigit() or int(text) == 0:
+        fail(f"invalid --iterate argument: {text}")
+    try:
+        while True:
+            print(time.strftime("%a %b %d %H:%M:%S %Y"), flush=True)
+            show_queue(values, dict(query), prefix, columns)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            time.sleep(int(text))
+    except KeyboardInterrupt:
+        return 0
+
+
+def local_filters(jobs: list[dict[str, Any]], values: dict[str, str | None]
+                  ) -> list[dict[str, Any]]:
+    """-R/--reservation and -L/--licenses: filters schedd's query has no field for."""
+    if values.get("reservation"):
+        wanted = set(str(values["reservation"]).split(","))
+        jobs = [j for j in jobs if j.get("reservation") in wanted]
+    if values.get("licenses"):
+        wanted = {w.split(":")[0] for w in str(values["licenses"]).split(",")}
+        jobs = [j for j in jobs if wanted & {w.split(":")[0] for w in str(
+            (j.get("extra") or {}).get("licenses") or "").split(",") if w}]
+    return jobs
+
+
+def show_queue(values: dict[str, str | None], query: dict[str, Any], prefix: str,
+               columns: list[Column]) -> int:
     try:
         with Client() as client:
             reply = client.call("query_jobs", query)
     except ClientError as exc:
         raise CommandError(f"slurm_load_jobs error: {exc.message}", prefixed=False) from None
-    jobs = reply.get("jobs", [])
     ids = query.get("job_ids", [])
-    if not jobs and len(ids) == 1 and ids[0].isdigit():
+    if not reply.get("jobs") and len(ids) == 1 and ids[0].isdigit():
         fail("slurm_load_jobs error: Invalid job id specified", prefixed=False)
+    jobs = local_filters(reply.get("jobs", []), values)
     ctx = Ctx(float(reply.get("now") or time.time()), "start" in values)
     if "json" in values:
         return print_json(jobs, ctx)
     if "array" not in values and not any("_" in i for i in ids):
         jobs = fold_pending_arrays(jobs)
-    jobs = sort_jobs(jobs, values.get("sort"), ctx, "start" in values)
+    sort = values.get("sort") or ("-p" if "priority" in values else None)
+    jobs = sort_jobs(jobs, sort, ctx, "start" in values)
     lines = []
     if "long" in values:
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(ctx.now)))

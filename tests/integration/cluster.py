@@ -34,6 +34,11 @@ class Cluster:
     fake_gpus: str = "8xH100-80GB"
     kill_wait: int = 30
     extra_env: dict[str, str] = field(default_factory=dict)
+    min_job_age: int = 300  # MinJobAge, seconds
+    metrics_port: int = 0  # schedd's Prometheus endpoint on 127.0.0.1; 0 = off
+    node_timeout: float = 30.0  # SlurmdTimeout, seconds
+    allow_root_jobs: bool = True
+    agent_host: str = "127.0.0.1"  # where schedd listens for agents (a veth address in netns)
 
     def write_config(self, port: int) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -43,11 +48,13 @@ class Cluster:
 [schedd]
 db_url = "{self.db_url}"
 client_endpoint = "ipc://{self.home}/schedd.sock"
-agent_endpoint = "tcp://127.0.0.1:{port}"
+agent_endpoint = "tcp://{self.agent_host}:{port}"
 kill_wait = {self.kill_wait}
-min_job_age = 300
+min_job_age = {self.min_job_age}
+{f'metrics_listen = "127.0.0.1:{self.metrics_port}"' if self.metrics_port else ""}
 heartbeat_interval = 1.0
-allow_root_jobs = true
+node_timeout = {self.node_timeout}
+allow_root_jobs = {str(self.allow_root_jobs).lower()}
 curve = true
 [scheduler]
 interval = 0.5

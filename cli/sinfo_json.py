@@ -1,0 +1,71 @@
+"""``sinfo --json``: nodes and partitions in the shape of Slurm 22.05's ``sinfo --json``
+(openapi data_parser v0.0.38): ``{"meta", "errors", "warnings", "nodes": [...],
+"partitions": [...]}`` with Slurm's key names for the fields kiln has. Times are POSIX seconds,
+memory MiB, time limits minutes (``null`` = UNLIMITED), as Slurm reports them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cli.sinfo import node_gres, node_gres_used, node_state, partition_nodes
+
+
+def json_node(node: dict[str, Any]) -> dict[str, Any]:
+    gpus = node.get("gpus") or []
+    alloc_cpus = int(node.get("alloc_cpus") or 0)
+    cpus = int(node.get("cpus") or 0)
+    shown = str(node.get("state_display") or node.get("state") or "IDLE").upper()
+    base, _, flag = shown.partition("+")
+    flags = [flag] if flag else []
+    if str(node.get("state", "")).upper() == "DRAIN" and "DRAIN" not in flags:
+        flags.append("DRAIN")
+    tres = f"cpu={cpus},mem={int(node.get('memory_mb') or 0)}M" + (
+        f",gres/gpu={len(gpus)}" if gpus else "")
+    return {
+        "name": node["name"], "hostname": node["name"], "address": node.get("address", ""),
+        "state": node_state(node, long=True).rstrip("*"), "state_flags": flags,
+        "cpus": cpus, "alloc_cpus": alloc_cpus, "idle_cpus": max(cpus - alloc_cpus, 0),
+        "real_memory": int(node.get("memory_mb") or 0),
+        "alloc_memory": int(node.get("alloc_mem_mb") or 0),
+        "gres": node_gres(node) if gpus else "", "gres_used": node_gres_used(node),
+        "features": ",".join(node.get("features") or []),
+        "active_features": ",".join(node.get("features") or []),
+        "partitions": list(node.get("partitions") or []),
+        "reason": node.get("reason", ""), "boot_time": int(node.get("boot_time") or 0),
+        "slurmd_start_time": int(node.get("boot_time") or 0),
+        "last_busy": int(node.get("last_heartbeat") or 0), "tres": tres,
+        "gpus": [{"index": g.get("index"), "model": g.get("model", ""),
+                  "memory_mb": g.get("memory_mb", 0)} for g in gpus],
+        "responding": not base.endswith("*") and base != "DOWN",
+    }
+
+
+def _minutes(secs: Any) -> int | None:
+    return None if secs is None else int(secs) // 60
+
+
+def json_partition(part: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    members = partition_nodes(part, nodes)
+    from schedd.hostlist import compress
+
+    return {
+        "name": part["name"], "nodes": compress([n["name"] for n in members]),
+        "state": str(part.get("state", "UP")).upper(),
+        "flags": ["default"] if part.get("default") else [],
+        "max_time_limit": _minutes(part.get("max_time")),
+        "default_time_limit": _minutes(part.get("default_time")),
+        "priority_tier": part.get("priority_tier", 1),
+        "total_nodes": len(members), "total_cpus": sum(int(n.get("cpus") or 0) for n in members),
+        "total_gpus": sum(len(n.get("gpus") or []) for n in members),
+    }
+
+
+def print_json(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> int:
+    doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
+           "errors": [], "warnings": [],
+           "nodes": [json_node(n) for n in nodes],
+           "partitions": [json_partition(p, nodes) for p in partitions]}
+    print(json.dumps(doc, indent=2))
+    return 0

@@ -1,0 +1,50 @@
+"""Recording expected starts and measuring how far off they were (schedd/forecast.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedd import forecast
+from schedd.model import Job
+
+
+def test_first_forecast_is_kept_and_last_follows_each_cycle() -> None:
+    job = Job(id=1)
+    forecast.publish(job, 1000.0, now=10.0)
+    forecast.publish(job, 1300.0, now=20.0)
+    assert job.extra[forecast.EXPECTED] == 1300.0
+    assert job.extra[forecast.FIRST] == [1000.0, 10.0]
+    assert job.extra[forecast.LAST] == [1300.0, 20.0]
+    kept = forecast.start_extra(job)
+    assert forecast.EXPECTED not in kept and kept[forecast.FIRST] == [1000.0, 10.0]
+    assert forecast.EXPECTED in job.extra  # the live copy is the daemon's to replace
+
+
+def test_errors_are_actual_minus_expected_for_started_jobs_only() -> None:
+    late = Job(id=1, start_time=1100.0, extra={"forecast_first": [1000.0, 50.0],
+                                                "forecast_last": [1090.0, 900.0]})
+    never = Job(id=2, start_time=0.0, extra={"forecast_first": [1.0, 0.0],
+                                              "forecast_last": [1.0, 0.0]})
+    unforecast = Job(id=3, start_time=500.0)
+    broken = Job(id=4, start_time=5.0, extra={"forecast_first": "x", "forecast_last": [1, 2]})
+    errors = forecast.errors_of([late, never, unforecast, broken])
+    assert errors == [forecast.ForecastError(1, 100.0, 10.0, 1050.0)]
+
+
+@pytest.mark.parametrize("values,q,expected", [
+    ([], 0.5, 0.0), ([7.0], 0.9, 7.0), ([1.0, 2.0, 3.0, 4.0], 0.5, 2.5),
+    ([float(i) for i in range(11)], 0.9, 9.0), ([3.0, 1.0, 2.0], 0.5, 2.0),
+])
+def test_quantile_interpolates_between_order_statistics(values, q, expected) -> None:
+    assert forecast.quantile(values, q) == pytest.approx(expected)
+
+
+def test_summary_of_signed_errors() -> None:
+    s = forecast.summarise([-120.0, 30.0, 90.0, 600.0, 0.0], tolerance=60.0)
+    assert s.count == 5
+    assert s.median_abs == 90.0
+    assert s.p90_abs == pytest.approx(408.0)  # between 120 and 600
+    assert s.mean == pytest.approx(120.0)
+    assert (s.late, s.early) == (2, 1)
+    assert forecast.summarise([]).to_wire() == {"count": 0, "median_abs": 0.0, "p90_abs": 0.0,
+                                                "mean": 0.0, "late": 0, "early": 0}
