@@ -21,6 +21,7 @@ class SchedulerConfig:
     """Policy knobs of the scheduler core, in Slurm's names where Slurm has one."""
 
     interval: float = 1.0  # seconds between periodic cycles (cycles also run on events)
+    min_interval: float = 0.02  # sched_min_interval: events within this many seconds share a cycle
     backfill: bool = True
     bf_max_reservations: int = 2  # 1 = EASY; large = conservative (see docs/scheduler.md)
     bf_max_job_test: int = 10_000  # pending jobs looked at per cycle
@@ -47,6 +48,12 @@ class SchedulerConfig:
     billing_max_tres: bool = False  # PriorityFlags=MAX_TRES: dominant resource (DRF)
     favor_small: bool = False  # PriorityFavorSmall: the job-size factor favours small jobs
     size_relative_to_time: bool = False  # PriorityFlags=SMALL_RELATIVE_TO_TIME
+    # preemption (scheduler/preempt.py, docs/preemption.md)
+    preempt_mode: str = "requeue"  # cluster PreemptMode, for QOS whose PreemptMode is "cluster"
+    preempt_restart_cost: int = 600  # seconds, for jobs without --restart-cost
+    preempt_max_candidates: int = 12  # victims sets searched exhaustively among this many
+    burst_qos: str = "burst"  # jobs of this QOS may exceed their account's guarantee
+    reclaims_per_cycle: int = 1  # preemptors per cycle that may reclaim burst jobs
 
 
 @dataclass(slots=True)

@@ -68,6 +68,7 @@ class Daemon:
         self._last_purge = 0.0
         self._last_health = 0.0
         self._promised: dict[int, float] = {}
+        self._last_cycle_seconds = 0.0
         self._promised_nodes: dict[int, list[str]] = {}
         self._stopping = False
 
@@ -117,14 +118,14 @@ class Daemon:
         log.info("schedd listening: clients %s, agents %s", self.cfg.client_endpoint,
                  self.cfg.agent_endpoint)
         while not self._stopping:
-            timeout = 0 if self._cycle_due else self.cfg.scheduler.interval * 1000
+            timeout = self._until_next_cycle(self.now()) * 1000
             ready = dict(poller.poll(timeout))
             if self.agent_sock in ready:
                 self._drain(self.agent_sock, self._handle_agent)
             if self.client_sock in ready:
                 self._drain(self.client_sock, self._handle_client)
             now = self.now()
-            if self._cycle_due or now - self._last_cycle >= self.cfg.scheduler.interval:
+            if self._until_next_cycle(now) <= 0:
                 self.run_cycle(now)
             if now - self._last_health >= 1.0:
                 health.check_nodes(self, now)
@@ -133,6 +134,17 @@ class Daemon:
                 self.state.purge(now)
                 self._last_purge = now
         self.close()
+
+    def _until_next_cycle(self, now: float) -> float:
+        """Seconds to the next cycle: on the interval, or sooner when something changed — but
+        never sooner than min_interval (or twice the last cycle's duration) after the last one,
+        so a burst of submissions shares one cycle instead of paying one each (Slurm's
+        sched_min_interval)."""
+        sched = self.cfg.scheduler
+        since = now - self._last_cycle
+        if self._cycle_due:  # and at most a third of the loop's time goes to scheduling
+            return max(0.0, max(sched.min_interval, 2 * self._last_cycle_seconds) - since)
+        return max(0.0, sched.interval - since)
 
     def stop(self, *_: Any) -> None:
         self._stopping = True
@@ -169,16 +181,21 @@ class Daemon:
                 log.warning("agent %r presented the key of %r: refused", node,
                             self.keyring.node_of(key))
                 node = None
-        reply = self._dispatch(frames[-1].bytes, protocol.AGENT_OPS, AGENT_HANDLERS, node)
+        reply = self._dispatch(frames[-1].bytes, protocol.AGENT_OPS, AGENT_HANDLERS, node,
+                               denied="this agent's CURVE key is not its node's")
         self.agent_sock.send_multipart([f.bytes for f in frames[:-1]] + [reply])
 
-    def _dispatch(self, frame: bytes, ops: dict, handlers: dict, caller: Any) -> bytes:
+    def _dispatch(self, frame: bytes, ops: dict, handlers: dict, caller: Any,
+                  denied: str = "caller identity unknown: connect over ipc") -> bytes:
         msg_id = None
         try:
             if caller is None:
-                raise protocol.ProtocolError(protocol.E_PERMISSION,
-                                             "caller identity unknown: connect over ipc")
+                msg_id = _peek_id(frame)  # so the refused peer can match the refusal
+                raise protocol.ProtocolError(protocol.E_PERMISSION, denied)
             msg_id, op, body = protocol.decode_request(frame, ops)
+            if op not in handlers:  # in the wire contract, not (yet) served by this schedd
+                raise protocol.ProtocolError(protocol.E_UNKNOWN_OP,
+                                             f"operation {op!r} is not supported by this schedd")
             return protocol.reply_ok(msg_id, handlers[op](self, caller, body))
         except protocol.ProtocolError as exc:
             return protocol.reply_error(msg_id, exc.code, exc.message)
@@ -194,6 +211,7 @@ class Daemon:
     def run_cycle(self, now: float) -> Decisions:
         self._cycle_due = False
         self._last_cycle = now
+        cycle_started = time.perf_counter()
         self.state.accrue_usage(now)
         snapshot, blocked = self.state.snapshot(now)
         # promises of the last cycle: promised jobs are planned first, on their nodes, so a
@@ -205,6 +223,7 @@ class Daemon:
         decisions = schedule(snapshot, self.cfg.scheduler)
         self._promised = decisions.expected_start
         self._promised_nodes = decisions.reserved_nodes
+        self._last_cycle_seconds = time.perf_counter() - cycle_started
         elapsed = time.perf_counter() - started
         if self.metrics is not None:
             self.metrics.cycle_done(elapsed)
@@ -249,6 +268,15 @@ class Daemon:
             array_ids = (self.state.array_task_ids(job.array_job_id)
                          if job.array_job_id is not None else ())
             self.agents.launch(job, array_ids)
+
+
+def _peek_id(frame: bytes) -> Any:
+    """The id of a request, if it has a readable one (for a refusal's reply)."""
+    try:
+        msg_id = protocol.decode(frame).get("id")
+    except protocol.ProtocolError:
+        return None
+    return msg_id if isinstance(msg_id, (int, str)) else None
 
 
 def main(argv: list[str] | None = None) -> int:
