@@ -829,3 +829,25 @@ def _line_words(rest: str, source: str, lineno: int, line: str) -> list[str]:
     if word is not None:
         words.append("".join(word))
     return words
+
+
+def list_filters(values: dict[str, str | None], dests: dict[str, str]) -> dict[str, Any]:
+    """The comma-list filters squeue and scancel share (option dest -> request key), plus
+    ``--me`` and ``-w/--nodelist`` (a hostlist). Raises OptionError for a bad node list."""
+    body: dict[str, Any] = {}
+    for key, dest in dests.items():
+        if values.get(key):
+            body[dest] = [v.strip() for v in values[key].split(",") if v.strip()]
+    if "me" in values:
+        import getpass
+
+        body["users"] = [getpass.getuser()]
+    if values.get("nodelist"):
+        from schedd.hostlist import HostlistError, expand
+
+        try:
+            body["nodes"] = expand(values["nodelist"])
+        except HostlistError:
+            raise OptionError(f"'{values['nodelist']}' invalid entry for --nodelist") from None
+    return body
+

@@ -18,6 +18,7 @@ from cli.options import (
     Opt,
     OptionError,
     OptionTable,
+    list_filters,
     parse_argv,
     parse_states,
     signal_name,
@@ -72,21 +73,12 @@ def build_request(values: dict[str, str | None], positional: list[str]) -> dict[
     ids = split_ids(positional)
     if ids:
         body["job_ids"] = ids
-    for key, dest in (("user", "users"), ("account", "accounts"), ("partition", "partitions"),
-                      ("qos", "qos"), ("name", "names")):
-        if values.get(key):
-            body[dest] = [v.strip() for v in values[key].split(",") if v.strip()]
-    if "me" in values:
-        import getpass
-
-        body["users"] = [getpass.getuser()]
-    if values.get("nodelist"):
-        from schedd.hostlist import HostlistError, expand
-
-        try:
-            body["nodes"] = expand(values["nodelist"])
-        except HostlistError:
-            fail(f"Invalid node list: {values['nodelist']}")
+    try:
+        body.update(list_filters(values, {"user": "users", "account": "accounts",
+                                          "partition": "partitions", "qos": "qos",
+                                          "name": "names"}))
+    except OptionError as exc:
+        fail(exc.message)
     if values.get("state"):
         try:
             states, _ = parse_states(values["state"])

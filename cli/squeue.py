@@ -34,6 +34,7 @@ from cli.options import (
     Opt,
     OptionError,
     OptionTable,
+    list_filters,
     parse_argv,
     parse_states,
 )
@@ -92,21 +93,12 @@ def build_query(values: dict[str, str | None], positional: list[str]) -> dict[st
         fail(f"Unrecognized option: {positional[0]}")
     if jobs:
         query["job_ids"] = parse_job_ids(jobs)
-    for key, dest in (("users", "users"), ("accounts", "accounts"), ("partitions", "partitions"),
-                      ("qos", "qos"), ("name", "names")):
-        if values.get(key):
-            query[dest] = [v.strip() for v in values[key].split(",") if v.strip()]
-    if "me" in values:
-        import getpass
-
-        query["users"] = [getpass.getuser()]
-    if values.get("nodelist"):
-        from schedd.hostlist import HostlistError, expand
-
-        try:
-            query["nodes"] = expand(values["nodelist"])
-        except HostlistError:
-            fail(f"'{values['nodelist']}' invalid entry for --nodelist")
+    try:
+        query.update(list_filters(values, {"users": "users", "accounts": "accounts",
+                                           "partitions": "partitions", "qos": "qos",
+                                           "name": "names"}))
+    except OptionError as exc:
+        fail(exc.message)
     if values.get("states"):
         try:
             states, all_states = parse_states(values["states"])

@@ -13,12 +13,13 @@ Phases:
    association or QOS limit holds back are screened out and every start counted
    (``limits.Enforcer``)
 6. decisions: starts with their allocations, reasons, expected starts, integer priorities
+7. preemption: victims for the jobs still waiting for resources (``preempt.decide``)
 """
 
 from __future__ import annotations
 
 from schedd.config import SchedulerConfig
-from schedd.scheduler import fairshare, limits, priority, profile
+from schedd.scheduler import fairshare, limits, preempt, priority, profile, reservations
 from schedd.scheduler.backfill import Walk, check_config
 from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot, Start
 
@@ -36,10 +37,15 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
         pending, snapshot.now, config, priority.ClusterSize.of(snapshot.nodes), shares
     )
     order = ordered(pending, prio, snapshot.promised)
+    if snapshot.preemption is not None:  # what preemption freed goes to its preemptor
+        order = preempt.first(order, snapshot.preemption.in_flight)
+    resv = reservations.Reserved(snapshot, config.bf_resolution)  # advance reservations
     timelines = profile.build(
-        snapshot.now, snapshot.nodes, snapshot.running, config.bf_resolution,
+        snapshot.now, snapshot.nodes, resv.running_outside, config.bf_resolution,
         config.predict_runtime,
     )
+    resv.block(timelines)
+    order, members = resv.split(order)
     walk = Walk(timelines, snapshot.now, config, snapshot.promised,
                 snapshot.promised_nodes)
     if snapshot.limits is None:
@@ -49,12 +55,16 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
                                    snapshot.now)
         plan = walk.run(enforcer.screen(order, walk.plan.starts, walk.plan.reasons))
         plan.starts = enforcer.settle(plan.starts, plan.reasons)
+    resv.explain(order, walk, plan)
+    if members:
+        resv.place_members(members, timelines, config, plan)
     return Decisions(
         starts=[Start(job_id, alloc) for job_id, alloc in plan.starts],
         reasons=plan.reasons,
         expected_start=plan.expected_start,
         reserved_nodes=plan.reserved_nodes,
         priorities=priority.displayed(pending, prio),
+        preemptions=preempt.decide(snapshot, plan.starts, plan.reasons, order, config),
     )
 
 

@@ -14,6 +14,7 @@ from schedd.model import GPU, Job, NodeAllocation
 
 if TYPE_CHECKING:
     from schedd.scheduler.limits import LimitTable
+    from schedd.scheduler.preempt import PreemptPolicy, Preemption
 
 
 @dataclass(slots=True)
@@ -58,6 +59,7 @@ class PendingJob:
     admin_priority: int | None = None  # scontrol update Priority=: fixed, factors ignored
     assoc_priority: int = 0  # the association's Priority (sacctmgr), for the assoc factor
     predicted_runtime: int | None = None  # seconds, used for planning when predict_runtime is on
+    reservation: str = ""  # --reservation: runs only inside that advance reservation
 
     @property
     def total_gpus(self) -> int:
@@ -75,6 +77,12 @@ class RunningJob:
     qos: str = "normal"
     partition: str = ""
     predicted_end: float | None = None  # planning end when predict_runtime is on (<= end_time)
+    # preemption (scheduler/preempt.py): seconds since its last checkpoint (None: none seen),
+    # its --restart-cost in seconds (None: the config's), and whether it is already ending
+    checkpoint_age: float | None = None
+    restart_cost: int | None = None
+    preempting: bool = False
+    reservation: str = ""  # the advance reservation it runs in, "" = none
 
 
 @dataclass(slots=True)
@@ -95,6 +103,19 @@ class AssociationView:
 
 
 @dataclass(slots=True)
+class ReservationView:
+    """An advance reservation (scontrol create reservation) as the core sees it: during
+    ``[start, end)`` the ``holdings`` (node -> (CPUs, memory MiB, GPUs)) are blocked time for
+    every job that does not name it, and the only capacity of the jobs that do
+    (``PendingJob.reservation``). See ``scheduler/reservations.py``."""
+
+    name: str
+    start: float
+    end: float
+    holdings: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class Snapshot:
     now: float
     nodes: list[NodeView]
@@ -109,6 +130,10 @@ class Snapshot:
     promised_nodes: dict[int, list[str]] = field(default_factory=dict)
     # association and QOS limits (scheduler/limits.py); None: no limits enforced
     limits: LimitTable | None = None
+    # who may preempt whom, guarantees, burst QOS (scheduler/preempt.py); None: no preemption
+    preemption: PreemptPolicy | None = None
+    # advance reservations not yet ended (scheduler/reservations.py); empty: none
+    reservations: list[ReservationView] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -124,6 +149,7 @@ class Decisions:
     expected_start: dict[int, float] = field(default_factory=dict)  # from the backfill plan
     reserved_nodes: dict[int, list[str]] = field(default_factory=dict)  # the plan's nodes
     priorities: dict[int, int] = field(default_factory=dict)
+    preemptions: list[Preemption] = field(default_factory=list)  # scheduler/preempt.py
 
 
 def cpus_per_node(job: Job) -> int:
@@ -187,4 +213,5 @@ def pending_from_job(job: Job, time_limit: int, qos_priority: int = 0,
         qos_priority=qos_priority,
         partition_priority=partition_priority,
         admin_priority=job.extra.get("admin_priority"),
+        reservation=job.reservation,
     )
