@@ -28,6 +28,7 @@ from typing import Any
 from schedd.hostlist import HostlistError, expand
 from schedd.model import Job, JobState
 from schedd.scheduler.fairshare import billing
+from schedd.tres import to_string, unit_text
 
 # job.extra["stats"] keys written by agentd/sampler.py
 STAT_SAMPLES = "samples"
@@ -171,19 +172,6 @@ def gpu_hours(job: Job, now: float) -> float:
 # --- TRES strings ----------------------------------------------------------------------------
 
 
-def unit_text(value: int, units: str = "MGTP") -> str:
-    """Slurm's exact unit conversion (CONVERT_NUM_UNIT_EXACT): divide by 1024 only while it
-    divides evenly. MB: 16000 -> '16000M', 16384 -> '16G'; KiB with units 'KMGTP'; 0 -> '0'."""
-    value = int(value)
-    if not value:
-        return "0"
-    i = 0
-    while value % 1024 == 0 and i < len(units) - 1:
-        value //= 1024
-        i += 1
-    return f"{value}{units[i]}"
-
-
 def mem_text(mb: int) -> str:
     """Memory in MB as TRES strings print it: 16000 -> '16000M', 16384 -> '16G', 0 -> '0'."""
     return unit_text(mb, "MGTP")
@@ -191,11 +179,7 @@ def mem_text(mb: int) -> str:
 
 def tres_text(tres: Mapping[str, int | float]) -> str:
     """'billing=1,cpu=1,gres/gpu=1,mem=16000M,node=1': sorted by name, as sacct prints."""
-    parts = []
-    for name in sorted(tres):
-        value = tres[name]
-        parts.append(f"{name}={mem_text(int(value)) if name == 'mem' else int(value)}")
-    return ",".join(parts)
+    return to_string(tres, by_name=True)
 
 
 # --- exit codes and states --------------------------------------------------------------------

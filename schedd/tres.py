@@ -9,6 +9,7 @@ in ``sacctmgr modify ... set GrpTRES=gres/gpu=-1``. Standard library only.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 # Slurm's TRES ids 1..8 in order; gres/* (id 1001 on) and anything else come after, by name
 ORDER = ("cpu", "mem", "energy", "node", "billing", "fs/disk", "vmem", "pages")
@@ -69,26 +70,38 @@ def sort_key(name: str) -> tuple[int, str]:
     return (ORDER.index(name), "") if name in KNOWN else (len(ORDER), name)
 
 
-def to_string(tres: dict[str, int | float], units: bool = True) -> str:
-    """{'gres/gpu': 2, 'cpu': 1} -> 'cpu=1,gres/gpu=2'; memory as 4G/500M with ``units``."""
+def to_string(tres: Mapping[str, int | float], units: bool = True,
+              by_name: bool = False) -> str:
+    """{'gres/gpu': 2, 'cpu': 1} -> 'cpu=1,gres/gpu=2'; memory as 4G/500M with ``units``.
+
+    sacctmgr orders TRES by Slurm's TRES id; sacct (``by_name``) sorts them by name and prints
+    no memory of 0 as '0'."""
     parts = []
-    for name in sorted(tres, key=sort_key):
-        value = tres[name]
-        if isinstance(value, float):
-            value = int(value)
+    for name in (sorted(tres) if by_name else sorted(tres, key=sort_key)):
+        value = int(tres[name])
         if name == "mem" and units:
-            parts.append(f"mem={format_mem(value)}")
+            parts.append(f"mem={unit_text(value) if by_name else format_mem(value)}")
         else:
             parts.append(f"{name}={value}")
     return ",".join(parts)
 
 
+def unit_text(value: int, units: str = "MGTP") -> str:
+    """Slurm's exact unit conversion (CONVERT_NUM_UNIT_EXACT): divide by 1024 only while it
+    divides evenly. MB: 16000 -> '16000M', 16384 -> '16G'; KiB with units 'KMGTP'; 0 -> '0'."""
+    value = int(value)
+    if not value:
+        return "0"
+    i = 0
+    while value % 1024 == 0 and i < len(units) - 1:
+        value //= 1024
+        i += 1
+    return f"{value}{units[i]}"
+
+
 def format_mem(mb: int) -> str:
-    if mb and mb % (1024 * 1024) == 0:
-        return f"{mb // (1024 * 1024)}T"
-    if mb and mb % 1024 == 0:
-        return f"{mb // 1024}G"
-    return f"{mb}M"
+    """sacctmgr's spelling: '0M' for none."""
+    return unit_text(mb) if mb else "0M"
 
 
 def merge_limit(old: dict[str, int], change: dict[str, int]) -> dict[str, int]:
