@@ -33,6 +33,7 @@ from agentd.sampler import make_sampler
 from agentd.steps import StepRunner
 from schedd import config as kconfig
 from schedd import keys, protocol
+from schedd.jobenv import CHECKPOINT_TEMPLATE
 from schedd.logs import setup_logging
 
 log = logging.getLogger("agentd")
@@ -61,13 +62,11 @@ class Agent:
         self.steps = StepRunner(self.launcher, node_name)  # srun's tasks (agentd/steps.py)
         self._step_reports: dict[int, tuple[int, int]] = {}  # msg id -> (job id, step id)
         self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.IDENTITY, node_name.encode())
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
-        if cfg.curve:
-            self._use_curve(cfg)
-        self.sock.connect(cfg.agent.schedd)
+        # an HA pair: the leader's agent endpoint is whichever answers; failover on silence
+        self.endpoints = [cfg.agent.schedd, *cfg.agent_peers]
+        self._endpoint = 0
+        self._last_heard = time.time()
+        self.sock = self._open_socket(self.endpoints[0])
         self._ids = itertools.count(1)
         self._requests: dict[int, str] = {}  # msg id -> op, for replies
         self._unacked: OrderedDict[tuple[int, int], tuple[float, dict[str, Any]]] = OrderedDict()
@@ -80,6 +79,28 @@ class Agent:
         self._stopping = False
         for fin in recovered:  # ended while no agent watched: sent with the registration
             self._unacked[(fin.job_id, fin.generation)] = (0.0, self._end_body(fin))
+
+    def _open_socket(self, endpoint: str) -> zmq.Socket:
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, self.name.encode())
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_MESSAGE_BYTES)
+        if self.cfg.curve:
+            self._use_curve(self.cfg)
+        self.sock.connect(endpoint)
+        return self.sock
+
+    def _fail_over(self, now: float) -> None:
+        """schedd has been silent too long and there is another to try: move to the next
+        endpoint and register there (with every unacknowledged end report)."""
+        self._endpoint = (self._endpoint + 1) % len(self.endpoints)
+        log.warning("schedd silent for %.0f s: trying %s", now - self._last_heard,
+                    self.endpoints[self._endpoint])
+        self.sock.close(0)
+        self.sock = self._open_socket(self.endpoints[self._endpoint])
+        self._last_heard = now
+        self._registered = False
+        self.register()
 
     def _use_curve(self, cfg: kconfig.Config) -> None:
         """Authenticate to schedd with this node's key pair, and schedd by its public key."""
@@ -115,8 +136,23 @@ class Agent:
         self._last_heartbeat = time.time()
 
     def _running(self) -> list[dict[str, Any]]:
-        return [{"job_id": r["job_id"], "generation": r["generation"]}
-                for r in self.launcher.running()]
+        out = []
+        for r in self.launcher.running():
+            item = {"job_id": r["job_id"], "generation": r["generation"]}
+            age = self._checkpoint_age(r["job_id"])
+            if age is not None:
+                item["checkpoint_age"] = age
+            out.append(item)
+        return out
+
+    def _checkpoint_age(self, job_id: int) -> float | None:
+        """Seconds since the job last touched $KILN_CHECKPOINT_FILE (schedd scores preemption
+        victims with it), or None when it never did."""
+        path = CHECKPOINT_TEMPLATE.format(cluster=self.cfg.cluster_name, job_id=job_id)
+        try:
+            return max(time.time() - os.stat(path).st_mtime, 0.0)
+        except OSError:
+            return None
 
     def _end_body(self, fin: Finished) -> dict[str, Any]:
         body = {"node": self.name, "job_id": fin.job_id, "generation": fin.generation,
@@ -136,6 +172,7 @@ class Agent:
     # --- receiving -----------------------------------------------------------------------------
 
     def _on_message(self, frame: bytes) -> None:
+        self._last_heard = time.time()
         try:
             msg = protocol.decode(frame)
         except protocol.ProtocolError as exc:
@@ -247,6 +284,11 @@ class Agent:
                 self._step_reports.clear()
             if now - self._last_heartbeat >= self.heartbeat_interval:
                 self._heartbeat(now)
+            if len(self.endpoints) > 1 and \
+                    now - self._last_heard > max(3 * self.heartbeat_interval, 3.0):
+                self._fail_over(now)
+                poller = zmq.Poller()
+                poller.register(self.sock, zmq.POLLIN)
         self.sock.close(0)
         self.ctx.term()
 

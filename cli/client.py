@@ -7,7 +7,9 @@ schedd learns who is calling from the ipc peer credentials, never from the messa
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import socket
 from typing import Any
 
 import zmq
@@ -29,9 +31,12 @@ class ClientError(Exception):
 class Client:
     def __init__(self, endpoint: str | None = None, timeout: float = DEFAULT_TIMEOUT,
                  cfg: Any = None):
+        peers: list[str] = []
         if endpoint is None:
             endpoint = cfg.client_endpoint if cfg is not None else paths.client_endpoint()
+            peers = list(cfg.client_peers) if cfg is not None else _peers()
         self.endpoint = endpoint
+        self.endpoints = [endpoint, *peers]  # an HA pair's schedds, tried in order
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._ctx = zmq.Context.instance()
@@ -39,6 +44,12 @@ class Client:
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
+            if len(self.endpoints) > 1:  # HA: the first schedd that listens (standbys do not)
+                live = next((e for e in self.endpoints if _listening(e)), None)
+                if live is None:  # between a leader's death and its standby's takeover
+                    raise ClientError("unreachable",
+                                      "Unable to contact slurm controller (connect failure)")
+                self.endpoint = live
             if self.endpoint.startswith("ipc://") and not os.path.exists(self.endpoint[6:]):
                 raise ClientError("unreachable", "Unable to contact slurm controller (connect failure)")
             sock = self._ctx.socket(zmq.DEALER)
@@ -58,7 +69,7 @@ class Client:
                 self.close()
                 raise ClientError("unreachable", "Unable to contact slurm controller (connect failure)")
             try:
-                reply = protocol.decode(sock.recv())
+                reply = _decode_reply(sock.recv())
             except protocol.ProtocolError as exc:
                 raise ClientError(exc.code, exc.message) from None
             if reply.get("id") != msg_id:
@@ -78,6 +89,44 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _decode_reply(frame: bytes) -> dict[str, Any]:
+    """A reply from schedd. Not held to MAX_MESSAGE_BYTES, which bounds what daemons accept:
+    squeue over 20,000 jobs is a reply of some 20 MB, and it comes from our own controller."""
+    try:
+        reply = json.loads(frame)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise protocol.ProtocolError(protocol.E_BAD_REQUEST, f"malformed reply: {exc}") from None
+    if not isinstance(reply, dict):
+        raise protocol.ProtocolError(protocol.E_BAD_REQUEST, "reply is not an object")
+    return reply
+
+
+def _peers() -> list[str]:
+    """``[schedd] client_peers`` of the cluster's kiln.toml: the other schedds of an HA pair."""
+    try:
+        peers = paths.schedd_setting(paths.read_raw()[1], "client_peers", [])
+    except paths.ConfigError:
+        return []
+    return [p for p in peers if isinstance(p, str)] if isinstance(peers, list) else []
+
+
+def _listening(endpoint: str) -> bool:
+    """Does a schedd listen there now? A connect probe (a standby binds nothing; a dead
+    leader's socket file refuses): cheap for ipc, a short TCP connect otherwise."""
+    try:
+        if endpoint.startswith("ipc://"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(endpoint[6:])
+            return True
+        if endpoint.startswith("tcp://"):
+            host, _, port = endpoint[6:].rpartition(":")
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def call(op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:

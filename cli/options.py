@@ -444,6 +444,7 @@ propagate:o qos:r:q quiet:n:Q reboot:n requeue:n reservation:r signal:r sockets-
 spread-job:n switches:r tasks-per-node:r test-only:n thread-spec:r threads-per-core:r time:r:t
 time-min:r tmp:r uid:r use-min-nodes:n usage:n verbose:n:v version:n:V wait:n:W
 wait-all-nodes:r wckey:r wrap:r tres-per-task:r oom-kill-step:o segment:r
+restart-cost:r
 """
 _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 _ALIASES = {"tasks-per-node": "ntasks-per-node"}
@@ -642,7 +643,17 @@ SBATCH_HANDLERS: dict[str, Handler] = {
     "cpus-per-gpu": _count("_cpus_per_gpu", "--cpus-per-gpu"),
     "oversubscribe": _flag("exclusive", False),
     "wckey": _store("wckey"),
+    "restart-cost": lambda s, v: s.__setitem__("restart_cost", parse_restart_cost(v or "")),
 }
+
+
+def parse_restart_cost(text: str) -> int:
+    """kiln's --restart-cost=MIN (Slurm time format: minutes, or [[D-]HH:]MM:SS) -> seconds:
+    what restarting the job costs, for choosing preemption victims (docs/preemption.md)."""
+    seconds = 0 if text.strip() == "0" else parse_time_limit(text, "--restart-cost")
+    if seconds is None:
+        raise OptionError("Invalid --restart-cost specification")
+    return seconds
 
 
 # Options that mean nothing on kiln: accepted (scripts written for Slurm keep working), stored in

@@ -378,6 +378,8 @@ def build_query(values: dict[str, list[str | None]], specs: list[JobSpec],
         fail("start time is after end time")
     query["start"], query["end"] = start, end
     query["steps"] = "allocations" not in values
+    if "duplicates" in values:
+        query["duplicates"] = True  # one record per run of a requeued job
     return query, start, end
 
 

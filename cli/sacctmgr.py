@@ -73,6 +73,8 @@ FIELDS: dict[str, tuple[str, int, str]] = {
     "maxtrespa": ("MaxTRESPA", 13, "max_tres_per_account"),
     "maxjobspa": ("MaxJobsPA", 9, "max_jobs_per_account"),
     "maxsubmitpa": ("MaxSubmitPA", 11, "max_submit_per_account"),
+    "guarantee": ("Guarantee", 13, "guarantee"),  # kiln: docs/preemption.md
+    "grptresguarantee": ("Guarantee", 13, "guarantee"),
     "mintres": ("MinTRES", 13, "min_tres"), "maxnodes": ("MaxNodes", 8, "max_nodes"),
     "maxcpus": ("MaxCPUs", 8, "max_cpus"), "maxcpumins": ("MaxCPUMins", 11, "max_cpu_mins"),
 }

@@ -91,7 +91,11 @@ def submit_command(argv: Sequence[str]) -> int:
         fail("Script arguments not permitted with --wrap option")
     script, default_name, command, script_args = read_script(wrap, positional)
 
-    directives, stray = _parse(directive_tokens(script, positional[0] if positional else PROG))
+    try:
+        tokens = directive_tokens(script, positional[0] if positional else PROG)
+    except OptionError as exc:  # an unmatched quote in an #SBATCH line
+        raise CommandError(exc.message, prefixed=exc.prefixed) from None
+    directives, stray = _parse(tokens)
     if stray:
         fail(f"Invalid directive found in batch script: {stray[0]}")
     settings: Settings = {"_max_array_size": paths.max_array_size()}

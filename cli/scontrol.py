@@ -44,7 +44,8 @@ ENTITIES = {
     "nodename": "node", "partition": "partition", "partitions": "partition",
     "partitionname": "partition", "config": "config", "configuration": "config",
     "hostnames": "hostnames", "hostname": "hostnames", "hostlist": "hostlist",
-    "hostlistsorted": "hostlistsorted",
+    "hostlistsorted": "hostlistsorted", "reservation": "reservation",
+    "reservations": "reservation", "res": "reservation", "reservationname": "reservation",
 }
 
 
@@ -63,8 +64,9 @@ def scontrol_command(argv: Sequence[str]) -> int:
         return 0
     if "help" in flags or "usage" in flags or not words:
         print("scontrol [<OPTION>] [<COMMAND>]\n  show job|node|partition|config|hostnames|"
-              "hostlist [<id>], hold|release|requeue <job_list>,\n  update JobId=<id> "
-              "<key>=<value>..., update NodeName=<name> State=<state> Reason=<text>, ping")
+              "hostlist|reservation [<id>], hold|release|requeue <job_list>,\n  update JobId=<id> "
+              "<key>=<value>..., update NodeName=<name> State=<state> Reason=<text>,\n  "
+              "create|update|delete reservation <key>=<value>..., ping")
         return 0
     command, args = words[0].lower(), words[1:]
     if command == "show":
@@ -73,6 +75,14 @@ def scontrol_command(argv: Sequence[str]) -> int:
         return job_action(command, args)
     if command == "update":
         return update(args)
+    if command == "create":  # advance reservations: cli/scontrol_resv.py
+        from cli import scontrol_resv
+
+        return scontrol_resv.create(args)
+    if command == "delete":
+        from cli import scontrol_resv
+
+        return scontrol_resv.delete(args)
     if command == "ping":
         return ping()
     fail(f"invalid keyword: {words[0]}", prefixed=True)
@@ -82,6 +92,8 @@ def scontrol_command(argv: Sequence[str]) -> int:
 
 
 def show(args: list[str], oneliner: bool) -> int:
+    if any(a in ("-o", "--oneliner") for a in args):  # `show reservation -o`, as Slurm allows
+        args, oneliner = [a for a in args if a not in ("-o", "--oneliner")], True
     if not args:
         fail("too few arguments for keyword:show")
     entity = ENTITIES.get(args[0].lower())
@@ -103,6 +115,10 @@ def show(args: list[str], oneliner: bool) -> int:
             return show_nodes(client, target, oneliner)
         if entity == "partition":
             return show_partitions(client, target, oneliner)
+        if entity == "reservation":
+            from cli import scontrol_resv
+
+            return scontrol_resv.show(client, target, oneliner)
         return show_config(client)
 
 
@@ -539,6 +555,10 @@ def update(args: list[str]) -> int:
         return update_job(pairs)
     if key in ("nodename", "node"):
         return update_node(pairs)
+    if key in ("reservationname", "reservation"):
+        from cli import scontrol_resv
+
+        return scontrol_resv.update(pairs)
     fail(f"Invalid input: {args[0]}", "Request aborted")
 
 

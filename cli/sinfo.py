@@ -257,6 +257,10 @@ def sinfo_command(argv: Sequence[str]) -> int:
     if "version" in values:
         print("slurm 22.05.8 (kiln)")
         return 0
+    if "reservation" in values:  # -T: advance reservations (cli/scontrol_resv.py)
+        from cli.scontrol_resv import sinfo_reservations
+
+        return sinfo_reservations("noheader" not in values)
     if "long" in values and values.get("format"):
         fail("Options -o(--format) and -l(--long) are mutually exclusive. "
              "Please remove one and retry.")

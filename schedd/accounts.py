@@ -65,6 +65,9 @@ class Association:
     default_qos: str = ""
     priority: int | None = None
     limits: Limits = field(default_factory=Limits)
+    # kiln, accounts only: TRES guaranteed to the account; burst jobs of accounts over theirs
+    # are reclaimed for it (scheduler/preempt.py, docs/preemption.md)
+    guarantee: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> AssocKey:
@@ -131,13 +134,14 @@ def assoc_from_row(row: dict[str, Any], user: str = "") -> Association:
         description=row.get("description", ""), organization=row.get("organization", ""),
         qos=_split(row.get("qos")), default_qos=row.get("default_qos") or "",
         priority=row.get("priority"), limits=limits_from_row(row),
+        guarantee=tres.parse(row.get("guarantee") or ""),
     )
 
 
 def account_row(a: Association) -> dict[str, Any]:
     return {"name": a.account, "parent": a.parent, "shares": a.shares,
             "description": a.description, "organization": a.organization,
-            **_assoc_common(a)}
+            "guarantee": tres.to_string(a.guarantee, units=False), **_assoc_common(a)}
 
 
 def association_row(a: Association) -> dict[str, Any]:

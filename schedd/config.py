@@ -51,7 +51,7 @@ class SchedulerConfig:
     # preemption (scheduler/preempt.py, docs/preemption.md)
     preempt_mode: str = "requeue"  # cluster PreemptMode, for QOS whose PreemptMode is "cluster"
     preempt_restart_cost: int = 600  # seconds, for jobs without --restart-cost
-    preempt_max_candidates: int = 12  # victims sets searched exhaustively among this many
+    preempt_max_candidates: int = 12  # per node: victim sets searched exhaustively among these
     burst_qos: str = "burst"  # jobs of this QOS may exceed their account's guarantee
     reclaims_per_cycle: int = 1  # preemptors per cycle that may reclaim burst jobs
 
@@ -98,6 +98,10 @@ class Config:
     keys_dir: str = ""  # default {home}/keys
     log_dir: str = ""
     metrics_listen: str = ""  # HOST:PORT of schedd's Prometheus endpoint; "" = off (metrics.py)
+    # high availability (schedd/leader.py; PostgreSQL only): schedds take a leader lease
+    ha: bool = False
+    client_peers: list[str] = field(default_factory=list)  # other schedds' client endpoints
+    agent_peers: list[str] = field(default_factory=list)  # other schedds' agent endpoints
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     partitions: list[Partition] = field(default_factory=list)

@@ -25,9 +25,9 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import forecast, health, keys, metrics, protocol
+from schedd import forecast, health, keys, leader, metrics, preemption, protocol
 from schedd.agents import AgentRegistry
-from schedd.handlers import AGENT_HANDLERS, CLIENT_HANDLERS, RequestError
+from schedd.handlers import AGENT_HANDLERS, CLIENT_HANDLERS, RequestError, jobcontrol
 from schedd.handlers import steps as job_steps
 from schedd.hostlist import compress
 from schedd.identity import from_peer_address, set_admin_lookup
@@ -62,6 +62,7 @@ class Daemon:
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.agents = AgentRegistry(cfg, self._send_to_agent)
         self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/steps.py)
+        self.preemption = preemption.Tracker.from_state(self.state)  # victims in GraceTime
         self.metrics = metrics.start(cfg, self.state, self.now)  # None unless metrics_listen
         self._cycle_due = True
         self._last_cycle = 0.0
@@ -71,6 +72,7 @@ class Daemon:
         self._last_cycle_seconds = 0.0
         self._promised_nodes: dict[int, list[str]] = {}
         self._stopping = False
+        self.lease: leader.LeaderLease | None = None  # held while this schedd leads (HA)
 
     def _start_curve(self) -> keys.AgentKeyring:
         """Agents must present a key from keys_dir/authorized (ZeroMQ's ZAP, in a thread)."""
@@ -127,8 +129,14 @@ class Daemon:
             now = self.now()
             if self._until_next_cycle(now) <= 0:
                 self.run_cycle(now)
+            preemption.tick(self, self.preemption, now)  # victims whose GraceTime is over
             if now - self._last_health >= 1.0:
+                if self.lease is not None and not self.lease.held():
+                    log.error("lost the leader lease (database session ended): stopping so "
+                              "that a standby can lead")
+                    break
                 health.check_nodes(self, now)
+                jobcontrol.tick(self, now)  # lowered time limits, stalled requeues
                 self._last_health = now
             if now - self._last_purge >= 5.0:
                 self.state.purge(now)
@@ -214,6 +222,8 @@ class Daemon:
         cycle_started = time.perf_counter()
         self.state.accrue_usage(now)
         snapshot, blocked = self.state.snapshot(now)
+        preemption.annotate(snapshot, self.cfg, self.state, self.agents.checkpoints,
+                            self.preemption, now)
         # promises of the last cycle: promised jobs are planned first, on their nodes, so a
         # newcomer never takes a slot somebody was shown in `squeue --start`
         pending = {p.job_id for p in snapshot.pending}
@@ -231,6 +241,8 @@ class Daemon:
             log.info("cycle: %d pending, %d running, %d started in %.3f s", len(snapshot.pending),
                      len(snapshot.running), len(decisions.starts), elapsed)
         self._apply(decisions, blocked, now)
+        if decisions.preemptions:
+            preemption.start(self, self.preemption, decisions.preemptions, now)
         return decisions
 
     def _apply(self, decisions: Decisions, blocked: dict[int, str], now: float) -> None:
@@ -261,13 +273,26 @@ class Daemon:
                 self.metrics.job_started(job, now)
             events.append(JobEvent(job.id, now, "RUNNING", detail=compress(
                 [a.node for a in start.allocation])))
-        self.state.commit(changes, events)
-        if changes:
-            job_steps.batch_started(self, [job for job, _ in changes], now)
+        batch = job_steps.batch_started([job for job, _ in changes],
+                                         [fields["allocation"] for _, fields in changes], now)
+        self.state.commit(changes, events, batch)
         for job, _ in changes:
             array_ids = (self.state.array_task_ids(job.array_job_id)
                          if job.array_job_id is not None else ())
             self.agents.launch(job, array_ids)
+
+
+def _lead(cfg: kconfig.Config) -> leader.LeaderLease | None:
+    """Stand by until this schedd holds the leader lease; None if told to stop meanwhile."""
+    lease = leader.LeaderLease(cfg.db_url, cfg.cluster_name)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    started = time.time()
+    if not lease.wait(lambda: bool(stop)):
+        return None
+    log.info("leader lease taken after %.1f s: this schedd leads", time.time() - started)
+    return lease
 
 
 def _peek_id(frame: bytes) -> Any:
@@ -284,12 +309,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-f", "--config", help="kiln.toml (default: $KILN_HOME/kiln.toml)")
     parser.add_argument("--log-file", help="log here instead of stderr")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--client-endpoint", help="listen for clients here (a second schedd "
+                        "of an HA pair), instead of the config's client_endpoint")
+    parser.add_argument("--agent-endpoint", help="listen for agents here, instead of the "
+                        "config's agent_endpoint")
     args = parser.parse_args(argv)
     try:
         cfg = kconfig.load(args.config)
+        cfg.client_endpoint = args.client_endpoint or cfg.client_endpoint
+        cfg.agent_endpoint = args.agent_endpoint or cfg.agent_endpoint
         setup_logging(args.log_file, args.log_level.upper())
+        lease = _lead(cfg) if cfg.ha else None
+        if cfg.ha and lease is None:
+            return 0  # stopped while standing by
         daemon = Daemon(cfg)
-    except (kconfig.ConfigError, SchemaError, keys.KeyFileError) as exc:
+        daemon.lease = lease
+    except (kconfig.ConfigError, SchemaError, keys.KeyFileError, leader.LeaseError) as exc:
         print(f"schedd: error: {exc}", file=sys.stderr)
         return 1
     except zmq.ZMQError as exc:

@@ -93,11 +93,17 @@ CLIENT_OPS: dict[str, Schema] = {
     "query_nodes": {"names": (_LIST, False)},
     "query_partitions": {"names": (_LIST, False)},
     "update_node": {"names": (_LIST, True), "changes": (_DICT, True)},
+    # advance reservations (schedd/handlers/reservations.py); fields: schedd.reservations.Request
+    "create_reservation": {"reservation": (_DICT, True)},
+    "update_reservation": {"name": (_STR, True), "changes": (_DICT, True)},
+    "delete_reservation": {"name": (_STR, True)},
+    "query_reservations": {"names": (_LIST, False)},
     "show_config": {},
     # sacct and sreport, answered from the ledger (schedd/handlers/accounting.py)
     "acct_jobs": {**JOB_FILTER, "start": ((int, float, type(None)), False),
                   "end": ((int, float, type(None)), False), "steps": (_BOOL, False),
-                  "fields": (_LIST, False)},  # row keys wanted (schedd.accounting); all if absent
+                  "fields": (_LIST, False),  # row keys wanted (schedd.accounting); all if absent
+                  "duplicates": (_BOOL, False)},  # sacct -D: a row per run of a requeued job
     "acct_report": {"start": (_NUM, True), "end": (_NUM, True)},
     # srun inside an allocation (job steps; see schedd/handlers/steps.py)
     "step_start": {"step": (_DICT, True)},  # see STEP_START_FIELDS
@@ -135,6 +141,8 @@ STEP_START_FIELDS: Schema = {
 AGENT_OPS: dict[str, Schema] = {
     # agent -> schedd
     "register": {"node": (_DICT, True), "running": (_LIST, True), "finished": (_LIST, False)},
+    # running: [{"job_id", "generation", "checkpoint_age"?}]; checkpoint_age = seconds since
+    # the job touched $KILN_CHECKPOINT_FILE (absent: never), for preemption's victim scores
     "heartbeat": {"node": (_STR, True), "running": (_LIST, False),
                   "steps": (_LIST, False)},  # ids of jobs with step tasks alive here
     "job_started": {"node": (_STR, True), "job_id": (_INT, True), "generation": (_INT, True),
@@ -228,6 +236,8 @@ def decode(frame: bytes) -> dict[str, Any]:
         msg = json.loads(frame)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(E_BAD_REQUEST, f"malformed message: {exc}") from None
+    except RecursionError:  # "[[[[..." deep enough to exhaust the parser's stack
+        raise ProtocolError(E_BAD_REQUEST, "malformed message: nested too deeply") from None
     if not isinstance(msg, dict):
         raise ProtocolError(E_BAD_REQUEST, "message is not an object")
     return msg

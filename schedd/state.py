@@ -15,8 +15,9 @@ from typing import Any
 from schedd import dependency
 from schedd.accounts import Accounts
 from schedd.config import Config
-from schedd.ledger.store import JobEvent, Store
+from schedd.ledger.store import JobEvent, StepRecord, Store
 from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
+from schedd.reservations import Reservation
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot, pending_from_job
 from schedd.usage import UsageMeter
 
@@ -44,6 +45,7 @@ class State:
         self._finished_cache: dict[tuple[int, int | None], list[JobState]] = {}
         self.accounts = Accounts()  # associations, QOS, limits (schedd/accounts.py)
         self.usage = UsageMeter(cfg.scheduler)  # fair-share and GrpTRESMins usage
+        self.reservations: dict[str, Reservation] = {}  # advance reservations by name
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -57,6 +59,9 @@ class State:
             self.nodes[node.name] = node
         self.next_job_id = self.store.max_job_id() + 1
         self.load_accounts(now)
+        for row in self.store.load_reservations():
+            resv = Reservation.from_row(row)
+            self.reservations[resv.name] = resv
         log.info("loaded %d jobs, %d nodes; next job id %d",
                  len(self.jobs), len(self.nodes), self.next_job_id)
 
@@ -86,11 +91,13 @@ class State:
         self.next_job_id = max(self.next_job_id, max(j.id for j in jobs) + 1)
 
     def commit(self, changes: list[tuple[Job, dict[str, Any]]],
-               events: Iterable[JobEvent] = ()) -> None:
-        """Write field changes of in-memory jobs to the ledger, then apply them here."""
+               events: Iterable[JobEvent] = (), steps: Iterable[StepRecord] = ()) -> None:
+        """Write field changes of in-memory jobs (with their events and step rows) to the
+        ledger in one transaction, then apply them here."""
         if not changes:
             return
-        self.store.update_jobs([(job.id, fields) for job, fields in changes], list(events))
+        self.store.update_jobs([(job.id, fields) for job, fields in changes], list(events),
+                               list(steps))
         for job, fields in changes:
             for key, value in fields.items():
                 setattr(job, key, value)
@@ -104,6 +111,9 @@ class State:
             self._finished_cache[(job_id, None)] = [job.state]
         if len(self._finished_cache) > 100_000:
             self._finished_cache.clear()
+        for name in [r.name for r in self.reservations.values() if r.end_time <= now]:
+            self.store.delete_reservation(name, None, now)  # ended: Slurm forgets it too
+            del self.reservations[name]
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -220,7 +230,8 @@ class State:
             limit = self.time_limit(job)
             end = job.start_time + (limit if limit is not None else self.cfg.scheduler.default_time_limit)
             running.append(RunningJob(job.id, job.allocation, job.start_time, max(end, now),
-                                      job.user, job.account, job.qos, job.partition))
+                                      job.user, job.account, job.qos, job.partition,
+                                      reservation=job.reservation))
             if job.array_job_id is not None:
                 running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id, 0) + 1
         pending: list[PendingJob] = []
@@ -231,10 +242,16 @@ class State:
                 blocked[job.id] = reason
                 continue
             pending.append(self.pending_view(job))
+            if job.array_max_running and job.array_job_id is not None:
+                # %N: a task offered to the core takes a slot, or one cycle starts them all
+                running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id,
+                                                                            0) + 1
         limits = (self.accounts.limit_table(self.usage.tres_mins)
                   if self.accounts.has_limits() else None)
         return Snapshot(now=now, nodes=nodes, running=running, pending=pending,
-                        associations=self.usage.fairshare.views(), limits=limits), blocked
+                        associations=self.usage.fairshare.views(), limits=limits,
+                        reservations=[r.view() for r in self.reservations.values()
+                                      if r.end_time > now]), blocked
 
     def pending_view(self, job: Job) -> PendingJob:
         limit = self.time_limit(job)

@@ -47,8 +47,10 @@ def _registry() -> tuple[dict[str, Handler], dict[str, Handler]]:
         agent,
         control,
         insight,
+        jobcontrol,
         nodes,
         query,
+        reservations,
         steps,
         submit,
     )
@@ -72,6 +74,13 @@ def _registry() -> tuple[dict[str, Handler], dict[str, Handler]]:
         "step_cancel": steps.step_cancel,
         "job_why": insight.job_why,
         "forecast_stats": insight.forecast_stats,
+        "update_job": jobcontrol.update_job,
+        "requeue": jobcontrol.requeue,
+        "update_node": jobcontrol.update_node,
+        "create_reservation": reservations.create_reservation,
+        "update_reservation": reservations.update_reservation,
+        "delete_reservation": reservations.delete_reservation,
+        "query_reservations": reservations.query_reservations,
     }
     agents = {
         "register": agent.register,

@@ -16,7 +16,8 @@ from schedd import accounting
 from schedd.handlers import Context, RequestError
 from schedd.handlers.query import JobRef, parse_job_ref, parse_states
 from schedd.identity import Caller
-from schedd.model import Job
+from schedd.ledger.store import JobEvent
+from schedd.model import Job, JobState
 
 STEP_QUERY_CHUNK = 500  # ids per IN (...) list: far below SQLite's bound-parameter limit
 ROW_IDENTITY = frozenset({"kind", "job_id", "job_id_raw", "step"})  # always sent
@@ -102,11 +103,40 @@ def acct_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, A
     rc = accounting.RowContext(now, _policy(ctx), _gpu_types(ctx), ctx.cfg.cluster_name)
     rows: list[dict[str, Any]] = []
     for job in jobs:
+        if body.get("duplicates") and job.restart_count:
+            for run in earlier_runs(job, ctx.state.store.job_events(job.id)):
+                rows.extend(accounting.sacct_rows(run, [], rc, False))
         rows.extend(accounting.sacct_rows(job, steps.get(job.id, []), rc, with_steps))
     if body.get("fields"):  # only what the fields asked for travel (a tenth of the bytes)
         keep = ROW_IDENTITY | {str(f) for f in body["fields"]}
         rows = [{k: v for k, v in row.items() if k in keep} for row in rows]
     return {"rows": rows, "now": now, "cluster": ctx.cfg.cluster_name}
+
+
+def earlier_runs(job: Job, events: list[JobEvent]) -> list[Job]:
+    """sacct -D: the runs of a requeued job before its current one, rebuilt from its events
+    (RUNNING, its end, REQUEUED) as job records of their own. Their steps are not kept (the
+    ledger holds the latest run's), so these are job rows only."""
+    runs: list[Job] = []
+    began: JobEvent | None = None
+    ended: JobEvent | None = None
+    for ev in events:
+        if ev.state == JobState.RUNNING.value:
+            began, ended = ev, None
+        elif ev.state == JobState.REQUEUED.value:
+            if began is not None:  # the run ended as recorded, or as REQUEUED itself
+                end = ended or ev
+                runs.append(dataclasses.replace(
+                    job, state=JobState(end.state), reason="None", start_time=began.time,
+                    end_time=end.time, node_list=began.detail, allocation=[], exit_code=0,
+                    exit_signal=0, restart_count=len(runs)))
+            began = ended = None
+        elif began is not None and ev.state in _ENDS:
+            ended = ev
+    return runs
+
+
+_ENDS = frozenset(s.value for s in JobState if s.finished)
 
 
 def acct_report(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:

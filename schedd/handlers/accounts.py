@@ -83,7 +83,9 @@ ASSOC_FIELDS = {
     "rawusage": "raw_usage",
 }
 ACCOUNT_FIELDS = {"parent": "parent", "description": "description",
-                  "organization": "organization"}
+                  "organization": "organization",
+                  # kiln: the account's guaranteed TRES (docs/preemption.md)
+                  "guarantee": "guarantee", "grptresguarantee": "guarantee"}
 USER_FIELDS = {"account": "accounts", "accounts": "accounts",
                "defaultaccount": "default_account", "adminlevel": "admin_level"}
 QOS_FIELDS = {
@@ -101,7 +103,8 @@ LIMIT_NAMES = {"grp_tres": "GrpTRES", "grp_tres_mins": "GrpTRESMins", "grp_jobs"
                "grp_submit_jobs": "GrpSubmitJobs", "max_jobs": "MaxJobs",
                "max_submit_jobs": "MaxSubmitJobs", "max_tres_per_job": "MaxTRESPerJob",
                "max_wall": "MaxWall", "shares": "Fairshare", "priority": "Priority",
-               "qos": "QOS", "default_qos": "DefaultQOS", "parent": "Parent"}
+               "qos": "QOS", "default_qos": "DefaultQOS", "parent": "Parent",
+               "guarantee": "Guarantee"}
 
 
 def fields_of(settings: dict[str, str], table: dict[str, str], where: str) -> dict[str, str]:
@@ -154,6 +157,11 @@ def apply_assoc(a: Association, fields: dict[str, str], accounts: Accounts) -> N
             a.description = value
         elif name == "organization":
             a.organization = value
+        elif name == "guarantee":
+            try:
+                a.guarantee = tres.merge_limit(a.guarantee, tres.parse(value))
+            except tres.TresError as exc:
+                raise AccountsError(str(exc)) from None
         elif name == "parent":
             if (value, "") not in accounts.assocs:
                 raise AccountsError(f"Parent account '{value}' doesn't exist.")
@@ -661,6 +669,7 @@ def assoc_record(accounts: Accounts, a: Association, depth: int,
         "max_tres_mins": "", "qos": ",".join(sorted(accounts.allowed_qos(a.account, a.user))),
         "default_qos": a.default_qos, "grp_tres_run_mins": "",
         "parent_name": (a.parent or "") if not a.user else "", "depth": depth,
+        "guarantee": tres.to_string(a.guarantee),
     }
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedd import health
-from schedd.handlers import Context, RequestError
+from schedd import health, preemption
+from schedd.handlers import Context, RequestError, jobcontrol
 from schedd.handlers import steps as job_steps
 from schedd.ledger.store import JobEvent
 from schedd.model import GPU, Job, JobState, Node, NodeState
@@ -85,6 +85,9 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float, fresh: b
             ctx.agents.fence(node, job_id, gen)
             continue
         ctx.agents.confirmed.add((job_id, gen))
+        age = item.get("checkpoint_age")
+        if isinstance(age, (int, float)) and not isinstance(age, bool):
+            ctx.agents.checkpoints[job_id] = now - max(float(age), 0.0)
         if job.state == JobState.COMPLETING:
             ctx.agents.terminate(job, "CANCELLED")
     grace = 2 * ctx.cfg.heartbeat_interval
@@ -126,6 +129,8 @@ def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
         state = JobState.FAILED.value
     if job.cancelled_by is not None:
         state = JobState.CANCELLED.value
+    state = preemption.ended_state(job, state)  # a preemption victim ends PREEMPTED
+    state = jobcontrol.ended_state(job, state)  # a run stopped by scontrol requeue
     end = report.get("end_time")
     end = float(end) if isinstance(end, (int, float)) else ctx.now()
     fields = {
@@ -139,4 +144,7 @@ def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
     ctx.state.commit([(job, fields)], [JobEvent(job.id, end, state, detail=f"on {node}")])
     job_steps.job_finished(ctx, job)
     ctx.agents.confirmed.discard((job.id, job.generation))
+    ctx.agents.checkpoints.pop(job.id, None)
+    preemption.after_end(ctx, job, ctx.now())  # requeue a victim (PreemptMode REQUEUE)
+    jobcontrol.after_end(ctx, job, ctx.now())  # scontrol requeue: back to the queue
     ctx.wake_scheduler()

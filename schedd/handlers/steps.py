@@ -27,7 +27,7 @@ from schedd.hostlist import compress
 from schedd.identity import Caller
 from schedd.jobenv import expand_output_pattern, step_environment, task_overlay
 from schedd.ledger.store import LedgerError, StepRecord
-from schedd.model import Job, JobState
+from schedd.model import Job, JobState, NodeAllocation
 from schedd.state import RUNNING_STATES
 from schedd.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
 
@@ -261,25 +261,34 @@ def reconcile(ctx: Context, node: str, job_ids: list[Any]) -> None:
 # --- the batch step, and the end of a job ----------------------------------------------------
 
 
-def batch_started(ctx: Context, jobs: list[Job], now: float) -> None:
-    """``JOBID.batch`` rows for jobs just started (a requeued job's replaces its old one)."""
-    rows = [StepRecord(job_id=j.id, step_id="batch", name="batch", node_list=j.batch_host,
-                       num_nodes=1, num_tasks=1,
-                       cpus=j.allocation[0].cpus if j.allocation else 0, state="RUNNING",
-                       start_time=now) for j in jobs]
-    try:
-        ctx.state.store.save_steps(rows)
-    except LedgerError as exc:
-        log.warning("cannot record batch steps: %s", exc)
+def batch_row(job: Job, state: str, start: float, end: float = 0.0) -> StepRecord:
+    """The ``JOBID.batch`` row of a job's current run."""
+    alloc = job.allocation[0] if job.allocation else None
+    return StepRecord(job_id=job.id, step_id="batch", name="batch",
+                      node_list=alloc.node if alloc else job.batch_host, num_nodes=1,
+                      num_tasks=1, cpus=alloc.cpus if alloc else 0, state=state,
+                      exit_code=job.exit_code, exit_signal=job.exit_signal,
+                      start_time=start, end_time=end)
+
+
+def batch_started(jobs: list[Job], allocations: list[list[NodeAllocation]],
+                  now: float) -> list[StepRecord]:
+    """``JOBID.batch`` rows for jobs about to start on these allocations, to be committed with
+    the start itself (a requeued job's replaces its old one)."""
+    rows = []
+    for job, alloc in zip(jobs, allocations, strict=True):
+        rows.append(StepRecord(job_id=job.id, step_id="batch", name="batch",
+                               node_list=alloc[0].node, num_nodes=1, num_tasks=1,
+                               cpus=alloc[0].cpus, state="RUNNING", start_time=now))
+    return rows
 
 
 def job_finished(ctx: Context, job: Job) -> None:
     """A job ended: close its batch step, and stop and close every step still running."""
     state = job.state.value
     batch_state = JobState.CANCELLED.value if state == JobState.TIMEOUT.value else state
-    try:
-        ctx.state.store.end_step(job.id, "batch", batch_state, job.exit_code, job.exit_signal,
-                                 job.end_time)
+    try:  # the whole row: present even when a crash lost the one written at the start
+        ctx.state.store.save_steps([batch_row(job, batch_state, job.start_time, job.end_time)])
     except LedgerError as exc:
         log.warning("cannot record the end of %d.batch: %s", job.id, exc)
     if not ctx.steps.known(job.id):

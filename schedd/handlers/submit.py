@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from schedd import arrayspec, dependency, protocol
-from schedd.handlers import Context, RequestError
+from schedd.handlers import Context, RequestError, reservations
 from schedd.handlers.accounts import admit, check_submit_limits
 from schedd.identity import Caller
 from schedd.ledger.store import JobEvent
@@ -67,6 +67,7 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
         except dependency.DependencyError as exc:
             raise RequestError(str(exc)) from None
     admit(ctx, job, spec)  # account, QOS and DenyOnLimit (handlers/accounts.py)
+    reservations.check_submit(ctx, job)  # --reservation: exists and admits the job
     return job
 
 

@@ -493,9 +493,11 @@ class Store:
                 conn.execute(insert(t.job_events), [_event_row(e) for e in events])
 
     def update_jobs(
-        self, changes: list[tuple[int, dict[str, Any]]], events: list[JobEvent] | None = None
+        self, changes: list[tuple[int, dict[str, Any]]], events: list[JobEvent] | None = None,
+        steps: list[StepRecord] | None = None,
     ) -> None:
-        """Apply field changes (keys are Job field names) to existing jobs, atomically.
+        """Apply field changes (keys are Job field names) to existing jobs, atomically, with
+        their events and step rows (a start and its ``JOBID.batch`` row are one transaction).
 
         Changes with the same set of fields share one executemany UPDATE. A job id that is not
         in the ledger fails the whole call.
@@ -516,6 +518,9 @@ class Store:
                     self._update_group(conn, names, params)
             if events:
                 conn.execute(insert(t.job_events), [_event_row(e) for e in events])
+            if steps:
+                rows = [dataclasses.asdict(step) for step in steps]
+                conn.execute(_upsert(conn, t.job_steps, ["job_id", "step_id"], rows[0]), rows)
 
     @staticmethod
     def _update_group(conn: Connection, names: tuple[str, ...], params: list[dict]) -> None:
@@ -860,6 +865,31 @@ class Store:
             stmt = stmt.limit(limit)
         with self._read("reading the audit trail") as conn:
             return [AuditRecord(**r) for r in conn.execute(stmt).mappings()]
+
+    # advance reservations (schedd/reservations.py builds and reads these rows)
+
+    def save_reservation(self, row: dict[str, Any], actor_uid: int, action: str,
+                         now: float) -> None:
+        """Insert or replace one reservation, with its audit line, atomically."""
+        audit = {"time": now, "actor_uid": actor_uid, "action": action,
+                 "target": f"reservation {row['name']}", "detail": ""}
+        with self._write(f"storing reservation {row['name']}") as conn:
+            conn.execute(_upsert(conn, t.reservations, ["name"], row), row)
+            conn.execute(insert(t.audit), audit)
+
+    def delete_reservation(self, name: str, actor_uid: int | None, now: float) -> None:
+        """Forget a reservation (deleted, or ended: ``actor_uid`` None, no audit line)."""
+        with self._write(f"deleting reservation {name}") as conn:
+            conn.execute(delete(t.reservations).where(t.reservations.c.name == name))
+            if actor_uid is not None:
+                conn.execute(insert(t.audit), {"time": now, "actor_uid": actor_uid,
+                                               "action": "delete_reservation",
+                                               "target": f"reservation {name}", "detail": ""})
+
+    def load_reservations(self) -> list[dict[str, Any]]:
+        with self._read("loading reservations") as conn:
+            rows = conn.execute(select(t.reservations).order_by(t.reservations.c.name))
+            return [dict(r) for r in rows.mappings()]
 
     # meta
 

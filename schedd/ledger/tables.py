@@ -231,6 +231,9 @@ class AccountRow(AssocColumns, Base):
     shares: Mapped[int] = mapped_column(Integer, default=1)
     description: Mapped[str] = mapped_column(String, default="")
     organization: Mapped[str] = mapped_column(String, default="")
+    # kiln: TRES the account is guaranteed (``gres/gpu=4``): burst jobs of accounts over
+    # theirs are reclaimed for it (docs/preemption.md); migration 0005
+    guarantee: Mapped[str] = mapped_column(String, default="", server_default="")
 
 
 class UserRow(Base):
@@ -335,6 +338,25 @@ class JobStepRow(Base):
     stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
+class ReservationRow(Base):
+    """An advance reservation (scontrol create reservation): window, holdings, members."""
+
+    __tablename__ = "reservations"
+
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    start_time: Mapped[float] = mapped_column(Float)
+    end_time: Mapped[float] = mapped_column(Float)
+    nodes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)  # TRES=gres/gpu=N; 0 = whole nodes
+    holdings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # node -> [c, m, g]
+    users: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    accounts: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    flags: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    partition: Mapped[str] = mapped_column(String, default="")
+    created_by: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 class MetaRow(Base):
     """Small key/value facts about the ledger itself, e.g. the highest job id ever issued."""
 
@@ -358,3 +380,4 @@ kiln_meta = MetaRow.__table__
 job_steps = JobStepRow.__table__
 qos = QOSRow.__table__
 tres_usage = TresUsageRow.__table__
+reservations = ReservationRow.__table__

@@ -14,7 +14,7 @@ from schedd.model import GPU, Job, NodeAllocation
 
 if TYPE_CHECKING:
     from schedd.scheduler.limits import LimitTable
-    from schedd.scheduler.preempt import PreemptPolicy, Preemption
+    from schedd.scheduler.preempt import Preemption, PreemptPolicy
 
 
 @dataclass(slots=True)

@@ -39,6 +39,7 @@ class Cluster:
     node_timeout: float = 30.0  # SlurmdTimeout, seconds
     allow_root_jobs: bool = True
     agent_host: str = "127.0.0.1"  # where schedd listens for agents (a veth address in netns)
+    schedd_extra: str = ""  # more lines for the [schedd] table (HA peers, ...)
 
     def write_config(self, port: int) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -56,6 +57,7 @@ heartbeat_interval = 1.0
 node_timeout = {self.node_timeout}
 allow_root_jobs = {str(self.allow_root_jobs).lower()}
 curve = true
+{self.schedd_extra}
 [scheduler]
 interval = 0.5
 [agent]

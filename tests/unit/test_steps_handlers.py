@@ -81,7 +81,7 @@ def ctx(store):
                           NodeAllocation("node2", 4, 100, [2, 3])])
     store.insert_jobs([job])
     c.state.jobs[7] = job
-    h.batch_started(c, [job], 990.0)
+    store.save_steps(h.batch_started([job], [job.allocation], 990.0))
     return c
 
 

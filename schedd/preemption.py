@@ -1,0 +1,225 @@
+"""Preemption, the daemon's side: carry out what ``scheduler/preempt.py`` decided.
+
+A victim's life, once chosen:
+
+1. **Notice, at once** (unlike Slurm 22.05, which stays silent until GraceTime ends): its
+   ``--signal`` (``B:`` = the batch shell only), else SIGTERM, goes to its process group so it
+   can checkpoint. The mark (preemptor, deadline, mode) is committed in ``Job.extra["preempt"]``,
+   so a restarted schedd carries on.
+2. **After GraceTime** (of the *victim's* QOS, as in Slurm): schedd tells its agent to terminate
+   it as PREEMPTED: the usual SIGTERM, SIGKILL after KillWait, and the ``DUE TO PREEMPTION``
+   banner. The agent is kept simple: schedd keeps the grace time itself.
+3. **Its end** (``handlers/agent.py`` asks ``ended_state`` and ``after_end``): recorded as
+   PREEMPTED whatever the script did with the signal; then with PreemptMode REQUEUE (and a job
+   that may be requeued) it goes back to PENDING with its id and submit time, restart count + 1;
+   with CANCEL it stays PREEMPTED.
+
+While a preemptor's victims are ending, and a moment after, it is *in flight*: planned first in
+the walk (what was freed is its) and not given more victims.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal as _signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedd import health
+from schedd.config import Config
+from schedd.handlers import Context
+from schedd.ledger.store import JobEvent
+from schedd.model import Job, JobState
+from schedd.scheduler.preempt import Preemption, PreemptPolicy
+from schedd.scheduler.snapshot import Snapshot
+from schedd.state import RUNNING_STATES, State
+
+log = logging.getLogger("schedd.preemption")
+
+MARK = "preempt"  # the Job.extra key of a victim
+SETTLE = 5.0  # seconds a preemptor stays in flight after its last victim ended
+RESEND = 5.0  # seconds between terminate messages to a victim that has not ended
+REQUEUE, CANCEL, OFF = "requeue", "cancel", "off"
+
+
+@dataclass(slots=True)
+class Tracker:
+    """The victims still running and the preemptors waiting for them (memory only; the marks
+    in the ledger rebuild it at start-up)."""
+
+    victims: dict[int, dict[str, Any]] = field(default_factory=dict)  # job id -> its mark
+    told: dict[int, float] = field(default_factory=dict)  # victim -> when terminate went out
+    settled: dict[int, float] = field(default_factory=dict)  # preemptor -> last victim's end
+
+    @classmethod
+    def from_state(cls, state: State) -> Tracker:
+        tracker = cls()
+        for job in state.running():
+            mark = mark_of(job)
+            if mark is not None:
+                tracker.victims[job.id] = mark
+        return tracker
+
+    def in_flight(self, now: float) -> frozenset[int]:
+        for by, when in list(self.settled.items()):
+            if now - when > SETTLE:
+                del self.settled[by]
+        return frozenset({int(m["by"]) for m in self.victims.values()} | set(self.settled))
+
+
+# --- the snapshot ------------------------------------------------------------------------------
+
+
+def policy(cfg: Config, state: State, tracker: Tracker, now: float) -> PreemptPolicy | None:
+    """Who may preempt whom, from sacctmgr's QOS (Preempt, PreemptMode) and guarantees; None
+    when nobody may (the cycle then skips preemption altogether)."""
+    qos = state.accounts.qos
+    preempts = {name: frozenset(q.preempt) for name, q in qos.items() if q.preempt}
+    guarantees = {a.account: dict(a.guarantee) for a in state.accounts.accounts()
+                  if a.guarantee}
+    if not preempts and not guarantees:
+        return None
+    exempt = frozenset(name for name, q in qos.items() if mode_of(cfg, q.preempt_mode) == OFF)
+    return PreemptPolicy(preempts=preempts, exempt=exempt, guarantees=guarantees,
+                         burst_qos=cfg.scheduler.burst_qos, in_flight=tracker.in_flight(now))
+
+
+def annotate(snapshot: Snapshot, cfg: Config, state: State, checkpoints: dict[int, float],
+             tracker: Tracker, now: float) -> None:
+    """Add what preemption needs to the cycle's snapshot: the policy, and per running job its
+    checkpoint age (from its agent's reports), restart cost and whether it is already ending."""
+    snapshot.preemption = policy(cfg, state, tracker, now)
+    if snapshot.preemption is None:
+        return
+    for run in snapshot.running:
+        job = state.jobs.get(run.job_id)
+        if job is None:
+            continue
+        seen = checkpoints.get(run.job_id)
+        run.checkpoint_age = None if seen is None else max(now - seen, 0.0)
+        cost = job.extra.get("restart_cost")
+        run.restart_cost = int(cost) if isinstance(cost, (int, float)) else None
+        mark = tracker.victims.get(run.job_id)
+        run.preempting = mark is not None
+        if mark is not None:  # planned to end with its grace: the walk then reserves what it
+            # frees for its preemptor, and no other job (its requeued fellow victims above
+            # all) may take it meanwhile
+            end = max(float(mark.get("deadline", now)), now) + cfg.kill_wait
+            run.end_time = min(run.end_time, end)
+            if run.predicted_end is not None:
+                run.predicted_end = min(run.predicted_end, end)
+
+
+def mode_of(cfg: Config, qos_mode: str) -> str:
+    """The PreemptMode that applies: the QOS's, else the cluster's; kiln does not suspend
+    jobs (gang scheduling), so SUSPEND is taken as REQUEUE."""
+    mode = (qos_mode or "cluster").lower()
+    if mode == "cluster":
+        mode = (cfg.scheduler.preempt_mode or REQUEUE).lower()
+    return REQUEUE if mode == "suspend" else mode
+
+
+# --- acting ------------------------------------------------------------------------------------
+
+
+def start(ctx: Context, tracker: Tracker, preemptions: list[Preemption], now: float) -> None:
+    """Mark the victims, send each its notice, and terminate at once those without grace."""
+    changes = []
+    for p in preemptions:
+        for victim_id in p.victims:
+            job = ctx.state.jobs.get(victim_id)
+            if job is None or job.state != JobState.RUNNING or victim_id in tracker.victims:
+                continue
+            qos = ctx.state.accounts.qos.get(job.qos)
+            grace = max(qos.grace_time if qos else 0, 0)
+            mode = mode_of(ctx.cfg, qos.preempt_mode if qos else "cluster")
+            if mode != REQUEUE or not job.requeue:
+                mode = CANCEL
+            mark = {"by": p.job_id, "at": now, "deadline": now + grace, "mode": mode,
+                    "cause": p.cause, "generation": job.generation}
+            changes.append((job, {"extra": {**job.extra, MARK: mark}}))
+            tracker.victims[victim_id] = mark
+            log.info("preempted JobId=%d (%s, GraceTime %d s) to reclaim resources for "
+                     "JobId=%d (%s)", victim_id, mode, grace, p.job_id, p.cause)
+    ctx.state.commit(changes)
+    for job, _ in changes:
+        signum, batch_only = notice_signal(job.signal)
+        ctx.agents.signal(job, signum, batch_only)
+    tick(ctx, tracker, now)
+
+
+def notice_signal(spec: str) -> tuple[int, bool]:
+    """The job's ``--signal=[B:]SIG[@secs]`` as (signal number, batch shell only); SIGTERM to
+    the whole group when it has none (or one that is no signal)."""
+    text, batch_only = spec.strip(), False
+    if ":" in text:
+        flags, text = text.split(":", 1)
+        batch_only = "B" in flags.upper()
+    name = text.split("@", 1)[0].strip().upper()
+    if name.isdigit() and 0 < int(name) < _signal.NSIG:
+        return int(name), batch_only
+    if name and not name.startswith("SIG"):
+        name = "SIG" + name
+    try:
+        return int(_signal.Signals[name]), batch_only
+    except KeyError:
+        return int(_signal.SIGTERM), False
+
+
+def tick(ctx: Context, tracker: Tracker, now: float) -> None:
+    """Terminate victims whose grace time is over (again every RESEND seconds until they end:
+    a message to an agent may be lost)."""
+    for victim_id, mark in list(tracker.victims.items()):
+        if now < float(mark.get("deadline", 0.0)):
+            continue
+        job = ctx.state.jobs.get(victim_id)
+        if job is None or job.state not in RUNNING_STATES:
+            forget(tracker, victim_id, now)
+            continue
+        if now - tracker.told.get(victim_id, -RESEND) >= RESEND:
+            tracker.told[victim_id] = now
+            ctx.agents.terminate(job, JobState.PREEMPTED.value)
+
+
+def forget(tracker: Tracker, victim_id: int, now: float) -> None:
+    mark = tracker.victims.pop(victim_id, None)
+    tracker.told.pop(victim_id, None)
+    if mark is not None:
+        tracker.settled[int(mark["by"])] = now
+
+
+# --- a victim's end (called from handlers/agent.py) ----------------------------------------------
+
+
+def mark_of(job: Job) -> dict[str, Any] | None:
+    """The job's victim mark, if this run (launch generation) of it is a victim."""
+    mark = job.extra.get(MARK)
+    if isinstance(mark, dict) and mark.get("generation") == job.generation:
+        return mark
+    return None
+
+
+def ended_state(job: Job, state: str) -> str:
+    """A marked victim ends PREEMPTED however its script took the notice (unless cancelled)."""
+    if mark_of(job) is not None and job.cancelled_by is None:
+        return JobState.PREEMPTED.value
+    return state
+
+
+def after_end(ctx: Context, job: Job, now: float) -> None:
+    """Requeue a victim preempted in REQUEUE mode; forget it either way."""
+    if MARK not in job.extra:
+        return
+    mark = mark_of(job) or {}
+    tracker = getattr(ctx, "preemption", None)
+    if tracker is not None:
+        forget(tracker, job.id, now)
+    extra = {k: v for k, v in job.extra.items() if k != MARK}
+    if job.state != JobState.PREEMPTED or mark.get("mode") != REQUEUE:
+        ctx.state.commit([(job, {"extra": extra})])
+        return
+    fields = {**health.requeue_fields(job, now), "extra": extra}
+    why = f"preempted for job {mark.get('by')}"
+    ctx.state.commit([(job, fields)], [JobEvent(job.id, now, JobState.REQUEUED.value,
+                                                detail=why)])
+    ctx.wake_scheduler()

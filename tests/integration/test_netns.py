@@ -1,0 +1,145 @@
+"""Partitions for real: node2's agent runs in its own network namespace, reaching schedd over a
+veth pair whose link the test cuts. A short cut: the agent keeps time alone, ends a job at its
+walltime, and the TIMEOUT report reaches schedd once the link is back. A long cut: node DOWN,
+its job NODE_FAIL and requeued elsewhere, and the stale run fenced when the link returns."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from schedd import keys
+from tests.integration.cluster import Cluster, cleanup, world_tempdir
+from tests.integration.conftest import BACKENDS, _cluster
+from tests.integration.netns import Netns, namespace
+
+NODE_TIMEOUT = 12.0  # SlurmdTimeout: longer than a short cut plus TCP's retransmit backoff
+
+
+@dataclass
+class Split:
+    cluster: Cluster
+    ns: Netns
+    agent: subprocess.Popen
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def split(request: pytest.FixtureRequest) -> Iterator[Split]:
+    """node1's agent on the host; node2's in a namespace; schedd listens on the veth address."""
+    with ExitStack() as stack:
+        ns = stack.enter_context(namespace())
+        gen = _cluster(request, request.param, nodes=1, fake_gpus="4xA100", kill_wait=2,
+                       node_timeout=NODE_TIMEOUT, agent_host=ns.host_addr)
+        cluster = next(gen)
+        stack.callback(next, gen, None)
+        keys.generate_cluster(cluster.home / "keys", ["node2"])
+        log = cluster.home / "log" / "agentd-node2.log"
+        agent = subprocess.Popen(
+            ns.argv(sys.executable, "-m", "agentd.daemon", "--config",
+                    str(cluster.home / "kiln.toml"), "--node", "node2", "--fake-gpus", "4xA100",
+                    "--cpus", "64", "--spool", str(cluster.home / "spool" / "node2"),
+                    "--log-file", str(log)),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=cluster.env)
+        stack.callback(_stop, agent)
+        _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 never registered")
+        yield Split(cluster, ns, agent)
+
+
+def _stop(agent: subprocess.Popen) -> None:
+    if agent.poll() is None:
+        agent.kill()
+        agent.wait(timeout=10)
+
+
+def _until(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, what
+        time.sleep(0.1)
+
+
+def _node_state(cluster: Cluster, node: str) -> str:
+    for line in cluster.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.splitlines():
+        name, _, state = line.strip().partition(" ")
+        if name == node:
+            return state.strip().lower()
+    return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _pid(path: Path) -> int:
+    _until(lambda: path.exists() and path.read_text().strip(), 30, f"{path} never written")
+    return int(path.read_text().split()[0])
+
+
+def test_agent_enforces_walltime_while_cut_off_and_reports_after(split: Split) -> None:
+    cluster, ns = split.cluster, split.ns
+    workdir = world_tempdir("kiln-ns-")
+    try:
+        job_id = cluster.sbatch("-w", "node2", "-t", "0:04", "--wrap",
+                                "echo $$ > pid; sleep 600", cwd=workdir)
+        cluster.wait(job_id, {"RUNNING"})
+        pid = _pid(workdir / "pid")
+        ns.cut()
+        try:
+            _until(lambda: not _alive(pid), 20, "the cut-off agent did not end the job")
+            # schedd heard nothing: to it the job still runs, and node2 is not DOWN yet
+            assert cluster.job(job_id)["state"] == "RUNNING"
+        finally:
+            ns.restore()
+        job = cluster.wait(job_id, {"TIMEOUT", "NODE_FAIL", "COMPLETED", "FAILED"}, timeout=30)
+        assert job["state"] == "TIMEOUT", job
+        assert job["restart_count"] == 0
+        assert "DUE TO TIME LIMIT" in (workdir / f"slurm-{job_id}.out").read_text()
+        _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 not idle again")
+    finally:
+        cleanup(workdir)
+
+
+def test_long_cut_downs_the_node_requeues_and_fences_on_return(split: Split) -> None:
+    cluster, ns = split.cluster, split.ns
+    workdir = world_tempdir("kiln-ns-")
+    try:
+        blocker = cluster.sbatch("--gres=gpu:4", "-w", "node1", "--wrap", "sleep 600",
+                                 cwd=workdir)
+        cluster.wait(blocker, {"RUNNING"})
+        victim = cluster.sbatch("--gres=gpu:2", "--requeue", "--wrap",
+                                "echo $$ >> pids; sleep 600", cwd=workdir)
+        assert cluster.wait(victim, {"RUNNING"})["node_list"] == "node2"
+        first = _pid(workdir / "pids")
+        ns.cut()
+        try:
+            _until(lambda: cluster.job(victim)["restart_count"] == 1, NODE_TIMEOUT + 20,
+                   "the cut-off node's job was never requeued")
+            assert _node_state(cluster, "node2") == "down"
+            assert cluster.job(victim)["state"] == "PENDING"
+            assert _alive(first)  # nobody could reach it
+            cluster.run("scancel", str(blocker))  # room for it on node1
+            assert cluster.wait(victim, {"RUNNING"}, timeout=30)["node_list"] == "node1"
+        finally:
+            ns.restore()
+        _until(lambda: not _alive(first), 30, "the stale run survived its node's return")
+        assert cluster.job(victim)["state"] == "RUNNING"
+        assert cluster.job(victim)["node_list"] == "node1"
+        _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
+        cluster.run("scancel", str(victim))
+        cluster.wait(victim, {"CANCELLED"})
+        assert len((workdir / "pids").read_text().split()) == 2  # two runs, one after the other
+    finally:
+        cleanup(workdir)

@@ -1,0 +1,116 @@
+"""The daemon's side of preemption (schedd/preemption.py): the notice signal, PreemptMode,
+what the snapshot learns (checkpoint ages, grace ends), victim marks per run, sacct -D runs."""
+
+from __future__ import annotations
+
+import signal
+from types import SimpleNamespace
+
+import pytest
+
+from cli.options import OptionError, parse_restart_cost
+from schedd import preemption
+from schedd.accounts import QOS, Accounts, Association
+from schedd.config import Config
+from schedd.handlers.accounting import earlier_runs
+from schedd.ledger.store import JobEvent
+from schedd.model import Job, JobState, NodeAllocation
+from schedd.scheduler.snapshot import RunningJob, Snapshot
+
+NOW = 5_000_000.0
+
+
+def test_notice_signal_is_the_jobs_signal_else_sigterm() -> None:
+    assert preemption.notice_signal("") == (signal.SIGTERM, False)
+    assert preemption.notice_signal("B:USR1@120") == (signal.SIGUSR1, True)
+    assert preemption.notice_signal("USR2@90") == (signal.SIGUSR2, False)
+    assert preemption.notice_signal("SIGINT") == (signal.SIGINT, False)
+    assert preemption.notice_signal("10") == (10, False)
+    assert preemption.notice_signal("NOSUCH") == (signal.SIGTERM, False)
+
+
+def test_preempt_mode_of_the_victims_qos() -> None:
+    cfg = Config(home="/tmp")
+    assert preemption.mode_of(cfg, "cluster") == "requeue"
+    assert preemption.mode_of(cfg, "CANCEL") == "cancel"
+    assert preemption.mode_of(cfg, "suspend") == "requeue"
+    cfg.scheduler.preempt_mode = "cancel"
+    assert preemption.mode_of(cfg, "") == "cancel"
+
+
+def state_with(jobs: list[Job]) -> SimpleNamespace:
+    accounts = Accounts()
+    accounts.qos = {"low": QOS("low", grace_time=30), "high": QOS("high", preempt=["low"]),
+                    "off": QOS("off", preempt_mode="off")}
+    accounts.assocs[("a", "")] = Association("a", parent="root", guarantee={"gres/gpu": 4})
+    return SimpleNamespace(accounts=accounts, jobs={j.id: j for j in jobs})
+
+
+def test_annotate_carries_checkpoints_costs_and_grace_ends() -> None:
+    cfg = Config(home="/tmp", kill_wait=10)
+    victim = Job(1, qos="low", extra={"restart_cost": 120})
+    other = Job(2, qos="low")
+    tracker = preemption.Tracker(victims={1: {"by": 9, "deadline": NOW + 30}})
+    snap = Snapshot(NOW, [], [RunningJob(1, [NodeAllocation("n", 1, 0, [0])], NOW - 100,
+                                         NOW + 3600, qos="low"),
+                              RunningJob(2, [], NOW - 50, NOW + 3600, qos="low")])
+    preemption.annotate(snap, cfg, state_with([victim, other]), {2: NOW - 20}, tracker, NOW)
+    policy = snap.preemption
+    assert policy.preempts == {"high": frozenset({"low"})} and policy.exempt == {"off"}
+    assert policy.guarantees == {"a": {"gres/gpu": 4}} and policy.in_flight == {9}
+    first, second = snap.running
+    assert (first.preempting, first.restart_cost, first.checkpoint_age) == (True, 120, None)
+    assert first.end_time == NOW + 30 + 10  # planned to end with its grace and KillWait
+    assert (second.preempting, second.restart_cost, second.checkpoint_age) == (False, None, 20)
+    assert second.end_time == NOW + 3600
+
+
+def test_no_policy_no_preemption() -> None:
+    state = state_with([])
+    state.accounts.qos = {"normal": QOS("normal")}
+    state.accounts.assocs.clear()
+    snap = Snapshot(NOW, [])
+    preemption.annotate(snap, Config(home="/tmp"), state, {}, preemption.Tracker(), NOW)
+    assert snap.preemption is None
+
+
+def test_marks_hold_for_their_run_only_and_preemptors_settle() -> None:
+    job = Job(1, generation=3, extra={"preempt": {"by": 9, "generation": 3}})
+    assert preemption.ended_state(job, "FAILED") == "PREEMPTED"
+    job.generation = 4  # a later run (requeued some other way): no longer a victim
+    assert preemption.ended_state(job, "FAILED") == "FAILED"
+    job.generation, job.cancelled_by = 3, 0  # scancel during the grace wins
+    assert preemption.ended_state(job, "CANCELLED") == "CANCELLED"
+    tracker = preemption.Tracker(victims={1: {"by": 9}})
+    preemption.forget(tracker, 1, NOW)
+    assert tracker.in_flight(NOW + 1) == {9}
+    assert tracker.in_flight(NOW + preemption.SETTLE + 1) == frozenset()
+
+
+def test_sacct_duplicates_rebuild_each_earlier_run() -> None:
+    job = Job(7, name="low1", state=JobState.PENDING, restart_count=2)
+    events = [JobEvent(7, 1.0, "PENDING"), JobEvent(7, 2.0, "RUNNING", detail="n1"),
+              JobEvent(7, 5.0, "PREEMPTED"), JobEvent(7, 5.5, "REQUEUED"),
+              JobEvent(7, 6.0, "RUNNING", detail="n2"), JobEvent(7, 9.0, "NODE_FAIL"),
+              JobEvent(7, 9.0, "REQUEUED")]
+    runs = earlier_runs(job, events)
+    assert [(r.state, r.start_time, r.end_time, r.node_list) for r in runs] == [
+        (JobState.PREEMPTED, 2.0, 5.0, "n1"), (JobState.NODE_FAIL, 6.0, 9.0, "n2")]
+    assert job.state == JobState.PENDING  # the job itself is untouched
+
+
+def test_sacct_duplicates_show_a_run_ended_by_scontrol_requeue() -> None:
+    job = Job(8, state=JobState.RUNNING, restart_count=1)
+    events = [JobEvent(8, 2.0, "RUNNING", detail="n1"), JobEvent(8, 4.0, "REQUEUED"),
+              JobEvent(8, 4.0, "REQUEUED", detail="scontrol requeue"),
+              JobEvent(8, 6.0, "RUNNING", detail="n1")]
+    assert [(r.state, r.start_time, r.end_time) for r in earlier_runs(job, events)] == [
+        (JobState.REQUEUED, 2.0, 4.0)]
+
+
+def test_restart_cost_option() -> None:
+    assert parse_restart_cost("30") == 1800
+    assert parse_restart_cost("1:30:00") == 5400
+    assert parse_restart_cost("0") == 0
+    with pytest.raises(OptionError, match="^Invalid --restart-cost specification$"):
+        parse_restart_cost("soon")
