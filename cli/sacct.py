@@ -27,7 +27,16 @@ from typing import Any
 from cli.client import Client
 from cli.errors import CommandError, fail, run_command
 from cli.formats import fmt_duration, fmt_time
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv, parse_begin, parse_states
+from cli.options import (
+    NO_ARG,
+    OPTIONAL,
+    Opt,
+    OptionError,
+    OptionTable,
+    parse_argv,
+    parse_begin,
+    parse_states,
+)
 
 PROG = "sacct"
 DEFAULT_FORMAT = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
@@ -48,7 +57,38 @@ TABLE = OptionTable([
     Opt("starttime", "S"), Opt("state", "s"), Opt("truncate", "T", NO_ARG),
     Opt("user", "u"), Opt("uid", "", dest="user"), Opt("usage", "", NO_ARG),
     Opt("verbose", "v", NO_ARG), Opt("version", "V", NO_ARG), Opt("units", ""),
+    # accepted and meaningless on one kiln cluster (see IGNORED), or refused (see REFUSED)
+    Opt("array", "", NO_ARG), Opt("federation", "", NO_ARG), Opt("local", "", NO_ARG),
+    Opt("use-local-uid", "", NO_ARG), Opt("whole-hetjob", "", OPTIONAL),
+    Opt("batch-script", "B", NO_ARG), Opt("completion", "c", NO_ARG),
+    Opt("constraints", "C"), Opt("env-vars", "", NO_ARG), Opt("file", "f"),
+    Opt("gid", "g"), Opt("group", "", dest="gid"), Opt("nnodes", "i"), Opt("ncpus", "I"),
+    Opt("timelimit-min", "k"), Opt("timelimit-max", "K"), Opt("reason", "R"),
+    Opt("wckeys", "W"), Opt("associations", "x"), Opt("yaml", "", NO_ARG),
 ])
+# Options that change nothing on kiln: accepted, with one warning line where a user could
+# expect an effect.
+IGNORED = {
+    "array": "",  # array tasks are always listed one per row
+    "federation": "kiln schedules one cluster", "local": "",
+    "use-local-uid": "", "whole-hetjob": "kiln has no heterogeneous jobs",
+}
+# Filters and outputs kiln's sacct does not provide: refused rather than silently ignored,
+# since a filter that does nothing returns rows the user asked not to see.
+REFUSED = {
+    "batch-script": "scripts are kept in the ledger but not printed by sacct",
+    "completion": "kiln has no job completion plugin; sacct reads the ledger",
+    "constraints": "filtering by constraints is not supported",
+    "env-vars": "environments are kept in the ledger but not printed by sacct",
+    "file": "kiln's sacct reads its ledger, not a file",
+    "gid": "filtering by group is not supported", "nnodes": "filtering by node count is not supported",
+    "ncpus": "filtering by CPU count is not supported",
+    "timelimit-min": "filtering by time limit is not supported",
+    "timelimit-max": "filtering by time limit is not supported",
+    "reason": "filtering by reason is not supported", "wckeys": "kiln has no WCKeys",
+    "associations": "filtering by association id is not supported; use -A and -u",
+    "yaml": "use --json",
+}
 REPEATABLE = {"jobs", "format", "user", "accounts", "name", "partition", "qos", "state"}
 
 _JOB_STEP = re.compile(r"^(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?(?:\.(batch|extern|\d+))?$")
@@ -502,6 +542,11 @@ def collect(argv: Sequence[str]) -> dict[str, list[str | None]]:
         fail(f"Unknown arguments: {' '.join(positional)}")
     values: dict[str, list[str | None]] = {}
     for opt, value in found:
+        if opt.dest in REFUSED:
+            fail(f"--{opt.long} is not supported by kiln: {REFUSED[opt.dest]}")
+        if IGNORED.get(opt.dest):
+            print(f"{PROG}: warning: --{opt.long} is ignored: {IGNORED[opt.dest]}",
+                  file=sys.stderr)
         if opt.dest in REPEATABLE:
             values.setdefault(opt.dest, []).append(value)
         else:

@@ -47,7 +47,9 @@ from cli.options import (
     Settings,
     apply_options,
     build_environment,
+    ignored_warnings,
     parse_argv,
+    refused_option,
 )
 from schedd import paths
 
@@ -95,7 +97,8 @@ pty:n qos:r:q quiet:n:Q quit-on-interrupt:n reboot:n relative:r:r reservation:r
 send-libs:o signal:r slurmd-debug:r sockets-per-node:r spread-job:n switches:r task-epilog:r
 task-prolog:r tasks-per-node:r test-only:n thread-spec:r threads-per-core:r threads:r:T time:r:t
 time-min:r tmp:r uid:r unbuffered:n:u usage:n use-min-nodes:n verbose:n:v version:n:V wait:r:W
-wckey:r
+wckey:r tres-per-task:r tres-bind:r accel-bind:r resv-ports:o x11:o oom-kill-step:o
+external-launcher:n segment:r stepmgr:n
 """
 _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 _ALIASES = {"tasks-per-node": "ntasks-per-node"}
@@ -131,6 +134,12 @@ def parse(argv: Sequence[str]) -> tuple[Settings, list[str]]:
     for opt, _ in parsed:
         if opt.dest in UNSUPPORTED:
             fail(f"--{opt.long} is not supported by kiln's srun")
+    refused = refused_option(parsed)
+    if refused:
+        fail(refused)
+    if not any(opt.dest == "quiet" for opt, _ in parsed):
+        for warning in ignored_warnings(parsed):  # the same words as sbatch's
+            print(f"{PROG}: warning: {warning}", file=sys.stderr)
     settings: Settings = {"_max_array_size": paths.max_array_size()}
     try:
         apply_options(settings, [(o, v) for o, v in parsed if o.dest != "input"])

@@ -220,8 +220,15 @@ def test_invalid_field(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unknown_option(capsys: pytest.CaptureFixture[str]) -> None:
-    assert sacct.main(["-X", "--array"]) == 1
-    assert capsys.readouterr().err == "sacct: unrecognized option '--array'\n"
+    assert sacct.main(["-X", "--no-such-option"]) == 1
+    assert capsys.readouterr().err == "sacct: unrecognized option '--no-such-option'\n"
+
+
+def test_refused_filters_say_why(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sacct.main(["--reason", "Priority"]) == 1
+    err = capsys.readouterr().err
+    assert err == "sacct: error: --reason is not supported by kiln: filtering by reason is " \
+                  "not supported\n"
 
 
 def test_job_id_lists_keep_array_ranges() -> None:
