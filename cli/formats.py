@@ -153,16 +153,33 @@ class Ctx:
         self.start_estimates = start_estimates
 
 
+def _literal(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def line_template(prefix: str, columns: list[Column],
+                  fields: dict[str, tuple[str, Getter, bool]]) -> str:
+    """The whole line as one ``str.format`` template: ``{:>18.18}`` is pad()'s cut-then-justify
+    done in C, so a record costs one format call instead of a pad() per column."""
+    parts = [_literal(prefix)]
+    for c in columns:
+        cut = fields[c.key][2]
+        if c.width:
+            spec = f"{'>' if c.right else '<'}{c.width}{f'.{c.width}' if cut else ''}"
+            parts.append("{:" + spec + "}")
+        else:
+            parts.append("{}")
+        parts.append(_literal(c.suffix))
+    return "".join(parts)
+
+
 def render(records: list[dict[str, Any]], prefix: str, columns: list[Column],
            fields: dict[str, tuple[str, Getter, bool]], ctx: Ctx, header: bool) -> list[str]:
     """Lines of output: the header built from the format's own text, then one per record."""
-    plan = [(fields[c.key], c.width, c.right, c.suffix) for c in columns]
-    lines = []
-    if header:
-        lines.append(prefix + "".join(pad(h, w, r, cut) + s for (h, _, cut), w, r, s in plan))
-    for rec in records:
-        lines.append(prefix + "".join(pad(get(rec, ctx), w, r, cut) + s
-                                      for (_, get, cut), w, r, s in plan))
+    line = line_template(prefix, columns, fields).format
+    getters = [fields[c.key][1] for c in columns]
+    lines = [line(*[fields[c.key][0] for c in columns])] if header else []
+    lines += [line(*[get(rec, ctx) for get in getters]) for rec in records]
     return lines
 
 
@@ -180,11 +197,13 @@ def job_display_id(job: dict[str, Any]) -> str:
 
 
 def job_time_used(job: dict[str, Any], now: float) -> int:
-    start = job.get("start_time") or 0
-    if not start or job["state"] == "PENDING":
+    return time_used(job["state"], job.get("start_time"), job.get("end_time"), now)
+
+
+def time_used(state: str, start: float | None, end: float | None, now: float) -> int:
+    if not start or state == "PENDING":
         return 0
-    end = job.get("end_time") or 0
-    if job["state"] in ("RUNNING", "SUSPENDED") or not end:
+    if state in ("RUNNING", "SUSPENDED") or not end:
         end = now
     return max(int(end - start), 0)
 
@@ -210,9 +229,12 @@ def job_tres_per_node(job: dict[str, Any]) -> str:
     return f"gres:gpu:{gtype}:{n}" if gtype else f"gres:gpu:{n}"
 
 
+_REASON_STATES = frozenset({"PENDING", "TIMEOUT", "FAILED", "OUT_OF_MEMORY"})
+
+
 def job_reason_list(job: dict[str, Any]) -> str:
     state = job["state"]
-    if state in ("PENDING", "TIMEOUT", "FAILED", "OUT_OF_MEMORY"):
+    if state in _REASON_STATES:
         return f"({job.get('reason') or 'None'})"
     return job.get("node_list") or ""
 
@@ -334,6 +356,42 @@ JOB_FIELDS: dict[str, tuple[str, Getter, bool]] = {
         - (j.get("submit_time") or c.now))), True),
 }
 
+# key -> the Job attributes its getter (and its -S sort key) reads: what squeue asks schedd for
+# (query_jobs "fields") instead of whole jobs. tests/unit/test_query_rows.py holds every getter
+# to it.
+_RUN = ("state", "start_time", "end_time")
+JOB_ATTRS: dict[str, tuple[str, ...]] = {
+    "account": ("account",), "jobid_raw": ("id",),
+    "tres_per_node": ("gpus_per_node", "gpu_type"), "batch_host": ("batch_host",),
+    "min_cpus": ("cpus_per_task",), "cpus": ("allocation", "num_tasks", "cpus_per_task"),
+    "nodes_count": ("allocation", "num_nodes"), "end_time": (*_RUN, "time_limit", "extra"),
+    "dependency": ("dependency",), "features": ("constraint",),
+    "array_job_id": ("array_job_id", "id"), "group": ("gid",), "gid": ("gid",),
+    "over_subscribe": ("exclusive",), "jobid": ("array_job_id", "array_task_id", "id"),
+    "name": ("name",), "comment": ("comment",), "array_task_id": ("array_task_id",),
+    "time_limit": ("time_limit",), "time_left": (*_RUN, "time_limit"),
+    "min_memory": ("mem_per_node_mb", "mem_per_cpu_mb"), "time_used": _RUN,
+    "req_nodes": ("nodelist",), "nodelist": ("node_list",), "command": ("command",),
+    "contiguous": (), "priority": ("priority",), "partition": ("partition",), "qos": ("qos",),
+    "priority_long": ("priority",), "reason": ("reason",),
+    "reason_list": ("state", "reason", "node_list"),
+    "start_time": ("state", "start_time", "extra"), "state_compact": ("state",),
+    "state": ("state",), "uid": ("uid",), "user": ("user", "uid"),
+    "reservation": ("reservation",), "submit_time": ("submit_time",), "wckey": ("extra",),
+    "licenses": ("extra",), "exc_nodes": ("exclude",), "nice": ("nice",),
+    "schednodes": ("extra",), "sct": (), "work_dir": ("workdir",), "num_tasks": ("num_tasks",),
+    "cpus_per_task": ("cpus_per_task",), "exit_code": ("exit_code", "exit_signal"),
+    "eligible_time": ("eligible_time",), "requeue": ("requeue",),
+    "restart_cnt": ("restart_count",), "stdout": ("stdout",), "stderr": ("stderr", "stdout"),
+    "time_min": ("time_min",), "pending_time": ("state", "start_time", "submit_time"),
+}
+
+
+def job_attrs(keys: list[str]) -> list[str]:
+    """The Job attributes the fields ``keys`` need, each once, in first-use order."""
+    return list(dict.fromkeys(a for key in keys for a in JOB_ATTRS[key]))
+
+
 # squeue -o letters (SPEC §3 list and the other common ones)
 JOB_LETTERS: dict[str, str] = {
     "a": "account", "A": "jobid_raw", "b": "tres_per_node", "B": "batch_host", "c": "min_cpus",
@@ -391,3 +449,118 @@ def job_sort_key(key: str) -> Callable[[dict[str, Any], Ctx], Any]:
         return numeric[key]
     getter = JOB_FIELDS[key][1]
     return getter
+
+
+# --- whole columns at once -------------------------------------------------------------------
+# squeue's rows reply (query_jobs with "fields") arrives as a Table: each Job attribute's values
+# for every job, in one order. A column of output is then one list comprehension, with no
+# function call per job: the getters above, applied to 10,000 jobs one by one, cost more than
+# everything else squeue does. The common fields have a comprehension here; any other field
+# runs its getter per job on a dictionary of just the attributes JOB_ATTRS names for it.
+# tests/unit/test_query_rows.py holds each comprehension to its getter.
+
+Table = dict[str, list[Any]]
+
+
+def _nulls(values: list[Any]) -> list[str]:
+    return [str(v) if v not in (None, "") else "(null)" for v in values]
+
+
+def _texts(values: list[Any], default: str = "") -> list[str]:
+    return [v or default for v in values]
+
+
+def _jobid_column(t: Table, c: Ctx) -> list[str]:
+    display = t.get("display_id") or [None] * len(t["id"])
+    return [f"{a}_{k}" if a is not None and k is not None else (d or str(i))
+            for i, a, k, d in zip(t["id"], t["array_job_id"], t["array_task_id"], display,
+                                  strict=True)]
+
+
+def _time_used_column(t: Table, c: Ctx) -> list[str]:
+    now = c.now
+    return [fmt_secs(time_used(s, b, e, now)) if b and s != "PENDING" else "0:00"
+            for s, b, e in zip(t["state"], t["start_time"], t["end_time"], strict=True)]
+
+
+def _reason_list_column(t: Table, c: Ctx) -> list[str]:
+    return [f"({r or 'None'})" if s in _REASON_STATES else (n or "")
+            for s, r, n in zip(t["state"], t["reason"], t["node_list"], strict=True)]
+
+
+def _nodes_count_column(t: Table, c: Ctx) -> list[str]:
+    return [str(len(a)) if a else str(int(n or 1))
+            for a, n in zip(t["allocation"], t["num_nodes"], strict=True)]
+
+
+def _user_column(t: Table, c: Ctx) -> list[str]:
+    return [u or str(i) for u, i in zip(t["user"], t["uid"], strict=True)]
+
+
+JOB_COLUMNS: dict[str, Callable[[Table, Ctx], list[str]]] = {
+    "jobid": _jobid_column,
+    "jobid_raw": lambda t, c: list(map(str, t["id"])),
+    "partition": lambda t, c: _texts(t["partition"]),
+    "name": lambda t, c: _texts(t["name"]),
+    "user": _user_column,
+    "account": lambda t, c: _nulls(t["account"]),
+    "qos": lambda t, c: _nulls(t["qos"]),
+    "state": lambda t, c: list(t["state"]),
+    "state_compact": lambda t, c: [COMPACT.get(s, s) for s in t["state"]],
+    "reason": lambda t, c: _texts(t["reason"], "None"),
+    "reason_list": _reason_list_column,
+    "time_used": _time_used_column,
+    "time_limit": lambda t, c: list(map(fmt_secs, t["time_limit"])),
+    "nodes_count": _nodes_count_column,
+    "nodelist": lambda t, c: _texts(t["node_list"]),
+    "priority_long": lambda t, c: [str(p or 0) for p in t["priority"]],
+    "num_tasks": lambda t, c: [str(n or 1) for n in t["num_tasks"]],
+}
+
+# -S keys that compare as numbers, whole columns at once (the rest: job_sort_key per job)
+SORT_COLUMNS: dict[str, Callable[[Table, Ctx], list[Any]]] = {
+    "jobid": lambda t, c: [(a or i, k or -1) for i, a, k in zip(
+        t["id"], t["array_job_id"], t["array_task_id"], strict=True)],
+    "jobid_raw": lambda t, c: t["id"],
+    "priority": lambda t, c: [p or 0 for p in t["priority"]],
+    "priority_long": lambda t, c: [p or 0 for p in t["priority"]],
+    "submit_time": lambda t, c: [v or 0 for v in t["submit_time"]],
+}
+
+
+def _per_job(key: str, get: Callable[[dict[str, Any], Ctx], Any], t: Table, ctx: Ctx
+             ) -> list[Any]:
+    attrs = JOB_ATTRS[key]
+    if not attrs:
+        return [get({}, ctx) for _ in t["id"]]
+    return [get(dict(zip(attrs, vals, strict=True)), ctx)
+            for vals in zip(*[t[a] for a in attrs], strict=True)]
+
+
+def column_texts(key: str, t: Table, ctx: Ctx) -> list[str]:
+    """Field ``key`` as printed, for every job of the table."""
+    fast = JOB_COLUMNS.get(key)
+    return fast(t, ctx) if fast is not None else _per_job(key, JOB_FIELDS[key][1], t, ctx)
+
+
+def sort_column(key: str, t: Table, ctx: Ctx) -> list[Any]:
+    """The -S key ``key`` of every job: job_sort_key's values, whole columns at once."""
+    fast = SORT_COLUMNS.get(key)
+    if fast is not None:
+        return fast(t, ctx)
+    get = job_sort_key(key)
+    if get is JOB_FIELDS[key][1]:
+        return column_texts(key, t, ctx)
+    return _per_job(key, get, t, ctx)
+
+
+def render_table(t: Table, order: list[int], prefix: str, columns: list[Column], ctx: Ctx,
+                 header: bool) -> list[str]:
+    """render() for a Table: each column's texts, put in ``order``, then one format per line."""
+    line = line_template(prefix, columns, JOB_FIELDS).format
+    lines = [line(*[JOB_FIELDS[c.key][0] for c in columns])] if header else []
+    texts = [column_texts(c.key, t, ctx) for c in columns]
+    if not columns:
+        return lines + [line() for _ in order]
+    lines += map(line, *[[col[i] for i in order] for col in texts])
+    return lines

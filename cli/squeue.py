@@ -7,6 +7,7 @@ are folded into one ``123_[4-9]`` line unless ``-r`` asks for one line per task,
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from collections.abc import Sequence
@@ -20,6 +21,8 @@ from cli.formats import (
     JOB_LONG_NAMES,
     Column,
     Ctx,
+    Table,
+    job_attrs,
     job_num_cpus,
     job_num_nodes,
     job_sort_key,
@@ -27,6 +30,8 @@ from cli.formats import (
     parse_long_format,
     parse_percent_format,
     render,
+    render_table,
+    sort_column,
 )
 from cli.options import (
     NO_ARG,
@@ -141,18 +146,35 @@ def sort_jobs(jobs: list[dict[str, Any]], spec: str | None, ctx: Ctx,
               start: bool) -> list[dict[str, Any]]:
     """-S: comma list of [+|-]letter, applied right to left with stable sorts. Default
     'P,t,-p' (partition, state as printed, priority descending); --start: by start time."""
-    spec = spec or ("S" if start else "P,t,-p")
     # Ties keep job-id order (array tasks by task id), so the output is stable between calls.
     jobs.sort(key=lambda j: (j.get("array_job_id") or j["id"], j.get("array_task_id") or -1))
-    for item in reversed([s.strip() for s in spec.split(",") if s.strip()]):
-        reverse = item.startswith("-")
-        letter = item.lstrip("+-")
-        key = JOB_LETTERS.get(letter)
-        if key is None:
-            fail(f"Invalid sort specification: {item}")
+    for key, reverse in reversed(sort_keys(spec, start)):
         getter = job_sort_key(key)
         jobs.sort(key=lambda j, g=getter: g(j, ctx), reverse=reverse)
     return jobs
+
+
+def sort_keys(spec: str | None, start: bool) -> list[tuple[str, bool]]:
+    """-S as (field key, descending) pairs, left to right; an unknown letter is an error."""
+    keys = []
+    for item in reversed([s.strip() for s in (spec or ("S" if start else "P,t,-p")).split(",")]):
+        key = JOB_LETTERS.get(item.lstrip("+-")) if item else ""
+        if key is None:
+            fail(f"Invalid sort specification: {item}")
+        if key:
+            keys.append((key, item.startswith("-")))
+    return keys[::-1]
+
+
+def sort_order(table: Table, spec: str | None, ctx: Ctx, start: bool) -> list[int]:
+    """sort_jobs for a Table: the jobs' positions in display order, by the same stable sorts,
+    each over a whole column of keys."""
+    order = list(range(len(table["id"])))
+    ids = sort_column("jobid", table, ctx)
+    order.sort(key=ids.__getitem__)
+    for key, reverse in reversed(sort_keys(spec, start)):
+        order.sort(key=sort_column(key, table, ctx).__getitem__, reverse=reverse)
+    return order
 
 
 def fold_pending_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -253,30 +275,117 @@ def local_filters(jobs: list[dict[str, Any]], values: dict[str, str | None]
     return jobs
 
 
+# What folding, the default order and the id check read, whatever the format.
+BASE_ATTRS = ("id", "array_job_id", "array_task_id", "state", "reason", "restart_count",
+              "array_max_running")
+
+
+def wanted_fields(values: dict[str, str | None], columns: list[Column]) -> list[str]:
+    """The Job attributes this listing reads (columns, -S keys, -R/-L filters): squeue asks
+    schedd for only those, as rows, rather than for whole jobs."""
+    spec = values.get("sort") or ("-p" if "priority" in values else None)
+    spec = spec or ("S" if "start" in values else "P,t,-p")
+    keys = [c.key for c in columns]
+    keys += [JOB_LETTERS[k] for k in (i.strip().lstrip("+-") for i in spec.split(","))
+             if k in JOB_LETTERS]
+    fields = [*BASE_ATTRS, *job_attrs(keys)]
+    if values.get("reservation"):
+        fields.append("reservation")
+    if values.get("licenses"):
+        fields.append("extra")
+    return list(dict.fromkeys(fields))
+
+
+def reply_table(reply: dict[str, Any]) -> Table | None:
+    """The columns reply as a Table; None for whole jobs (--json, or a schedd without
+    "fields")."""
+    if "values" not in reply:
+        return None
+    return dict(zip(reply.get("columns") or [], reply["values"], strict=True))
+
+
+def table_records(table: Table) -> list[dict[str, Any]]:
+    names = list(table)
+    return [dict(zip(names, vals, strict=True)) for vals in zip(*table.values(), strict=True)]
+
+
+def records_table(records: list[dict[str, Any]], names: list[str]) -> Table:
+    return {name: [r.get(name) for r in records] for name in names}
+
+
+def fold_table(table: Table) -> Table:
+    """fold_pending_arrays for a Table: only array tasks go through dictionaries. They come
+    after the other jobs, in their own order: sort_order's first (stable) sort by job id
+    restores the order fold_pending_arrays would have given."""
+    names = [n for n in table if n != "display_id"]
+    tids = table["array_task_id"]
+    plain = [i for i, t in enumerate(tids) if t is None]
+    tasks = [i for i, t in enumerate(tids) if t is not None]
+    folded = fold_pending_arrays([{n: table[n][i] for n in names} for i in tasks])
+    out = {n: [table[n][i] for i in plain] + [r.get(n) for r in folded] for n in names}
+    display = table.get("display_id")
+    out["display_id"] = ([display[i] for i in plain] if display else [None] * len(plain)) + [
+        r.get("display_id") for r in folded]
+    return out
+
+
+def prepare_table(table: Table, values: dict[str, str | None], fold: bool) -> Table:
+    """-R/-L filters (on dictionaries: rare) and array folding (only when a job is an array
+    task)."""
+    if values.get("reservation") or values.get("licenses"):
+        table = records_table(local_filters(table_records(table), values), list(table))
+    if fold and table["array_task_id"].count(None) != len(table["id"]):
+        table = fold_table(table)
+    return table
+
+
 def show_queue(values: dict[str, str | None], query: dict[str, Any], prefix: str,
                columns: list[Column]) -> int:
+    """One listing. The collector stays off meanwhile: the reply is tens of thousands of
+    acyclic objects, and its passes over them cost squeue a third of its time."""
+    gc.disable()
+    try:
+        return _show_queue(values, query, prefix, columns)
+    finally:
+        gc.enable()
+
+
+def _show_queue(values: dict[str, str | None], query: dict[str, Any], prefix: str,
+                columns: list[Column]) -> int:
+    if "json" not in values:  # --json prints whole jobs
+        query = {**query, "fields": wanted_fields(values, columns)}
     try:
         with Client() as client:
             reply = client.call("query_jobs", query)
     except ClientError as exc:
         raise CommandError(f"slurm_load_jobs error: {exc.message}", prefixed=False) from None
     ids = query.get("job_ids", [])
-    if not reply.get("jobs") and len(ids) == 1 and ids[0].isdigit():
+    table = reply_table(reply)
+    count = len(table["id"]) if table is not None else len(reply.get("jobs") or [])
+    if not count and len(ids) == 1 and ids[0].isdigit():
         fail("slurm_load_jobs error: Invalid job id specified", prefixed=False)
-    jobs = local_filters(reply.get("jobs", []), values)
     ctx = Ctx(float(reply.get("now") or time.time()), "start" in values)
-    if "json" in values:
-        return print_json(jobs, ctx)
-    if "array" not in values and not any("_" in i for i in ids):
-        jobs = fold_pending_arrays(jobs)
+    fold = "array" not in values and not any("_" in i for i in ids)
     sort = values.get("sort") or ("-p" if "priority" in values else None)
-    jobs = sort_jobs(jobs, sort, ctx, "start" in values)
+    header = "noheader" not in values
     lines = []
+    if table is None:
+        jobs = local_filters(reply.get("jobs") or [], values)
+        if "json" in values:
+            return print_json(jobs, ctx)
+        jobs = sort_jobs(fold_pending_arrays(jobs) if fold else jobs, sort, ctx,
+                         "start" in values)
+        body = render(jobs, prefix, columns, JOB_FIELDS, ctx, header)
+    else:
+        table = prepare_table(table, values, fold)
+        order = sort_order(table, sort, ctx, "start" in values)
+        body = render_table(table, order, prefix, columns, ctx, header)
     if "long" in values:
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(ctx.now)))
-    lines += render(jobs, prefix, columns, JOB_FIELDS, ctx, "noheader" not in values)
+    lines += body
     if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+        lines.append("")
+        sys.stdout.write("\n".join(lines))
     return 0
 
 

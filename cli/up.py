@@ -199,7 +199,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
                + (f"; started {', '.join(started)}" if started else "; all already running"))
     click.echo(f"  state and config: {home}  (kiln.toml, ledger {cfg.db_url})")
     click.echo(f"  logs:             {logs}")
-    click.echo(f"  use it:           export KILN_HOME={home}; sbatch --wrap 'nvidia-smi -L'")
+    click.echo(f"  use it:           export KILN_HOME={home}; sbatch --gres=gpu:1 --wrap 'echo $CUDA_VISIBLE_DEVICES'")
 
 
 @click.command()

@@ -11,6 +11,8 @@ MiB (Slurm's "MB"); a time limit of ``None`` means UNLIMITED.
 from __future__ import annotations
 
 import dataclasses
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +232,28 @@ class Job:
 
 JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Job))
 _LIGHT_FIELDS = tuple(n for n in JOB_FIELDS if n not in ("script", "environment"))
+# What a query_jobs "fields" list may name: the light wire fields (never script or environment).
+ROW_FIELDS = frozenset(_LIGHT_FIELDS)
+
+
+def allocation_wire(allocation: list[NodeAllocation]) -> list[dict[str, Any]]:
+    return [{"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus)}
+            for a in allocation]
+
+
+def job_columns(jobs: list[Job], names: Sequence[str]) -> list[list[Any]]:
+    """For each of ``names`` (a subset of ROW_FIELDS), its wire value for every job, in order.
+
+    squeue asks for a handful of attributes of every queued job: a C-level ``attrgetter`` map
+    per attribute, and no dictionary per job, is what keeps 10,000 jobs cheap. ``state`` is a
+    StrEnum and goes on the wire as its text; only ``allocation`` needs converting."""
+    columns = []
+    for name in names:
+        values = list(map(operator.attrgetter(name), jobs))
+        if name == "allocation":
+            values = [allocation_wire(a) if a else [] for a in values]
+        columns.append(values)
+    return columns
 
 
 def node_from_wire(d: dict[str, Any]) -> Node:

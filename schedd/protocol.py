@@ -83,7 +83,9 @@ CLIENT_OPS: dict[str, Schema] = {
         "job": (_DICT, True),  # Job fields (see schedd.model.Job) as sbatch parsed them
         "test_only": (_BOOL, False),
     },
-    "query_jobs": {**JOB_FILTER, "with_script": (_BOOL, False), "start_estimates": (_BOOL, False)},
+    "query_jobs": {**JOB_FILTER, "with_script": (_BOOL, False), "start_estimates": (_BOOL, False),
+                   # Job attribute names: the reply is then {"columns", "values"}, not "jobs"
+                   "fields": (_LIST, False)},
     "cancel": {**JOB_FILTER, "signal": (_STR, False), "batch_only": (_BOOL, False),
                "full": (_BOOL, False)},
     "hold": {"job_ids": (_LIST, True), "admin": (_BOOL, False)},

@@ -20,6 +20,11 @@ _FINAL = {s.value for s in (JobState.COMPLETED, JobState.FAILED, JobState.CANCEL
                             JobState.PREEMPTED)}
 
 
+# Slurm's Reason= of a job that ended badly (scontrol show job, squeue %r)
+_END_REASONS = {JobState.TIMEOUT.value: "TimeLimit", JobState.FAILED.value: "NonZeroExitCode",
+                JobState.OUT_OF_MEMORY.value: "OutOfMemory", JobState.NODE_FAIL.value: "NodeDown"}
+
+
 def _same_node(caller: str, name: Any) -> str:
     if name != caller:
         raise RequestError(f"agent {caller!r} cannot speak for node {name!r}")
@@ -134,7 +139,8 @@ def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
     end = report.get("end_time")
     end = float(end) if isinstance(end, (int, float)) else ctx.now()
     fields = {
-        "state": JobState(state), "reason": "None", "end_time": max(end, job.start_time),
+        "state": JobState(state), "reason": _END_REASONS.get(state, "None"),
+        "end_time": max(end, job.start_time),
         "exit_code": int(report.get("exit_code") or 0),
         "exit_signal": int(report.get("exit_signal") or 0),
     }

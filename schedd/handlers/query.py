@@ -9,7 +9,7 @@ from typing import Any
 from schedd import arrayspec
 from schedd.handlers import Context, RequestError
 from schedd.identity import Caller, is_operator
-from schedd.model import ACTIVE_STATES, COMPACT_STATES, Job, JobState
+from schedd.model import ACTIVE_STATES, COMPACT_STATES, ROW_FIELDS, Job, JobState, job_columns
 
 INVALID_JOB_ID = "Invalid job id specified"
 _JOB_ID = re.compile(r"^(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?(?:\.\w+)?$")
@@ -109,7 +109,29 @@ def select_jobs_reporting(ctx: Context, body: dict[str, Any]) -> tuple[list[Job]
     return out, unmatched
 
 
+def row_columns(fields: list[Any]) -> list[str]:
+    """A query's ``fields`` checked against the Job attributes a row may carry, duplicates
+    dropped (first kept)."""
+    columns: list[str] = []
+    for name in fields:
+        if not isinstance(name, str) or name not in ROW_FIELDS:
+            raise RequestError(f"Invalid job field: {name}")
+        if name not in columns:
+            columns.append(name)
+    if not columns:
+        raise RequestError("fields: at least one job field is needed")
+    return columns
+
+
 def query_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """Without ``fields``: a wire dictionary per job. With ``fields`` (squeue): only those
+    attributes, column by column: {"columns": names, "values": [[each job's value], ...]};
+    10,000 full dictionaries cost a tenth of a second to build and as much again to encode
+    and to decode."""
+    if body.get("fields") is not None:
+        columns = row_columns(body["fields"])
+        return {"columns": columns, "values": job_columns(select_jobs(ctx, body), columns),
+                "now": ctx.now()}
     jobs = select_jobs(ctx, body)
     with_script = bool(body.get("with_script"))
     operator = is_operator(caller)

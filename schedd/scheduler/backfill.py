@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from schedd.config import SchedulerConfig
 from schedd.model import NodeAllocation
@@ -32,6 +33,7 @@ from schedd.scheduler.profile import NodeTimeline, round_up
 from schedd.scheduler.snapshot import PendingJob
 
 FILL_RULES = ("priority", "area", "short_area")
+_JOB_ID = attrgetter("job_id")
 
 
 def check_config(config: SchedulerConfig) -> None:
@@ -104,11 +106,16 @@ class Walk:
             return self.finish()
         # Nothing left to plan: the rest can only start now, and most cannot (the quick
         # FreeIndex test); this loop is what a long queue behind a full cluster costs.
+        if not self.config.backfill:  # FCFS: everything behind the blocked head waits
+            reasons.update(dict.fromkeys(map(_JOB_ID, jobs), "Priority"))
+            return self.finish()
         may_fit, candidates, visit = self.free.may_fit, self.candidates, self.visit
         for job in jobs:
-            if tested >= limit or not self.config.backfill:
+            if tested >= limit:
                 reasons[job.job_id] = "Priority"
-            elif may_fit(job):
+                reasons.update(dict.fromkeys(map(_JOB_ID, jobs), "Priority"))
+                break
+            if may_fit(job):
                 tested += 1
                 visit(job)
             else:

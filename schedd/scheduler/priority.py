@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from schedd.config import SchedulerConfig
 from schedd.scheduler.fairshare import AssocKey, job_factor
@@ -91,6 +92,53 @@ def priorities(
             p += w_assoc * job.assoc_priority
         out[job.job_id] = p
     return out
+
+
+def submit_ordered(pending: Sequence[PendingJob], config: SchedulerConfig,
+                   fairshare: Mapping[AssocKey, float] | None) -> bool:
+    """Whether priority order is (nice, submit time, job id) for this queue, so the cycle can
+    skip ranking (``cycle.by_submit``).
+
+    True when no job has an admin-set priority and every factor but age and nice weighs nothing
+    or is the same for every job: the sum is then a constant plus the age term minus nice. Age
+    never grows with a later submit (and saturates into a tie at PriorityMaxAge, broken by
+    submit time anyway); float addition and multiplication by a non-negative weight are
+    monotone, so the floats ``priorities`` computes order the jobs as submit time does. With
+    age weighing, nice must be the same for every job too (age minus nice is not an order of
+    either); without, lower nice simply comes first. The textbook policies (every weight 0) and
+    kiln without an association tree take this path.
+    """
+    if config.weight_age < 0 or config.weight_job_size:
+        return False
+    if fairshare is not None and config.weight_fairshare:
+        return False
+    if list(map(_ADMIN, pending)).count(None) != len(pending):
+        return False
+    if config.weight_age and not _same(pending, _NICE):
+        return False
+    if config.weight_partition and not _same(pending, _PARTITION):
+        return False
+    if config.weight_qos and not _same(pending, _QOS):
+        return False
+    return not config.weight_assoc or _same(pending, _ASSOC)
+
+
+def constant(config: SchedulerConfig) -> bool:
+    """Whether, on a ``submit_ordered`` queue of one nice value, every job has the same
+    priority (age does not weigh): then one job's priority is every job's."""
+    return config.weight_age == 0
+
+
+def _same(pending: Sequence[PendingJob], get: attrgetter) -> bool:
+    """Every job has the same value of the attribute (a set built in C: cheap per job)."""
+    return len(set(map(get, pending))) <= 1
+
+
+_NICE = attrgetter("nice")
+_ADMIN = attrgetter("admin_priority")
+_PARTITION = attrgetter("partition_priority")
+_QOS = attrgetter("qos_priority")
+_ASSOC = attrgetter("assoc_priority")
 
 
 def _partition_priority(job: PendingJob) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ from cli.formats import (
     parse_percent_format,
     render,
 )
-from schedd.model import Job, JobState, NodeAllocation
+from schedd.handlers.query import row_columns
+from schedd.model import Job, JobState, NodeAllocation, job_columns
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 NOW = 1_800_000_000.0
@@ -51,10 +53,20 @@ REFERENCE_OUTPUT = """\
 
 
 def serve(fake_schedd, jobs: list[dict[str, Any]]):  # noqa: F811
+    """A schedd answering query_jobs as the real one does: columns when fields are asked for."""
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
         assert op == "query_jobs"
-        return {"jobs": [dict(j) for j in jobs], "now": NOW}
+        if body.get("fields") is None:
+            return {"jobs": [dict(j) for j in jobs], "now": NOW}
+        columns = row_columns(body["fields"])
+        values = job_columns([Job.from_wire(j) for j in jobs], columns)
+        return json.loads(json.dumps({"columns": columns, "values": values, "now": NOW}))
     return fake_schedd(handler)
+
+
+def without_fields(body: dict[str, Any]) -> dict[str, Any]:
+    assert body["fields"][:3] == ["id", "array_job_id", "array_task_id"]
+    return {k: v for k, v in body.items() if k != "fields"}
 
 
 @pytest.mark.parametrize("secs, text", [
@@ -118,12 +130,12 @@ def test_filters_become_the_query(fake_schedd, capsys) -> None:  # noqa: F811
     fake = serve(fake_schedd, REFERENCE_JOBS)
     assert squeue.main(["-u", "a,b", "-t", "PD,r", "-p", "debug", "-A", "x", "-q", "normal",
                         "-n", "n1", "-w", "vm[1-2]", "--job", "1,2_3", "-h"]) == 0
-    assert fake.ops("query_jobs")[-1] == {
+    assert without_fields(fake.ops("query_jobs")[-1]) == {
         "users": ["a", "b"], "states": ["PENDING", "RUNNING"], "partitions": ["debug"],
         "accounts": ["x"], "qos": ["normal"], "names": ["n1"], "nodes": ["vm1", "vm2"],
         "job_ids": ["1", "2_3"]}
     assert squeue.main(["-t", "all", "-j", "5", "-h"]) == 0
-    assert fake.ops("query_jobs")[-1] == {"all_states": True, "job_ids": ["5"]}
+    assert without_fields(fake.ops("query_jobs")[-1]) == {"all_states": True, "job_ids": ["5"]}
     capsys.readouterr()
 
 
@@ -176,7 +188,8 @@ def test_sort_and_start(fake_schedd, capsys) -> None:  # noqa: F811
                       "NODES SCHEDNODES           NODELIST(REASON)")
     assert out[1].endswith("      1 (null)               (Resources)")
     assert out[2].endswith("      1 vm                   (Priority)")
-    assert fake.ops("query_jobs")[-1] == {"states": ["PENDING"], "start_estimates": True}
+    assert without_fields(fake.ops("query_jobs")[-1]) == {"states": ["PENDING"],
+                                                          "start_estimates": True}
 
 
 def test_long_listing_and_json(fake_schedd, capsys) -> None:  # noqa: F811
@@ -188,8 +201,6 @@ def test_long_listing_and_json(fake_schedd, capsys) -> None:  # noqa: F811
     assert lines[2] == ("                 7     debug longname schedben  RUNNING       0:03 "
                         "  2:00:00      1 vm")
     assert squeue.main(["--json"]) == 0
-    import json
-
     doc = json.loads(capsys.readouterr().out)
     assert doc["jobs"][0]["job_id"] == 7 and doc["jobs"][0]["job_state"] == "RUNNING"
     assert doc["jobs"][0]["time_limit"] == 120
