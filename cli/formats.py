@@ -3,7 +3,9 @@
 Jobs arrive as wire dictionaries (``Job.to_wire()``) and stay dictionaries: building 10,000
 ``Job`` objects would cost more than printing them, and ``squeue -h`` is on every poller's
 path. A field is (header, getter, cut): ``cut`` False means the value is never truncated to
-the column width (Slurm does that for node lists and NODELIST(REASON)).
+the column width (Slurm does that for node lists and NODELIST(REASON)). ``JOB_ATTRS`` names the
+Job attributes each field reads: squeue asks schedd for just those, column by column, and prints
+from that Table a whole column at a time (the end of this module).
 """
 
 from __future__ import annotations
@@ -154,21 +156,21 @@ class Ctx:
 
 
 def _literal(text: str) -> str:
-    return text.replace("{", "{{").replace("}", "}}")
+    return text.replace("%", "%%")
 
 
 def line_template(prefix: str, columns: list[Column],
-                  fields: dict[str, tuple[str, Getter, bool]]) -> str:
-    """The whole line as one ``str.format`` template: ``{:>18.18}`` is pad()'s cut-then-justify
-    done in C, so a record costs one format call instead of a pad() per column."""
+                  fields: dict[str, tuple[str, Getter, bool]],
+                  fixed: dict[int, str] | None = None) -> str:
+    """The whole line as one ``%`` template: ``%18.18s`` is pad()'s cut-then-justify done in
+    C, so a record costs one format operation instead of a pad() per column. ``fixed``:
+    columns (by position) whose text is the same on every line, padded into the template."""
     parts = [_literal(prefix)]
-    for c in columns:
+    for i, c in enumerate(columns):
         cut = fields[c.key][2]
-        if c.width:
-            spec = f"{'>' if c.right else '<'}{c.width}{f'.{c.width}' if cut else ''}"
-            parts.append("{:" + spec + "}")
-        else:
-            parts.append("{}")
+        spec = f"%{'' if c.right else '-'}{c.width}{f'.{c.width}' if cut else ''}s" if c.width \
+            else "%s"
+        parts.append(_literal(spec % fixed[i]) if fixed and i in fixed else spec)
         parts.append(_literal(c.suffix))
     return "".join(parts)
 
@@ -176,10 +178,10 @@ def line_template(prefix: str, columns: list[Column],
 def render(records: list[dict[str, Any]], prefix: str, columns: list[Column],
            fields: dict[str, tuple[str, Getter, bool]], ctx: Ctx, header: bool) -> list[str]:
     """Lines of output: the header built from the format's own text, then one per record."""
-    line = line_template(prefix, columns, fields).format
+    line = line_template(prefix, columns, fields)
     getters = [fields[c.key][1] for c in columns]
-    lines = [line(*[fields[c.key][0] for c in columns])] if header else []
-    lines += [line(*[get(rec, ctx) for get in getters]) for rec in records]
+    lines = [line % tuple(fields[c.key][0] for c in columns)] if header else []
+    lines += [line % tuple([get(rec, ctx) for get in getters]) for rec in records]
     return lines
 
 
@@ -471,6 +473,8 @@ def _texts(values: list[Any], default: str = "") -> list[str]:
 
 
 def _jobid_column(t: Table, c: Ctx) -> list[str]:
+    if "display_id" not in t and t["array_task_id"].count(None) == len(t["id"]):
+        return list(map(str, t["id"]))  # no array task, nothing folded
     display = t.get("display_id") or [None] * len(t["id"])
     return [f"{a}_{k}" if a is not None and k is not None else (d or str(i))
             for i, a, k, d in zip(t["id"], t["array_job_id"], t["array_task_id"], display,
@@ -478,6 +482,8 @@ def _jobid_column(t: Table, c: Ctx) -> list[str]:
 
 
 def _time_used_column(t: Table, c: Ctx) -> list[str]:
+    if not any(t["start_time"]):
+        return ["0:00"] * len(t["start_time"])  # none started
     now = c.now
     return [fmt_secs(time_used(s, b, e, now)) if b and s != "PENDING" else "0:00"
             for s, b, e in zip(t["state"], t["start_time"], t["end_time"], strict=True)]
@@ -519,8 +525,9 @@ JOB_COLUMNS: dict[str, Callable[[Table, Ctx], list[str]]] = {
 
 # -S keys that compare as numbers, whole columns at once (the rest: job_sort_key per job)
 SORT_COLUMNS: dict[str, Callable[[Table, Ctx], list[Any]]] = {
-    "jobid": lambda t, c: [(a or i, k or -1) for i, a, k in zip(
-        t["id"], t["array_job_id"], t["array_task_id"], strict=True)],
+    "jobid": lambda t, c: t["id"] if t["array_job_id"].count(None) == len(t["id"]) else [
+        (a or i, k or -1) for i, a, k in zip(t["id"], t["array_job_id"], t["array_task_id"],
+                                             strict=True)],
     "jobid_raw": lambda t, c: t["id"],
     "priority": lambda t, c: [p or 0 for p in t["priority"]],
     "priority_long": lambda t, c: [p or 0 for p in t["priority"]],
@@ -554,13 +561,28 @@ def sort_column(key: str, t: Table, ctx: Ctx) -> list[Any]:
     return _per_job(key, get, t, ctx)
 
 
+def uniform_key(key: str, t: Table, uniform: frozenset[str]) -> bool:
+    """Does field ``key`` read only attributes that are the same for every job of ``t``?"""
+    return all(a in uniform for a in JOB_ATTRS[key]) and not (
+        key == "jobid" and "display_id" in t)
+
+
 def render_table(t: Table, order: list[int], prefix: str, columns: list[Column], ctx: Ctx,
-                 header: bool) -> list[str]:
-    """render() for a Table: each column's texts, put in ``order``, then one format per line."""
-    line = line_template(prefix, columns, JOB_FIELDS).format
-    lines = [line(*[JOB_FIELDS[c.key][0] for c in columns])] if header else []
-    texts = [column_texts(c.key, t, ctx) for c in columns]
-    if not columns:
-        return lines + [line() for _ in order]
-    lines += map(line, *[[col[i] for i in order] for col in texts])
+                 header: bool, uniform: frozenset[str] = frozenset()) -> list[str]:
+    """render() for a Table: each column's texts, put in ``order``, then one format per line.
+    A field that reads only ``uniform`` attributes (the same for every job) is worked out
+    once and written into the line template."""
+    lines = [line_template(prefix, columns, JOB_FIELDS) % tuple(
+        JOB_FIELDS[c.key][0] for c in columns)] if header else []
+    if not order:
+        return lines
+    first = order[0]
+    fixed = {i: JOB_FIELDS[c.key][1]({a: t[a][first] for a in JOB_ATTRS[c.key]}, ctx)
+             for i, c in enumerate(columns) if uniform_key(c.key, t, uniform)}
+    line = line_template(prefix, columns, JOB_FIELDS, fixed)
+    texts = [column_texts(c.key, t, ctx) for i, c in enumerate(columns) if i not in fixed]
+    if not texts:
+        return lines + [line % ()] * len(order)
+    ordered = [[col[i] for i in order] for col in texts]
+    lines += [line % values for values in zip(*ordered, strict=True)]
     return lines

@@ -32,6 +32,7 @@ from cli.formats import (
     render,
     render_table,
     sort_column,
+    uniform_key,
 )
 from cli.options import (
     NO_ARG,
@@ -166,14 +167,16 @@ def sort_keys(spec: str | None, start: bool) -> list[tuple[str, bool]]:
     return keys[::-1]
 
 
-def sort_order(table: Table, spec: str | None, ctx: Ctx, start: bool) -> list[int]:
+def sort_order(table: Table, spec: str | None, ctx: Ctx, start: bool,
+               uniform: frozenset[str] = frozenset()) -> list[int]:
     """sort_jobs for a Table: the jobs' positions in display order, by the same stable sorts,
-    each over a whole column of keys."""
+    each over a whole column of keys (none for a key that is the same for every job)."""
     order = list(range(len(table["id"])))
     ids = sort_column("jobid", table, ctx)
     order.sort(key=ids.__getitem__)
     for key, reverse in reversed(sort_keys(spec, start)):
-        order.sort(key=sort_column(key, table, ctx).__getitem__, reverse=reverse)
+        if not uniform_key(key, table, uniform):
+            order.sort(key=sort_column(key, table, ctx).__getitem__, reverse=reverse)
     return order
 
 
@@ -282,7 +285,7 @@ BASE_ATTRS = ("id", "array_job_id", "array_task_id", "state", "reason", "restart
 
 def wanted_fields(values: dict[str, str | None], columns: list[Column]) -> list[str]:
     """The Job attributes this listing reads (columns, -S keys, -R/-L filters): squeue asks
-    schedd for only those, as rows, rather than for whole jobs."""
+    schedd for only those, column by column, rather than for whole jobs."""
     spec = values.get("sort") or ("-p" if "priority" in values else None)
     spec = spec or ("S" if "start" in values else "P,t,-p")
     keys = [c.key for c in columns]
@@ -296,12 +299,17 @@ def wanted_fields(values: dict[str, str | None], columns: list[Column]) -> list[
     return list(dict.fromkeys(fields))
 
 
-def reply_table(reply: dict[str, Any]) -> Table | None:
-    """The columns reply as a Table; None for whole jobs (--json, or a schedd without
-    "fields")."""
+def reply_table(reply: dict[str, Any]) -> tuple[Table, frozenset[str]] | None:
+    """The columns reply as a Table, and the attributes that are the same for every job;
+    None for whole jobs (--json, or a schedd without "fields")."""
     if "values" not in reply:
         return None
-    return dict(zip(reply.get("columns") or [], reply["values"], strict=True))
+    table = dict(zip(reply.get("columns") or [], reply["values"], strict=True))
+    count = int(reply.get("count") or 0)
+    constant = reply.get("constant") or {}
+    for name, value in constant.items():
+        table[name] = [value] * count
+    return table, frozenset(constant)
 
 
 def table_records(table: Table) -> list[dict[str, Any]]:
@@ -313,30 +321,36 @@ def records_table(records: list[dict[str, Any]], names: list[str]) -> Table:
     return {name: [r.get(name) for r in records] for name in names}
 
 
-def fold_table(table: Table) -> Table:
+def fold_table(table: Table, uniform: frozenset[str]) -> tuple[Table, frozenset[str]]:
     """fold_pending_arrays for a Table: only array tasks go through dictionaries. They come
     after the other jobs, in their own order: sort_order's first (stable) sort by job id
-    restores the order fold_pending_arrays would have given."""
+    restores the order fold_pending_arrays would have given. A uniform attribute stays so
+    when the folded records keep its value."""
     names = [n for n in table if n != "display_id"]
     tids = table["array_task_id"]
     plain = [i for i, t in enumerate(tids) if t is None]
     tasks = [i for i, t in enumerate(tids) if t is not None]
     folded = fold_pending_arrays([{n: table[n][i] for n in names} for i in tasks])
-    out = {n: [table[n][i] for i in plain] + [r.get(n) for r in folded] for n in names}
+    out = {n: ([table[n][0]] * len(plain) if n in uniform and plain else
+               list(map(table[n].__getitem__, plain))) + [r.get(n) for r in folded]
+           for n in names}
     display = table.get("display_id")
     out["display_id"] = ([display[i] for i in plain] if display else [None] * len(plain)) + [
         r.get("display_id") for r in folded]
-    return out
+    kept = frozenset(a for a in uniform if a in table and table[a] and all(
+        r.get(a) == table[a][0] for r in folded))
+    return out, kept
 
 
-def prepare_table(table: Table, values: dict[str, str | None], fold: bool) -> Table:
+def prepare_table(table: Table, uniform: frozenset[str], values: dict[str, str | None],
+                  fold: bool) -> tuple[Table, frozenset[str]]:
     """-R/-L filters (on dictionaries: rare) and array folding (only when a job is an array
-    task)."""
+    task), with the attributes still uniform afterwards."""
     if values.get("reservation") or values.get("licenses"):
         table = records_table(local_filters(table_records(table), values), list(table))
     if fold and table["array_task_id"].count(None) != len(table["id"]):
-        table = fold_table(table)
-    return table
+        return fold_table(table, uniform)
+    return table, uniform
 
 
 def show_queue(values: dict[str, str | None], query: dict[str, Any], prefix: str,
@@ -360,7 +374,7 @@ def _show_queue(values: dict[str, str | None], query: dict[str, Any], prefix: st
     except ClientError as exc:
         raise CommandError(f"slurm_load_jobs error: {exc.message}", prefixed=False) from None
     ids = query.get("job_ids", [])
-    table = reply_table(reply)
+    table, uniform = reply_table(reply) or (None, frozenset())
     count = len(table["id"]) if table is not None else len(reply.get("jobs") or [])
     if not count and len(ids) == 1 and ids[0].isdigit():
         fail("slurm_load_jobs error: Invalid job id specified", prefixed=False)
@@ -377,9 +391,9 @@ def _show_queue(values: dict[str, str | None], query: dict[str, Any], prefix: st
                          "start" in values)
         body = render(jobs, prefix, columns, JOB_FIELDS, ctx, header)
     else:
-        table = prepare_table(table, values, fold)
-        order = sort_order(table, sort, ctx, "start" in values)
-        body = render_table(table, order, prefix, columns, ctx, header)
+        table, uniform = prepare_table(table, uniform, values, fold)
+        order = sort_order(table, sort, ctx, "start" in values, uniform)
+        body = render_table(table, order, prefix, columns, ctx, header, uniform)
     if "long" in values:
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(ctx.now)))
     lines += body

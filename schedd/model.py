@@ -251,7 +251,7 @@ def job_columns(jobs: list[Job], names: Sequence[str]) -> list[list[Any]]:
     for name in names:
         values = list(map(operator.attrgetter(name), jobs))
         if name == "allocation":
-            values = [allocation_wire(a) if a else [] for a in values]
+            values = [allocation_wire(a) if a else a for a in values]  # no new empty list
         columns.append(values)
     return columns
 

@@ -19,8 +19,8 @@ from cli.formats import (
     parse_percent_format,
     render,
 )
-from schedd.handlers.query import row_columns
-from schedd.model import Job, JobState, NodeAllocation, job_columns
+from schedd.handlers.query import column_reply, row_columns
+from schedd.model import Job, JobState, NodeAllocation
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 NOW = 1_800_000_000.0
@@ -58,9 +58,8 @@ def serve(fake_schedd, jobs: list[dict[str, Any]]):  # noqa: F811
         assert op == "query_jobs"
         if body.get("fields") is None:
             return {"jobs": [dict(j) for j in jobs], "now": NOW}
-        columns = row_columns(body["fields"])
-        values = job_columns([Job.from_wire(j) for j in jobs], columns)
-        return json.loads(json.dumps({"columns": columns, "values": values, "now": NOW}))
+        reply = column_reply([Job.from_wire(j) for j in jobs], row_columns(body["fields"]))
+        return json.loads(json.dumps({**reply, "now": NOW}))
     return fake_schedd(handler)
 
 
