@@ -11,8 +11,9 @@
   priority order but gathered and started by GPUs x minutes (CPUs x minutes as the second key),
   ties by name: the hole takes the largest area first, never the smallest GPU count first.
   Fill rule ``short_area`` (the default): gathered likewise, but jobs planned for at most
-  ``bf_short_job`` seconds go first, shortest first: a wait hurts their (bounded) slowdown most
-  and they take almost no area; then the rest by area. A job that was promised a start by an
+  ``bf_short_job`` seconds go first: a wait hurts their (bounded) slowdown most and they take
+  almost no area; among them the widest first (first-fit decreasing on the hole's width, the
+  only dimension that matters for jobs that end soon); then the rest by area. A job that was promised a start by an
   earlier cycle is never gathered: it starts in its turn, as promised.
 
 Reasons, as Slurm gives them: the first job held back for lack of resources is ``Resources``;
@@ -34,6 +35,9 @@ from schedd.scheduler.snapshot import PendingJob
 
 FILL_RULES = ("priority", "area", "short_area")
 _JOB_ID = attrgetter("job_id")
+# what decides whether a job may fit now and which nodes it may use (placement.CandidateCache)
+_SHAPE = attrgetter("partition", "features", "gpu_type", "nodelist", "exclude", "cpus_per_node",
+                    "mem_per_node_mb", "gpus_per_node", "num_nodes", "exclusive")
 
 
 def check_config(config: SchedulerConfig) -> None:
@@ -109,18 +113,29 @@ class Walk:
         if not self.config.backfill:  # FCFS: everything behind the blocked head waits
             reasons.update(dict.fromkeys(map(_JOB_ID, jobs), "Priority"))
             return self.finish()
+        # A job that cannot fit now waits for the same reason as every job of its shape until
+        # something starts: that verdict is kept per shape (a key built in C), so a long tail
+        # of like jobs costs a lookup each; a visit that starts a job forgets them.
         may_fit, candidates, visit = self.free.may_fit, self.candidates, self.visit
+        starts = self.plan.starts
+        verdicts: dict[tuple, str] = {}
         for job in jobs:
             if tested >= limit:
                 reasons[job.job_id] = "Priority"
                 reasons.update(dict.fromkeys(map(_JOB_ID, jobs), "Priority"))
                 break
-            if may_fit(job):
-                tested += 1
-                visit(job)
-            else:
-                tested += 1
-                reasons[job.job_id] = candidates(job).reason or "Priority"
+            tested += 1
+            shape = _SHAPE(job)
+            reason = verdicts.get(shape)
+            if reason is None:
+                if may_fit(job):
+                    started = len(starts)
+                    visit(job)
+                    if len(starts) != started:
+                        verdicts.clear()
+                    continue
+                reason = verdicts[shape] = candidates(job).reason or "Priority"
+            reasons[job.job_id] = reason
         return self.finish()
 
     def finish(self) -> Plan:
@@ -197,10 +212,15 @@ class Walk:
 
     def fill_key(self, job: PendingJob) -> tuple:
         """``area``: largest GPUs x minutes first (CPUs x minutes next), ties by name.
-        ``short_area``: jobs planned for at most ``bf_short_job`` seconds first, shortest first,
-        then the others as ``area``."""
+        ``short_area``: jobs planned for at most ``bf_short_job`` seconds first, widest first
+        (GPUs, then CPUs, then the shorter), then the others as ``area``.
+
+        Short jobs all end soon, so for them the hole is one-dimensional: its width now. Widest
+        first is first-fit decreasing on that width; the narrow ones fill what is left, and a
+        narrow job finds another hole far more easily than a wide one does."""
         duration = self.duration(job)
-        gpu_area, cpu_area = area(job, duration)
         if self.config.fill == "short_area" and duration <= self.config.bf_short_job:
-            return (0, duration, 0.0, 0.0, job.name, job.job_id)
-        return (1, 0, -gpu_area, -cpu_area, job.name, job.job_id)
+            return (0, -job.total_gpus, -job.cpus_per_node * job.num_nodes, duration, job.name,
+                    job.job_id)
+        gpu_area, cpu_area = area(job, duration)
+        return (1, -gpu_area, -cpu_area, 0, job.name, job.job_id)

@@ -7,7 +7,8 @@ Phases:
 1. fair-share factors from the association tree (``fairshare.factors``)
 2. priorities of every pending job (``priority.priorities``)
 3. order: jobs holding a promised start first (by that start), then by priority, submit
-   time, job id
+   time, job id (when that order is submit order, ``by_submit`` gives it without ranking:
+   the textbook policies and kiln without an association tree)
 4. availability profile of every node from the running jobs (``profile.build``)
 5. the walk: start, reserve or hold back each job in order (``backfill.Walk``); jobs an
    association or QOS limit holds back are screened out and every start counted
@@ -38,11 +39,13 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
         shares = fairshare.factors(snapshot.associations, wanted)
     cluster = priority.ClusterSize.of(snapshot.nodes)
     if priority.submit_ordered(pending, config, shares):
-        order, ids, one_nice = by_submit(pending, snapshot.promised)
+        order, ids, ranked, one_nice = by_submit(pending, snapshot.promised)
         if one_nice and priority.constant(config):  # one value for every job: no arithmetic
             head = order[:1]
             prio = priority.priorities(head, snapshot.now, config, cluster, shares)
             shown = dict.fromkeys(ids, priority.displayed(head, prio)[head[0].job_id])
+        elif one_nice and priority.plain(ranked[0], config):  # age alone varies
+            shown = priority.displayed_by_age(ranked, snapshot.now, config, cluster, shares)
         else:
             shown = priority.displayed(pending, priority.priorities(
                 pending, snapshot.now, config, cluster, shares))
@@ -90,24 +93,36 @@ _FEW = 16  # promised jobs picked out one by one below this; by a mask over the 
 
 
 def by_submit(pending: list[PendingJob],
-              promised: dict[int, float]) -> tuple[list[PendingJob], list[int], bool]:
+              promised: dict[int, float],
+              ) -> tuple[list[PendingJob], list[int], list[PendingJob], bool]:
     """``ordered`` for a queue whose priority order is (nice, submit time, job id)
-    (``priority.submit_ordered``): the same list, without a priority per job, plus its job ids
-    and whether every job has the same nice.
+    (``priority.submit_ordered``): the same list, without a priority per job, plus its job ids,
+    the queue in (nice, submit, id) order before the promised jobs were moved first, and
+    whether every job has the same nice.
 
-    Three stable sorts on one plain key each (job id, then submit time, then nice) give the
-    (nice, submit, id) order without building a key tuple per job, and a queue that arrives in
-    that order already costs about one comparison per job and sort. The promised jobs go first
+    A queue already in that order (ids and submit times both rising, one nice: a queue in
+    arrival order) is recognised in C at little more than a pass; any other is put in order by three
+    stable sorts on one plain key each (job id, then submit time, then nice), which give the
+    (nice, submit, id) order without building a key tuple per job. The promised jobs go first
     in promise order; a stable sort keeps (nice, submit, id) among equal promises, as
     ``ordered``'s tie-break does.
     """
-    base = sorted(pending, key=_JOB_ID)
-    base.sort(key=_SUBMIT)
-    base.sort(key=_NICE)
-    one_nice = base[0].nice == base[-1].nice
-    ids = list(map(_JOB_ID, base))
+    ids = list(map(_JOB_ID, pending))
+    submits = list(map(_SUBMIT, pending))
+    one_nice = len(set(map(_NICE, pending))) == 1
+    # comparing with a sorted copy: timsort checks a sorted list of ints or floats in C with
+    # one specialised comparison per item (job ids are distinct, so rising means strictly)
+    if one_nice and ids == sorted(ids) and submits == sorted(submits):
+        base = list(pending)  # already in order, as a queue in arrival order usually is
+    else:
+        base = sorted(pending, key=_JOB_ID)
+        base.sort(key=_SUBMIT)
+        base.sort(key=_NICE)
+        ids = list(map(_JOB_ID, base))
+    ranked = base
     if not promised:
-        return base, ids, one_nice
+        return base, ids, ranked, one_nice
+    base, ids = list(base), list(ids)
     if len(promised) <= _FEW:  # the usual case: a scan in C per promised job
         at = sorted(i for i in map(_index_in(ids), promised) if i >= 0)
         first = [base[i] for i in at]
@@ -120,9 +135,9 @@ def by_submit(pending: list[PendingJob],
         base = list(compress(base, map(not_, mask)))
         ids = list(compress(ids, map(not_, mask)))
     if not first:
-        return base, ids, one_nice
+        return base, ids, ranked, one_nice
     first.sort(key=lambda j: promised[j.job_id])
-    return first + base, [j.job_id for j in first] + ids, one_nice
+    return first + base, [j.job_id for j in first] + ids, ranked, one_nice
 
 
 def _index_in(ids: list[int]):

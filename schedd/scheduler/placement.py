@@ -15,6 +15,7 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import nsmallest
+from operator import attrgetter
 
 from schedd.model import NodeAllocation
 from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline
@@ -314,10 +315,12 @@ def earliest_start(
     Each node contributes intervals of feasible starts; a sweep over their ends finds the first
     instant covered by ``num_nodes`` of them.
     """
-    events: list[tuple[float, int, int]] = []  # (time, 0 open / 1 close after, node index)
-    by_index = {}
     fixed = None if job.exclusive else Demand(job.cpus_per_node, job.mem_per_node_mb,
                                               job.gpus_per_node)
+    if job.num_nodes == 1 and not job.nodelist:
+        return _earliest_one(job, nodes, after, duration, horizon, fixed)
+    events: list[tuple[float, int, int]] = []  # (time, 0 open / 1 close after, node index)
+    by_index = {}
     bounded = False  # any interval with an end: then only the full sweep will do
     for tl in nodes:
         by_index[tl.index] = tl
@@ -361,6 +364,32 @@ def earliest_start(
             j += 1
         i = j
     return None
+
+
+def _earliest_one(job: PendingJob, nodes: Sequence[NodeTimeline], after: float,
+                  duration: float, horizon: float,
+                  fixed: Demand | None) -> tuple[float, list[NodeTimeline]] | None:
+    """``earliest_start`` for a one-node job without ``-w``: the sweep's answer without the
+    sweep. Its first instant with a node open is the least of each node's earliest start, and
+    the nodes open then are those whose earliest start it is (in node order, as the sweep
+    gives them to ``_choose``)."""
+    best = INFINITY
+    at: list[NodeTimeline] = []
+    for tl in nodes:
+        t = tl.first_start(fixed or demand_on(job, tl.view), duration, after)
+        if t is None or t > best:
+            continue
+        if t < best:
+            best, at = t, [tl]
+        else:
+            at.append(tl)
+    if not at or best > horizon:
+        return None
+    at.sort(key=_INDEX)
+    return best, _choose(job, at, best)
+
+
+_INDEX = attrgetter("index")
 
 
 def allocate(job: PendingJob, chosen: Sequence[NodeTimeline]) -> list[NodeAllocation]:

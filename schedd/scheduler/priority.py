@@ -17,9 +17,12 @@ order; the int (at least 1 unless admin-set to 0) is what squeue %Q and scontrol
 
 from __future__ import annotations
 
+import dataclasses
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import repeat
+from operator import add, attrgetter, mul, sub
 
 from schedd.config import SchedulerConfig
 from schedd.scheduler.fairshare import AssocKey, job_factor
@@ -129,12 +132,52 @@ def constant(config: SchedulerConfig) -> bool:
     return config.weight_age == 0
 
 
+def displayed_by_age(ranked: Sequence[PendingJob], now: float, config: SchedulerConfig,
+                     cluster: ClusterSize,
+                     fairshare: Mapping[AssocKey, float] | None) -> dict[int, int]:
+    """``displayed(priorities(...))`` for a ``submit_ordered`` queue of one nice value, given in
+    submit order: the same integers, computed in C-level passes.
+
+    Every job's sum is its age term plus the one constant rest (partition, fair share without a
+    tree, nice), as ``priorities`` adds them, so each float is bit for bit the same; a queue
+    whose jobs also add a QOS or association term is not ``plain`` and goes the general way.
+    Jobs submitted at or before ``now - max_age`` (a prefix of the queue) have age
+    ``weight_age``, jobs submitted at ``now`` or later (a suffix) 0, the others
+    ``rate * (now - submit)``.
+    """
+    head = ranked[0]
+    rest = priorities([dataclasses.replace(head, submit_time=now + 1.0)], now, config, cluster,
+                      fairshare)[head.job_id]  # submitted after now: age 0.0, the rest alone
+    submits = list(map(_SUBMIT, ranked))
+    w_age = float(config.weight_age)
+    if config.max_age > 0 and config.weight_age:
+        rate = config.weight_age / config.max_age
+        capped = bisect_right(submits, now - config.max_age)
+    else:  # no ramp: every job already submitted has the whole weight
+        rate = 0.0
+        capped = bisect_right(submits, now)
+    young = max(bisect_left(submits, now), capped)
+    ages = [w_age] * capped
+    ages += map(mul, repeat(rate), map(sub, repeat(now), submits[capped:young]))
+    ages += [0.0] * (len(submits) - young)
+    rounded = map(int, map(add, map(add, ages, repeat(rest)), repeat(0.5)))
+    return dict(zip(map(_JOB_ID, ranked), map(max, rounded, repeat(1)), strict=True))
+
+
+def plain(job: PendingJob, config: SchedulerConfig) -> bool:
+    """Whether the job's sum adds no QOS or association term (``displayed_by_age``)."""
+    return not ((config.weight_qos and job.qos_priority > 0)
+                or (config.weight_assoc and job.assoc_priority > 0))
+
+
 def _same(pending: Sequence[PendingJob], get: attrgetter) -> bool:
     """Every job has the same value of the attribute (a set built in C: cheap per job)."""
     return len(set(map(get, pending))) <= 1
 
 
 _NICE = attrgetter("nice")
+_SUBMIT = attrgetter("submit_time")
+_JOB_ID = attrgetter("job_id")
 _ADMIN = attrgetter("admin_priority")
 _PARTITION = attrgetter("partition_priority")
 _QOS = attrgetter("qos_priority")

@@ -49,7 +49,7 @@ class NodeTimeline:
 
     __slots__ = (
         "index", "view", "times", "cpus", "mem", "gpus", "monotone", "gpus_free", "islands",
-        "_memo",
+        "_memo", "_first",
     )
 
     def __init__(self, index: int, view: NodeView, now: float) -> None:
@@ -64,6 +64,7 @@ class NodeTimeline:
         self.islands: dict[int, int] = {g.index: g.island for g in view.gpus}
         # start_intervals answers until the next change: reservations of one shape ask often
         self._memo: dict[tuple, list[tuple[float, float]]] = {}
+        self._first: dict[tuple, float | None] = {}  # first_start's answers, likewise
 
     # --- building -------------------------------------------------------------------------
 
@@ -159,6 +160,45 @@ class NodeTimeline:
                 k += 1
         return out
 
+    def first_start(self, d: Demand, duration: float, after: float) -> float | None:
+        """The earliest start no sooner than ``after`` at which ``d`` fits for ``duration``:
+        the first of ``start_intervals`` that reaches ``after``, clipped to it.
+
+        A one-node job needs no more than this, and the scan stops at the first fitting run of
+        segments instead of listing every interval of a long plan (conservative backfill on a
+        pool re-plans hundreds of jobs a cycle, each over a profile as long as the plan).
+        """
+        key = (d.cpus, d.mem, d.gpus) if self.monotone else (d.cpus, d.mem, d.gpus, duration)
+        known = self._memo.get(key)
+        if known is not None:
+            for lo, hi in known:
+                if hi >= after:
+                    return lo if lo > after else after
+            return None
+        asked = (key, after)
+        if asked in self._first:
+            return self._first[asked]
+        found = self._first[asked] = self._first_start(d, duration, after)
+        return found
+
+    def _first_start(self, d: Demand, duration: float, after: float) -> float | None:
+        times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        n = len(times)
+        k = max(self._seg(after), 0)
+        while k < n:
+            if cpus[k] >= d.cpus and mem[k] >= d.mem and gpus[k] >= d.gpus:
+                a = times[k]
+                if self.monotone:
+                    return a if a > after else after
+                while k < n and cpus[k] >= d.cpus and mem[k] >= d.mem and gpus[k] >= d.gpus:
+                    k += 1
+                b = times[k] if k < n else INFINITY
+                if b - a >= duration and b - duration >= after:
+                    return a if a > after else after
+            else:
+                k += 1
+        return None
+
     def earliest(self, d: Demand, duration: float) -> float | None:
         """The earliest start at which ``d`` fits for ``duration``, or None if never."""
         for lo, _hi in self.start_intervals(d, duration):
@@ -182,6 +222,7 @@ class NodeTimeline:
     def hold(self, d: Demand, start: float, end: float) -> None:
         """Take ``d`` during ``[start, end)``: a job started now or a reservation."""
         self._memo.clear()
+        self._first.clear()
         if start > self.times[0]:
             self.monotone = False
         else:
