@@ -17,6 +17,7 @@ import zmq
 from schedd import paths, protocol
 
 DEFAULT_TIMEOUT = 60.0
+WATCH_INTERVAL = 0.5  # seconds between checks that the schedd asked is still the one there
 
 
 class ClientError(Exception):
@@ -41,6 +42,7 @@ class Client:
         self._ids = itertools.count(1)
         self._ctx = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
+        self._peer_id: tuple[int, int, int] | None = None
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
@@ -56,6 +58,7 @@ class Client:
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(self.endpoint)
             self._sock = sock
+            self._peer_id = _socket_identity(self.endpoint)
         return self._sock
 
     def call(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -63,11 +66,22 @@ class Client:
         sock = self._socket()
         msg_id = next(self._ids)
         sock.send(protocol.request(op, body, msg_id))
-        deadline_ms = int(self.timeout * 1000)
+        waited = 0.0
         while True:
-            if not sock.poll(deadline_ms):
-                self.close()
-                raise ClientError("unreachable", "Unable to contact slurm controller (connect failure)")
+            if not sock.poll(int(WATCH_INTERVAL * 1000)):
+                waited += WATCH_INTERVAL
+                if waited >= self.timeout:
+                    self.close()
+                    raise ClientError("unreachable",
+                                      "Unable to contact slurm controller (connect failure)")
+                if _socket_identity(self.endpoint) != self._peer_id:
+                    # the schedd we asked is gone (its socket file was removed or replaced):
+                    # our request died with it, or was done just before; never resent
+                    self.close()
+                    raise ClientError("unreachable", "Unable to contact slurm controller "
+                                      "(connection lost; the request may or may not have "
+                                      "been carried out)")
+                continue
             try:
                 reply = _decode_reply(sock.recv())
             except protocol.ProtocolError as exc:
@@ -110,6 +124,18 @@ def _peers() -> list[str]:
     except paths.ConfigError:
         return []
     return [p for p in peers if isinstance(p, str)] if isinstance(peers, list) else []
+
+
+def _socket_identity(endpoint: str) -> tuple[int, int, int] | None:
+    """(device, inode, change time) of an ipc endpoint's socket file: a restarted schedd makes
+    a new one (the inode number alone may be reused). None for tcp endpoints and no file."""
+    if not endpoint.startswith("ipc://"):
+        return None
+    try:
+        st = os.stat(endpoint[6:])
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def _listening(endpoint: str) -> bool:

@@ -33,8 +33,12 @@ def chaos(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 def _submitter(cluster: Cluster, index: int, workdir, printed: list[int], errors: list[str]):
     for n in range(JOBS_EACH):
-        res = cluster.run("sbatch", "--parsable", "-J", f"s{index}", "-t", "5",
-                          "--wrap", f"echo chaos-{index}-{n}", cwd=workdir)
+        try:
+            res = cluster.run("sbatch", "--parsable", "-J", f"s{index}", "-t", "5",
+                              "--wrap", f"echo chaos-{index}-{n}", cwd=workdir)
+        except subprocess.TimeoutExpired:  # not acknowledged: allowed, counted
+            errors.append(f"sbatch {index}-{n} hung")
+            continue
         if res.returncode == 0:
             printed.append(int(res.stdout.strip()))
         else:
