@@ -28,7 +28,7 @@ class SchedulerConfig:
     bf_resolution: int = 60  # seconds: reservation times are rounded up to this
     bf_window: int = 7 * 86400  # how far ahead reservations are planned, seconds
     fill: str = "short_area"  # "priority" (Slurm), "area" (GPUs x minutes, ties by name), or
-    # "short_area": jobs of at most bf_short_job seconds first, shortest first, then by area
+    # "short_area": jobs of at most bf_short_job seconds first, widest first, then by area
     bf_short_job: int = 600  # seconds
     predict_runtime: bool = False
     default_time_limit: int = 365 * 86400  # planning horizon for UNLIMITED jobs, seconds
