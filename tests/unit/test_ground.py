@@ -157,3 +157,14 @@ def test_job_wire_round_trip() -> None:
     light = job.to_wire()
     assert "script" not in light and "environment" not in light
     assert json.loads(json.dumps(light))["allocation"][0]["gpus"] == [0, 1]
+
+
+def test_example_config_loads_and_shows_the_defaults() -> None:
+    from pathlib import Path
+
+    from schedd import config
+
+    example = config.load(Path(__file__).resolve().parents[2] / "conf" / "kiln.toml")
+    defaults = config.SchedulerConfig()
+    for name in ("bf_max_reservations", "fill", "bf_short_job", "interval", "bf_resolution"):
+        assert getattr(example.scheduler, name) == getattr(defaults, name), name
