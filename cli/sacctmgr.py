@@ -226,23 +226,36 @@ def layout(rows: list[dict[str, Any]], fmt: str, opts: set[str], tree: bool) -> 
     if tree:  # the Account column is indented by depth and left-justified, 20 wide
         cols = [(h, 20 if k == "account" and w == 10 else w, k, left or k == "account")
                 for h, w, k, left in cols]
+    cells = []
+    for rec in rows:
+        values = []
+        for _, _, key, _ in cols:
+            value = text(rec, key)
+            if tree and key == "account":
+                value = " " * int(rec.get("depth", 0)) + value
+            values.append(value)
+        cells.append(values)
+    return table([(h, w, left) for h, w, _, left in cols], cells, opts)
+
+
+def table(heads: list[tuple[str, int, bool]], rows: list[list[str]], opts) -> list[str]:
+    """Slurm's account-tool layout (sacctmgr, sshare): fixed width with a header, a dashes line
+    and a trailing blank on every line, or ``-P``/``-p`` parsable (``-p`` ends lines in '|')."""
     parsable = "parsable2" in opts or "parsable" in opts
     end = "|" if "parsable" in opts else ""
     lines = []
     if "noheader" not in opts:
         if parsable:
-            lines.append("|".join(h for h, *_ in cols) + end)
+            lines.append("|".join(h for h, _, _ in heads) + end)
         else:
-            lines.append("".join(cell(h, w, left) + " " for h, w, _, left in cols))
-            lines.append("".join("-" * w + " " for _, w, _, _ in cols))
-    for rec in rows:
-        values = []
-        for _, w, key, left in cols:
-            value = text(rec, key)
-            if tree and key == "account":
-                value = " " * int(rec.get("depth", 0)) + value
-            values.append(value if parsable else cell(value, w, left) + " ")
-        lines.append("|".join(values) + end if parsable else "".join(values))
+            lines.append("".join(cell(h, w, left) + " " for h, w, left in heads))
+            lines.append("".join("-" * w + " " for _, w, _ in heads))
+    for values in rows:
+        if parsable:
+            lines.append("|".join(values) + end)
+        else:
+            pairs = zip(values, heads, strict=True)
+            lines.append("".join(cell(v, w, left) + " " for v, (_, w, left) in pairs))
     return lines
 
 

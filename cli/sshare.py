@@ -14,7 +14,7 @@ from typing import Any
 from cli.client import Client
 from cli.errors import fail, run_command
 from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
-from cli.sacctmgr import cell
+from cli.sacctmgr import table
 
 PROG = "sshare"
 
@@ -114,21 +114,8 @@ def layout(rows: list[dict[str, Any]], fmt: str, opts: dict[str, Any]) -> list[s
         except ValueError:
             fail(f"Invalid field width '{item}'")
         cols.append((field[0], size, field[2], name.lower() == "account"))
-    parsable = "parsable2" in opts or "parsable" in opts
-    end = "|" if "parsable" in opts else ""
-    lines = []
-    if "noheader" not in opts:
-        if parsable:
-            lines.append("|".join(h for h, *_ in cols) + end)
-        else:
-            lines.append("".join(cell(h, w, left) + " " for h, w, _, left in cols))
-            lines.append("".join("-" * w + " " for _, w, _, _ in cols))
-    for r in rows:
-        if parsable:
-            lines.append("|".join(get(r) for _, _, get, _ in cols) + end)
-        else:
-            lines.append("".join(cell(get(r), w, left) + " " for _, w, get, left in cols))
-    return lines
+    return table([(h, w, left) for h, w, _, left in cols],
+                 [[get(r) for _, _, get, _ in cols] for r in rows], opts)
 
 
 if __name__ == "__main__":
