@@ -67,7 +67,14 @@ class Raw:
         return sock
 
     def ask(self, frames: list[bytes], timeout_ms: int = REPLY_TIMEOUT_MS) -> dict | None:
-        self.sock.send_multipart(frames)
+        # A refused CURVE handshake can leave the DEALER with no pipe at all, and a DEALER
+        # without a pipe blocks in send: bound the send as well as the wait.
+        self.sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
+        try:
+            self.sock.send_multipart(frames)
+        except zmq.Again:
+            self.reset()
+            return None
         if not self.sock.poll(timeout_ms):
             self.reset()  # nothing came (or ever will): start clean for the next request
             return None
