@@ -85,6 +85,15 @@ class Finished:
     start_time: float
     end_time: float
     exit_known: bool = True
+    cpu_user: float | None = None  # seconds, from wait4: the batch shell and what it reaped
+    cpu_system: float | None = None
+
+    @property
+    def cpu(self) -> tuple[float, float] | None:
+        """(user, system) CPU seconds when the agent reaped the batch shell itself."""
+        if self.cpu_user is None or self.cpu_system is None:
+            return None
+        return self.cpu_user, self.cpu_system
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,6 +123,7 @@ class _Job:
     ending: Ending | None = None
     exited: bool = False
     status: int | None = None  # raw wait status; None when unknown
+    cpu: tuple[float, float] | None = None  # (user, system) seconds from wait4; None unknown
     end_time: float = 0.0
     scanned_at: float = 0.0  # when /proc was last searched for the group's live processes
 
@@ -344,10 +354,7 @@ class Launcher:
 
     def _reap(self, job: _Job, now: float) -> None:
         if job.proc is not None:
-            try:
-                pid, status = os.waitpid(job.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped by someone else: outcome unknown
-                pid, status = job.pid, None
+            pid, status, job.cpu = reap(job.pid)
             if pid == 0:
                 return
             job.proc.returncode = 0 if status is None else os.waitstatus_to_exitcode(status)
@@ -413,8 +420,10 @@ class Launcher:
                                     f"OOM Killed.\n")
         else:
             state = "COMPLETED" if code == 0 and sig == 0 else "FAILED"
+        user, system = job.cpu if job.cpu is not None else (None, None)
         done = Finished(job.job_id, job.generation, state, code, sig, job.start_time,
-                        job.end_time, exit_known=job.status is not None)
+                        job.end_time, exit_known=job.status is not None, cpu_user=user,
+                        cpu_system=system)
         del self._jobs[job.key]
         self._ended[job.key] = done
         while len(self._ended) > MAX_ENDED:
@@ -594,6 +603,20 @@ def _oom_kills() -> int:
     except (OSError, ValueError):
         pass
     return -1
+
+
+def reap(pid: int) -> tuple[int, int | None, tuple[float, float] | None]:
+    """waitpid(WNOHANG) that also keeps the child's CPU time: (pid or 0 while it runs, raw
+    status, (user, system) seconds). wait4's usage covers the child and every descendant it
+    waited for, which is what Slurm's TotalCPU counts; a child someone else reaped gives
+    (pid, None, None)."""
+    try:
+        got, status, usage = os.wait4(pid, os.WNOHANG)
+    except ChildProcessError:
+        return pid, None, None
+    if got == 0:
+        return 0, None, None
+    return got, status, (usage.ru_utime, usage.ru_stime)
 
 
 def _exit_of(status: int | None) -> tuple[int, int]:

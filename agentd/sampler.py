@@ -1,4 +1,4 @@
-"""Per-job resource samples on a node: GPU utilisation and memory, and process-tree RSS.
+"""Per-job resource samples on a node: GPU utilisation and memory, process-tree RSS and CPU time.
 
 Every ``interval`` seconds (``[agent] sample_interval``, 10 s by default) the agent samples each
 job it runs; a job it has not sampled yet is sampled at the next loop turn, so even a job of a
@@ -8,9 +8,16 @@ second leaves one sample. It keeps, per job, the mean and maximum of:
 - GPU memory (MiB, the job's GPUs together);
 - RSS (KiB, the batch shell and all its descendants, from psutil).
 
+It also keeps the most CPU time (user and system seconds) it has seen the process tree use: its
+live processes' own times plus what they have reaped. When the agent reaps the batch shell
+itself, wait4's figure (the shell and every descendant it waited for) is exact and is what
+counts; the sampled figure is what is left after an agent restart, when nobody can wait for the
+shell, and a floor where a job's processes escaped the shell (double fork). Of two lower bounds
+the larger is kept.
+
 When the job ends the agent sends them as ``stats`` in ``job_ended``; schedd keeps them in
-``job.extra["stats"]`` and sacct prints them as GPUUtil, GPUMemMax, MaxRSS and AveRSS. The key
-names are ``schedd.accounting``'s ``STAT_*``.
+``job.extra["stats"]`` and sacct prints them as GPUUtil, GPUMemMax, MaxRSS, AveRSS, TotalCPU,
+UserCPU and SystemCPU. The key names are ``schedd.accounting``'s ``STAT_*``.
 
 GPU figures come from a backend: NVML on a real node (utilisation of the job's devices, memory
 of the job's processes on them, else the device's used memory), or, with ``--fake-gpus``, a
@@ -24,7 +31,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import psutil
 
@@ -125,11 +132,15 @@ class JobSamples:
     mem_max: float = 0.0
     rss_sum: float = 0.0
     rss_max: float = 0.0
+    cpu_user: float = 0.0
+    cpu_system: float = 0.0
 
-    def add(self, gpu: list[tuple[float, float]], rss_kb: float) -> None:
+    def add(self, gpu: list[tuple[float, float]], tree: TreeUsage) -> None:
         self.samples += 1
-        self.rss_sum += rss_kb
-        self.rss_max = max(self.rss_max, rss_kb)
+        self.rss_sum += tree.rss_kb
+        self.rss_max = max(self.rss_max, tree.rss_kb)
+        self.cpu_user = max(self.cpu_user, tree.cpu_user)
+        self.cpu_system = max(self.cpu_system, tree.cpu_system)
         if gpu:
             util = sum(u for u, _ in gpu) / len(gpu)
             self.gpu_samples += 1
@@ -137,48 +148,70 @@ class JobSamples:
             self.util_max = max(self.util_max, util)
             self.mem_max = max(self.mem_max, sum(m for _, m in gpu))
 
-    def stats(self) -> dict[str, float | int]:
-        """The ``stats`` of job_ended; {} without samples."""
-        if not self.samples:
-            return {}
-        out: dict[str, float | int] = {
-            keys.STAT_SAMPLES: self.samples, keys.STAT_RSS_MAX: int(self.rss_max),
-            keys.STAT_RSS_MEAN: int(self.rss_sum / self.samples)}
+    def stats(self, cpu: tuple[float, float] | None = None) -> dict[str, float | int]:
+        """The ``stats`` of job_ended; {} without samples or CPU time. ``cpu``: the exact
+        (user, system) seconds from wait4, when the agent reaped the batch shell."""
+        out: dict[str, float | int] = {}
+        if self.samples:
+            out.update({keys.STAT_SAMPLES: self.samples, keys.STAT_RSS_MAX: int(self.rss_max),
+                        keys.STAT_RSS_MEAN: int(self.rss_sum / self.samples)})
         if self.gpu_samples:
             out.update({keys.STAT_GPU_UTIL_MEAN: round(self.util_sum / self.gpu_samples, 2),
                         keys.STAT_GPU_UTIL_MAX: round(self.util_max, 2),
                         keys.STAT_GPU_MEM_MAX: int(self.mem_max)})
+        if cpu is not None or self.samples:
+            user, system = cpu if cpu is not None else (0.0, 0.0)
+            out.update({keys.STAT_CPU_USER: round(max(user, self.cpu_user), 3),
+                        keys.STAT_CPU_SYSTEM: round(max(system, self.cpu_system), 3)})
         return out
 
 
-def tree_rss_kb(pid: int) -> tuple[float, set[int]]:
-    """RSS of a process and all its descendants (KiB), and their pids; (0, {}) once gone."""
+class TreeUsage(NamedTuple):
+    """One reading of a job's process tree."""
+
+    rss_kb: float
+    cpu_user: float  # seconds: the live processes' own, plus what each has reaped
+    cpu_system: float
+    pids: set[int]
+
+
+GONE = TreeUsage(0.0, 0.0, 0.0, set())
+_LOST = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
+
+
+def tree_usage(pid: int) -> TreeUsage:
+    """RSS (KiB) and CPU time of a process and all its descendants, and their pids; GONE once
+    the process is. A process's ``children_*`` times are those of children it has reaped,
+    which are no longer in the tree, so nothing is counted twice."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return 0.0, set()
-    total, pids = 0, set()
+    except _LOST:
+        return GONE
+    rss_total, user, system, pids = 0, 0.0, 0.0, set()
     for proc in procs:
         try:
-            rss = proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            with proc.oneshot():
+                rss, times = proc.memory_info().rss, proc.cpu_times()
+        except _LOST:
             continue
+        user += times.user + times.children_user
+        system += times.system + times.children_system
         if rss:  # a zombie (exited, not yet reaped) reads 0: it holds nothing any more
-            total += rss
+            rss_total += rss
             pids.add(proc.pid)
-    return total / 1024, pids
+    return TreeUsage(rss_total / 1024, user, system, pids)
 
 
 class Sampler:
     """The agent's sampling: ``track`` at launch, ``tick`` every loop turn, ``finish`` at the
-    end. ``backend`` None samples RSS only (a node without GPUs)."""
+    end. ``backend`` None samples the process tree only (a node without GPUs)."""
 
     def __init__(self, backend: GPUBackend | None, interval: float,
-                 rss: Callable[[int], tuple[float, set[int]]] = tree_rss_kb):
+                 probe: Callable[[int], TreeUsage] = tree_usage):
         self.backend = backend
         self.interval = max(float(interval), 0.05)
-        self.rss = rss
+        self.probe = probe
         self.jobs: dict[Key, JobSamples] = {}
         self._last = 0.0
 
@@ -200,18 +233,20 @@ class Sampler:
                 self._sample(key[0], int(item["pid"]), samples)
 
     def _sample(self, job_id: int, pid: int, samples: JobSamples) -> None:
-        rss_kb, pids = self.rss(pid)
-        if not pids:
+        tree = self.probe(pid)
+        if not tree.pids:
             return  # already gone: nothing to read
         gpu: list[tuple[float, float]] = []
         if self.backend is not None and samples.gpus:
-            gpu = self.backend.sample(job_id, samples.gpus, pids)
-        samples.add(gpu, rss_kb)
+            gpu = self.backend.sample(job_id, samples.gpus, tree.pids)
+        samples.add(gpu, tree)
 
-    def finish(self, job_id: int, generation: int) -> dict[str, float | int]:
-        """The job's statistics, forgotten here; {} when it was never sampled."""
-        samples = self.jobs.pop((job_id, generation), None)
-        return samples.stats() if samples is not None else {}
+    def finish(self, job_id: int, generation: int,
+               cpu: tuple[float, float] | None = None) -> dict[str, float | int]:
+        """The job's statistics, forgotten here; {} when it was never sampled and its CPU
+        time is unknown. ``cpu``: (user, system) seconds from wait4, when known."""
+        samples = self.jobs.pop((job_id, generation), None) or JobSamples()
+        return samples.stats(cpu)
 
 
 def make_sampler(gpus: list[GPU], fake: bool, interval: float) -> Sampler:

@@ -50,6 +50,7 @@ class _Task:
     exit_code: int = 0
     exit_signal: int = 0
     stderr_path: str = ""
+    cpu: tuple[float, float] | None = None  # (user, system) seconds from wait4
 
 
 @dataclass(slots=True)
@@ -210,12 +211,10 @@ class StepRunner:
         for task in step.tasks:
             if task.exited or not task.pid:
                 continue
-            try:
-                pid, status = os.waitpid(task.pid, os.WNOHANG)
-            except ChildProcessError:
-                pid, status = task.pid, 0
+            pid, status, task.cpu = lch.reap(task.pid)
             if pid == 0:
                 continue
+            status = 0 if status is None else status  # reaped elsewhere: say it succeeded
             task.exited = True
             task.exit_code, task.exit_signal = lch._exit_of(status)
             if task.proc is not None:
@@ -243,6 +242,9 @@ class StepRunner:
         body = {"node": self.node_name, "job_id": key[0], "step_id": key[1], "state": state,
                 "tasks": [[t.procid, t.exit_code, t.exit_signal] for t in tasks],
                 "end_time": now}
+        known = [t.cpu for t in tasks if t.cpu is not None]
+        if known:  # the tasks' CPU time on this node, for sacct's TotalCPU
+            body["cpu"] = [sum(u for u, _ in known), sum(s for _, s in known)]
         self._unacked[key] = (0.0, body)  # due at once
 
     def _begin_ending(self, step: _Step, state: str, now: float) -> None:

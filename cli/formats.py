@@ -52,6 +52,27 @@ def fmt_duration(secs: float | None, unlimited: str = "UNLIMITED") -> str:
     return f"{days}-{clock}" if days else clock
 
 
+def fmt_cpu_time(secs: float | None) -> str:
+    """sacct's CPU times (TotalCPU, UserCPU, SystemCPU), as Slurm's ``_elapsed_time``: [D-]HH:MM:SS
+    from an hour up, else MM:SS.mmm, or 00:MM:SS when there are no milliseconds to show; ''
+    when unknown."""
+    if secs is None:
+        return ""
+    secs = max(float(secs), 0.0)
+    whole = int(secs)
+    millis = int((secs - whole) * 1000 + 1e-6)  # truncated, as Slurm's usecs / 1000
+    days, rem = divmod(whole, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, seconds = divmod(rem, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{seconds:02d}"
+    if hours:
+        return f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    if millis:
+        return f"{minutes:02d}:{seconds:02d}.{millis:03d}"
+    return f"00:{minutes:02d}:{seconds:02d}"
+
+
 def fmt_time(t: float | None, none: str = "N/A") -> str:
     """An instant as Slurm prints it: local ISO 8601 without zone, 2026-11-29T08:06:38."""
     if not t:

@@ -26,7 +26,7 @@ from typing import Any
 
 from cli.client import Client
 from cli.errors import CommandError, fail, run_command
-from cli.formats import fmt_duration, fmt_time
+from cli.formats import fmt_cpu_time, fmt_duration, fmt_time
 from cli.options import (
     NO_ARG,
     OPTIONAL,
@@ -221,12 +221,18 @@ FIELDS: list[Field] = [
     Field("Reservation", 20, _text("reservation"), keys=("reservation",)),
     Field("Start", 19, _date("start"), cut=False, keys=("start",)),
     Field("State", 10, _text("state"), keys=("state",)),
+    Field("SystemCPU", 10, lambda r, o: fmt_cpu_time(r.get("system_cpu")), cut=False,
+          keys=("system_cpu",)),
     Field("Submit", 19, _date("submit"), cut=False, keys=("submit",)),
     Field("Timelimit", 10, _limit, cut=False, keys=("has_limit", "time_limit")),
+    Field("TotalCPU", 10, lambda r, o: fmt_cpu_time(r.get("total_cpu")), cut=False,
+          keys=("total_cpu",)),
     Field("TimelimitRaw", 10, _limit_raw, cut=False, keys=("has_limit", "time_limit")),
     Field("UID", 6, lambda r, o: "" if r.get("kind") == "step" else str(r.get("uid", "")),
           cut=False, keys=("uid",)),
     Field("User", 9, _text("user"), keys=("user",)),
+    Field("UserCPU", 10, lambda r, o: fmt_cpu_time(r.get("user_cpu")), cut=False,
+          keys=("user_cpu",)),
     Field("WorkDir", 20, lambda r, o: "" if r.get("kind") == "step" else r.get("workdir") or "",
           keys=("workdir",)),
 ]
@@ -475,6 +481,17 @@ def _tres_json(text: str) -> list[dict[str, Any]]:
     return items
 
 
+def _cpu_json(row: dict[str, Any]) -> dict[str, Any]:
+    """time.total/user/system as data_parser v0.0.38 spells them; absent when unknown."""
+    out = {}
+    for key, name in (("total_cpu", "total"), ("user_cpu", "user"), ("system_cpu", "system")):
+        value = row.get(key)
+        if value is not None:
+            secs = float(value)
+            out[name] = {"seconds": int(secs), "microseconds": int(round((secs % 1) * 1e6))}
+    return out
+
+
 def json_doc(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """sacct --json in the shape of Slurm's data_parser v0.0.38 (the keys tools read), plus
     kiln's own figures under "kiln"."""
@@ -482,7 +499,7 @@ def json_doc(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for row in rows:
         times = {"elapsed": int(row.get("elapsed") or 0), "start": int(row.get("start") or 0),
                  "end": int(row.get("end") or 0), "submission": int(row.get("submit") or 0),
-                 "eligible": int(row.get("eligible") or 0)}
+                 "eligible": int(row.get("eligible") or 0), **_cpu_json(row)}
         if row["kind"] == "step":
             if jobs:
                 jobs[-1]["steps"].append({

@@ -5,7 +5,8 @@ State, Nodes/Cores, CPU Utilized/Efficiency, Job Wall-clock time, Memory Utilize
 followed by kiln's GPU lines: the GPUs allocated, their mean (and peak) utilisation and the
 most GPU memory the job held against what its GPUs have. The figures come from ``sacct``'s
 records (schedd's ``acct_jobs``): the agents' samples in ``job.extra["stats"]`` (GPUUtil,
-GPUMemMax, MaxRSS) and the allocation.
+GPUMemMax, MaxRSS), the CPU time the agent reaped with the batch shell plus that of its srun
+steps (TotalCPU), and the allocation.
 
 A figure kiln did not measure is said to be unavailable rather than shown as zero: an
 efficiency of 0 % reads as "your job wasted everything".
@@ -135,9 +136,9 @@ def _group_name(gid: Any) -> str:
 
 def _cpu_lines(row: dict[str, Any], cpus: int, elapsed: float) -> list[str]:
     core_walltime = fmt_duration(cpus * elapsed)
-    used = row.get("total_cpu")  # seconds of CPU time, when the agent samples it
+    used = row.get("total_cpu")  # seconds, known once the job's agent has reported its end
     if not isinstance(used, (int, float)):
-        return ["CPU Utilized: unavailable (kiln's agents do not sample CPU time)",
+        return ["CPU Utilized: unavailable (not measured yet)",
                 f"CPU Efficiency: unavailable of {core_walltime} core-walltime"]
     share = 100.0 * used / (cpus * elapsed) if cpus and elapsed else 0.0
     return [f"CPU Utilized: {fmt_duration(used)}",

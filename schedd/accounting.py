@@ -37,6 +37,8 @@ STAT_GPU_UTIL_MAX = "gpu_util_max"
 STAT_GPU_MEM_MAX = "gpu_mem_max_mb"  # MiB, the most the job's GPUs held together
 STAT_RSS_MAX = "rss_max_kb"  # KiB, the process tree's largest resident set
 STAT_RSS_MEAN = "rss_mean_kb"
+STAT_CPU_USER = "cpu_user_s"  # seconds of user CPU time: the batch shell's tree (agentd/sampler.py)
+STAT_CPU_SYSTEM = "cpu_system_s"
 
 # States whose job row prints ExitCode 0:0 whatever the batch shell got (Slurm's rule)
 _SIGNALLED_BY_SLURM = {JobState.CANCELLED, JobState.TIMEOUT, JobState.PREEMPTED,
@@ -244,9 +246,11 @@ def _stats_fields(stats: Mapping[str, Any] | None) -> dict[str, Any]:
         value = stats.get(key)
         return float(value) if isinstance(value, (int, float)) else None
 
+    user, system = num(STAT_CPU_USER), num(STAT_CPU_SYSTEM)
     return {"gpu_util": num(STAT_GPU_UTIL_MEAN), "gpu_util_max": num(STAT_GPU_UTIL_MAX),
             "gpu_mem_max_mb": num(STAT_GPU_MEM_MAX), "max_rss_kb": num(STAT_RSS_MAX),
-            "ave_rss_kb": num(STAT_RSS_MEAN)}
+            "ave_rss_kb": num(STAT_RSS_MEAN), "user_cpu": user, "system_cpu": system,
+            "total_cpu": None if user is None or system is None else user + system}
 
 
 def job_row(job: Job, steps: list[dict[str, Any]], rc: RowContext) -> dict[str, Any]:
@@ -275,7 +279,23 @@ def job_row(job: Job, steps: list[dict[str, Any]], rc: RowContext) -> dict[str, 
         "cancelled_by": job.cancelled_by,
     }
     row.update(_stats_fields(job.extra.get("stats") if isinstance(job.extra, dict) else None))
+    row.update(_job_cpu(row, steps))
     return row
+
+
+def _job_cpu(row: Mapping[str, Any], steps: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The job's CPU time is its steps' together, as Slurm's TotalCPU is: the batch shell's
+    tree (the job's own stats) plus each srun step's tasks, which agentd starts apart from the
+    shell. Unknown (None) only when no part of the job is known."""
+    parts = [(row["user_cpu"], row["system_cpu"])] + [
+        (f["user_cpu"], f["system_cpu"]) for f in
+        (_stats_fields(s.get("stats")) for s in steps
+         if str(s.get("step_id")) not in ("batch", "extern"))]
+    known = [p for p in parts if p[0] is not None and p[1] is not None]
+    if not known:
+        return {}
+    user, system = sum(u for u, _ in known), sum(s for _, s in known)
+    return {"user_cpu": user, "system_cpu": system, "total_cpu": user + system}
 
 
 def _step_base(job: Job, parent: dict[str, Any], step_id: str, name: str) -> dict[str, Any]:

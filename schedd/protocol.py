@@ -152,9 +152,11 @@ AGENT_OPS: dict[str, Schema] = {
     "job_ended": {"node": (_STR, True), "job_id": (_INT, True), "generation": (_INT, True),
                   "state": (_STR, True), "exit_code": (_INT, True), "exit_signal": (_INT, True),
                   "end_time": (_NUM, True), "stats": (_DICT, False)},
-    # every task of a step on this node has ended; tasks: [[procid, exit_code, exit_signal]]
+    # every task of a step on this node has ended; tasks: [[procid, exit_code, exit_signal]];
+    # cpu: [user, system] seconds the node's tasks used, when the agent reaped them
     "step_ended": {"node": (_STR, True), "job_id": (_INT, True), "step_id": (_INT, True),
-                   "state": (_STR, True), "tasks": (_LIST, True), "end_time": (_NUM, True)},
+                   "state": (_STR, True), "tasks": (_LIST, True), "end_time": (_NUM, True),
+                   "cpu": (_LIST, False)},
 }
 
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from schedd.accounting import STAT_CPU_SYSTEM, STAT_CPU_USER
 from schedd.hostlist import compress, expand
 from schedd.jobenv import job_ntasks
 from schedd.model import Job, NodeAllocation
@@ -145,6 +146,14 @@ class LiveStep:
     exits: dict[int, TaskExit] = field(default_factory=dict)
     states: list[str] = field(default_factory=list)  # as the nodes reported them
     end_time: float = 0.0
+    cpu: list[float] | None = None  # [user, system] seconds, summed over the nodes that said
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """The step's ``stats`` for the ledger (sacct's TotalCPU); {} when no node said."""
+        if self.cpu is None:
+            return {}
+        return {STAT_CPU_USER: round(self.cpu[0], 3), STAT_CPU_SYSTEM: round(self.cpu[1], 3)}
 
     @property
     def done(self) -> bool:
@@ -168,7 +177,8 @@ class LiveStep:
             return "FAILED"
         return worst
 
-    def node_ended(self, node: str, state: str, exits: list[TaskExit], now: float) -> bool:
+    def node_ended(self, node: str, state: str, exits: list[TaskExit], now: float,
+                   cpu: tuple[float, float] | None = None) -> bool:
         """Record one node's report; True when it was the last one awaited."""
         if node not in self.waiting:
             return False
@@ -176,6 +186,9 @@ class LiveStep:
         self.states.append(state if state in _STATE_RANK else "FAILED")
         for e in exits:
             self.exits[e.procid] = e
+        if cpu is not None:
+            before = self.cpu or [0.0, 0.0]
+            self.cpu = [before[0] + cpu[0], before[1] + cpu[1]]
         if self.done:
             self.end_time = now
             return True

@@ -94,12 +94,22 @@ def _steps_of(ctx: Context, jobs: list[Job]) -> dict[int, list[dict[str, Any]]]:
     return steps
 
 
+# job-row fields made from the job's steps (accounting.job_row): sacct -X still reads the steps
+# when one of these is asked for, or when no field list is given (all of them)
+FROM_STEPS = frozenset({"derived_exit_code", "total_cpu", "user_cpu", "system_cpu"})
+
+
+def _job_row_needs_steps(body: dict[str, Any]) -> bool:
+    fields = body.get("fields")
+    return not fields or bool(FROM_STEPS.intersection(map(str, fields)))
+
+
 def acct_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     """sacct's records: one row per job (array task), followed by its steps' rows."""
     now = ctx.now()
     jobs = _select(ctx, body)
     with_steps = body.get("steps", True) is not False
-    steps = _steps_of(ctx, jobs) if with_steps else {}
+    steps = _steps_of(ctx, jobs) if with_steps or _job_row_needs_steps(body) else {}
     rc = accounting.RowContext(now, _policy(ctx), _gpu_types(ctx), ctx.cfg.cluster_name)
     rows: list[dict[str, Any]] = []
     for job in jobs:

@@ -218,32 +218,38 @@ def step_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any
             exits.append(TaskExit(item[0], caller, item[1], item[2]))
     job_id, step_id = body["job_id"], body["step_id"]
     end = float(body["end_time"])
+    cpu = _cpu(body.get("cpu"))
     live = ctx.steps.get(job_id, step_id)
     if live is None:
-        _close_unknown(ctx, job_id, step_id, body["state"], exits, end)
+        _close_unknown(ctx, LiveStep(job_id, step_id, [caller], 0, 0.0, waiting={caller}),
+                       caller, str(body["state"]), exits, end, cpu)
         return {}
-    if live.node_ended(caller, str(body["state"]), exits, end):
+    if live.node_ended(caller, str(body["state"]), exits, end, cpu):
         _store_end(ctx, live)
     return {}
 
 
-def _close_unknown(ctx: Context, job_id: int, step_id: int, state: str, exits: list[TaskExit],
-                   end: float) -> None:
-    """A report for a step schedd forgot (it restarted): close the row with what it says."""
-    code = max((e.exit_code for e in exits), default=0)
-    sig = next((e.exit_signal for e in exits if e.exit_signal), 0)
-    if state == "COMPLETED" and (code or sig):
-        state = "FAILED"
-    try:
-        ctx.state.store.end_step(job_id, str(step_id), state, code, sig, end)
-    except LedgerError as exc:
-        log.warning("cannot record the end of step %d.%d: %s", job_id, step_id, exc)
+def _cpu(value: Any) -> tuple[float, float] | None:
+    """step_ended's ``cpu`` ([user, system] seconds), or None when absent or malformed."""
+    if (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                    for v in value)):
+        return float(value[0]), float(value[1])
+    return None
+
+
+def _close_unknown(ctx: Context, live: LiveStep, node: str, state: str, exits: list[TaskExit],
+                   end: float, cpu: tuple[float, float] | None) -> None:
+    """A report for a step schedd forgot (it restarted): close the row with what this one
+    node says, as if the step had run there alone."""
+    live.node_ended(node, state, exits, end, cpu)
+    _store_end(ctx, live)
 
 
 def _store_end(ctx: Context, live: LiveStep) -> None:
     try:
         ctx.state.store.end_step(live.job_id, str(live.step_id), live.state, live.exit_code,
-                                 live.exit_signal, live.end_time)
+                                 live.exit_signal, live.end_time, live.stats)
     except LedgerError as exc:
         log.warning("cannot record the end of step %d.%d: %s", live.job_id, live.step_id, exc)
 

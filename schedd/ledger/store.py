@@ -632,12 +632,15 @@ class Store:
             conn.execute(_upsert(conn, t.job_steps, ["job_id", "step_id"], rows[0]), rows)
 
     def end_step(self, job_id: int, step_id: str, state: str, exit_code: int, exit_signal: int,
-                 end_time: float) -> None:
-        """Record a step's end (its state and worst exit); a step with no row is ignored."""
+                 end_time: float, stats: dict[str, Any] | None = None) -> None:
+        """Record a step's end (its state, worst exit and, when known, its ``stats``); a step
+        with no row is ignored."""
         s = t.job_steps.c
-        stmt = (update(t.job_steps).where(s.job_id == job_id, s.step_id == step_id)
-                .values(state=state, exit_code=exit_code, exit_signal=exit_signal,
-                        end_time=end_time))
+        values: dict[str, Any] = {"state": state, "exit_code": exit_code,
+                                  "exit_signal": exit_signal, "end_time": end_time}
+        if stats:
+            values["stats"] = stats
+        stmt = update(t.job_steps).where(s.job_id == job_id, s.step_id == step_id).values(**values)
         with self._write(f"ending step {job_id}.{step_id}") as conn:
             conn.execute(stmt)
 

@@ -145,3 +145,49 @@ def test_steps_run_as_the_jobs_user_on_every_node(two_nodes: Cluster, workdir: P
     out = (workdir / f"slurm-{job_id}.out").read_text()
     assert job["state"] == "COMPLETED", out
     assert sorted(out.splitlines()) == [f"0: {uid}", f"1: {uid}"]
+
+
+BURN = ("import sys, time; t = time.process_time()\n"
+        "while time.process_time() - t < float(sys.argv[1]): pass\n")
+
+
+def _cpu_seconds(text: str) -> float:
+    """sacct's TotalCPU spelling ([D-]HH:MM:SS, MM:SS.mmm or 00:MM:SS) in seconds."""
+    days, _, clock = text.rpartition("-")
+    parts = [float(p) for p in clock.split(":")]
+    if len(parts) == 2:
+        parts.insert(0, 0.0)
+    return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def test_cpu_time_of_the_batch_shell_and_its_steps(two_nodes: Cluster, workdir: Path) -> None:
+    """TotalCPU: the batch shell's tree (wait4 on the shell) on .batch, each srun step's tasks
+    on every node summed on .0, and the job line the sum of both, as Slurm adds its steps;
+    seff turns the job's figure into a CPU efficiency."""
+    (workdir / "burn.py").write_text(BURN)
+    script = workdir / "cpu.sh"
+    script.write_text("#!/bin/bash\n/usr/bin/python3 burn.py 1.0\n"
+                      "srun -N 2 -n 2 /usr/bin/python3 burn.py 0.5\n")
+    job_id = two_nodes.sbatch("-N", "2", "-n", "2", str(script), cwd=workdir)
+    job = two_nodes.wait(job_id, FINISHED)
+    assert job["state"] == "COMPLETED", (workdir / f"slurm-{job_id}.out").read_text()
+    res = two_nodes.run("sacct", "-P", "-n", "-o", "JobID,TotalCPU,UserCPU,SystemCPU",
+                        "-j", str(job_id))
+    assert res.returncode == 0, res.stderr
+    rows = {line.split("|")[0]: line.split("|")[1:] for line in res.stdout.splitlines()}
+    assert set(rows) == {str(job_id), f"{job_id}.batch", f"{job_id}.extern", f"{job_id}.0"}
+    assert rows[f"{job_id}.extern"] == ["", "", ""]  # kiln runs no extern process
+    cpu = {key: [_cpu_seconds(v) for v in values] for key, values in rows.items()
+           if key.split(".")[-1] != "extern"}
+    for total, user, system in cpu.values():
+        assert abs(total - (user + system)) <= 0.002
+    batch, step, whole = cpu[f"{job_id}.batch"][0], cpu[f"{job_id}.0"][0], cpu[str(job_id)][0]
+    assert 1.0 <= batch < 3.0, rows  # the shell's burner, reaped by the shell
+    assert 1.0 <= step < 3.0, rows  # 0.5 s on each of the two nodes
+    assert abs(whole - (batch + step)) <= 0.002, rows
+    seff = two_nodes.run("seff", str(job_id))
+    assert seff.returncode == 0, seff.stderr
+    used = next(line for line in seff.stdout.splitlines() if line.startswith("CPU Utilized: "))
+    assert used == f"CPU Utilized: 00:00:{int(whole):02d}", seff.stdout
+    assert any(line.startswith("CPU Efficiency: ") and "%" in line and "unavailable" not in line
+               for line in seff.stdout.splitlines()), seff.stdout

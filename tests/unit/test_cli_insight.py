@@ -18,7 +18,7 @@ def test_seff_lines_in_slurms_order_with_gpu_lines() -> None:
     assert seff.report_lines(ROW, NODES) == [
         "Job ID: 5", "Cluster: kiln", "User/Group: alice/-1", "State: COMPLETED (exit code 0)",
         "Nodes: 2", "Cores per node: 4",
-        "CPU Utilized: unavailable (kiln's agents do not sample CPU time)",
+        "CPU Utilized: unavailable (not measured yet)",
         "CPU Efficiency: unavailable of 08:00:00 core-walltime",
         "Job Wall-clock time: 01:00:00", "Memory Utilized: 4.00 GB",
         "Memory Efficiency: 25.00% of 16.00 GB", "GPUs: 4 (NVIDIA A100-80GB)",

@@ -316,3 +316,12 @@ def test_each_field_reads_only_the_keys_it_declares() -> None:
             pruned = {k: v for k, v in row.items() if k in keep}
             opts = sacct.Options(T0 + 100)
             assert field.get(pruned, opts) == field.get(row, opts), (field.name, row["job_id"])
+
+
+def test_cpu_times_are_spelt_as_slurms_sacct_spells_them() -> None:
+    """Slurm's _elapsed_time: milliseconds truncated, shown only under an hour."""
+    from cli.formats import fmt_cpu_time
+
+    cases = {None: "", 0: "00:00:00", 0.004: "00:00.004", 1.2345: "00:01.234",
+             59.9996: "00:59.999", 75: "00:01:15", 3600.5: "01:00:00", 90061: "1-01:01:01"}
+    assert {s: fmt_cpu_time(s) for s in cases} == cases

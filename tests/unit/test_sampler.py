@@ -31,12 +31,12 @@ def test_fake_readings_are_deterministic_and_in_range() -> None:
     assert len(seen) > 30  # they differ between jobs and GPUs
 
 
-def fixed_rss(value: float = 2048.0):
-    return lambda pid: (value, {pid, pid + 1})
+def fixed_tree(rss: float = 2048.0, user: float = 1.5, system: float = 0.25):
+    return lambda pid: sampler.TreeUsage(rss, user, system, {pid, pid + 1})
 
 
 def test_sampler_samples_new_jobs_at_once_then_on_the_interval() -> None:
-    s = sampler.Sampler(sampler.FakeGPUs(gpus()), interval=10, rss=fixed_rss())
+    s = sampler.Sampler(sampler.FakeGPUs(gpus()), interval=10, probe=fixed_tree())
     s.track({"job_id": 7, "generation": 1, "gpus": [1, 3]})
     running = [{"job_id": 7, "generation": 1, "pid": 100}]
     s.tick(1000.0, running)  # due (first ever) and unsampled
@@ -50,18 +50,32 @@ def test_sampler_samples_new_jobs_at_once_then_on_the_interval() -> None:
                      accounting.STAT_RSS_MEAN: 2048,
                      accounting.STAT_GPU_UTIL_MEAN: round((u1 + u3) / 2, 2),
                      accounting.STAT_GPU_UTIL_MAX: round((u1 + u3) / 2, 2),
-                     accounting.STAT_GPU_MEM_MAX: int(m1 + m3)}
+                     accounting.STAT_GPU_MEM_MAX: int(m1 + m3),
+                     accounting.STAT_CPU_USER: 1.5, accounting.STAT_CPU_SYSTEM: 0.25}
     assert s.finish(7, 1) == {}  # forgotten
 
 
 def test_jobs_without_gpus_or_already_gone() -> None:
-    s = sampler.Sampler(None, interval=1, rss=fixed_rss(512.0))
+    s = sampler.Sampler(None, interval=1, probe=fixed_tree(512.0))
     s.tick(5.0, [{"job_id": 3, "generation": 2, "pid": 9}])  # adopted: never tracked
     assert s.finish(3, 2) == {accounting.STAT_SAMPLES: 1, accounting.STAT_RSS_MAX: 512,
-                              accounting.STAT_RSS_MEAN: 512}
-    gone = sampler.Sampler(None, interval=1, rss=lambda pid: (0.0, set()))
+                              accounting.STAT_RSS_MEAN: 512, accounting.STAT_CPU_USER: 1.5,
+                              accounting.STAT_CPU_SYSTEM: 0.25}
+    gone = sampler.Sampler(None, interval=1, probe=lambda pid: sampler.GONE)
     gone.tick(5.0, [{"job_id": 4, "generation": 1, "pid": 9}])
     assert gone.finish(4, 1) == {}
+
+
+def test_reaped_cpu_time_wins_over_a_smaller_sample_and_stands_alone() -> None:
+    s = sampler.Sampler(None, interval=1, probe=fixed_tree(100.0, user=2.0, system=3.0))
+    s.track({"job_id": 5, "generation": 1, "gpus": []})
+    s.tick(1.0, [{"job_id": 5, "generation": 1, "pid": 9}])
+    stats = s.finish(5, 1, cpu=(4.0, 1.0))  # wait4's figure; the sample saw more system time
+    assert (stats[accounting.STAT_CPU_USER], stats[accounting.STAT_CPU_SYSTEM]) == (4.0, 3.0)
+    # a job that ended before its first sample still has its CPU time, and nothing else
+    s.track({"job_id": 6, "generation": 1, "gpus": []})
+    assert s.finish(6, 1, cpu=(0.5, 0.125)) == {accounting.STAT_CPU_USER: 0.5,
+                                                 accounting.STAT_CPU_SYSTEM: 0.125}
 
 
 def test_tree_rss_counts_children() -> None:
@@ -69,16 +83,33 @@ def test_tree_rss_counts_children() -> None:
                               "time.sleep(30)"])
     try:
         for _ in range(50):
-            rss, pids = sampler.tree_rss_kb(os.getpid())
-            if child.pid in pids and rss > 20_000:
+            tree = sampler.tree_usage(os.getpid())
+            if child.pid in tree.pids and tree.rss_kb > 20_000:
                 break
             time.sleep(0.1)
-        assert child.pid in pids and os.getpid() in pids
-        assert rss > 20_000  # our own RSS plus the child's 20 MB
+        assert child.pid in tree.pids and os.getpid() in tree.pids
+        assert tree.rss_kb > 20_000  # our own RSS plus the child's 20 MB
     finally:
         child.kill()
         child.wait()
-    assert sampler.tree_rss_kb(child.pid) == (0.0, set())
+    assert sampler.tree_usage(child.pid) == sampler.GONE
+
+
+def test_tree_cpu_counts_live_children_and_what_they_reaped() -> None:
+    """A shell whose busy child has exited and been reaped still shows that child's CPU time
+    (children_user), and a live busy grandchild counts too."""
+    burn = "import time; t = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    shell = subprocess.Popen(["/bin/sh", "-c", f"{sys.executable} -c '{burn}'; sleep 30"])
+    try:
+        for _ in range(100):
+            tree = sampler.tree_usage(shell.pid)
+            if tree.cpu_user + tree.cpu_system >= 0.5 and len(tree.pids) == 2:
+                break  # the burner has exited and been reaped; sleep is running
+            time.sleep(0.1)
+        assert tree.cpu_user + tree.cpu_system >= 0.5, tree
+    finally:
+        shell.kill()
+        shell.wait()
 
 
 class FakeNVMLError(Exception):
