@@ -23,6 +23,13 @@ COMPACT = {str(state): compact for state, compact in COMPACT_STATES.items()}
 # --- times -----------------------------------------------------------------------------------
 
 
+def _clock(t: int) -> tuple[int, int, int, int]:
+    """(days, hours, minutes, seconds) of ``t`` seconds."""
+    days, rem = divmod(t, 86400)
+    hours, rem = divmod(rem, 3600)
+    return (days, hours, *divmod(rem, 60))
+
+
 def fmt_secs(secs: float | None) -> str:
     """squeue/sinfo durations: M:SS, H:MM:SS, D-HH:MM:SS (Slurm's _print_secs)."""
     if secs is None:
@@ -30,9 +37,7 @@ def fmt_secs(secs: float | None) -> str:
     t = int(secs)
     if t < 0 or t > YEAR_SECONDS:
         return "INVALID"
-    days, rem = divmod(t, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, seconds = divmod(rem, 60)
+    days, hours, minutes, seconds = _clock(t)
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{seconds:02d}"
     if hours:
@@ -44,10 +49,7 @@ def fmt_duration(secs: float | None, unlimited: str = "UNLIMITED") -> str:
     """scontrol's durations: HH:MM:SS, D-HH:MM:SS (RunTime=00:00:03, TimeLimit=00:10:00)."""
     if secs is None:
         return unlimited
-    t = max(int(secs), 0)
-    days, rem = divmod(t, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, seconds = divmod(rem, 60)
+    days, hours, minutes, seconds = _clock(max(int(secs), 0))
     clock = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
     return f"{days}-{clock}" if days else clock
 
@@ -61,9 +63,7 @@ def fmt_cpu_time(secs: float | None) -> str:
     secs = max(float(secs), 0.0)
     whole = int(secs)
     millis = int((secs - whole) * 1000 + 1e-6)  # truncated, as Slurm's usecs / 1000
-    days, rem = divmod(whole, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, seconds = divmod(rem, 60)
+    days, hours, minutes, seconds = _clock(whole)
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{seconds:02d}"
     if hours:
