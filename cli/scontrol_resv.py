@@ -44,11 +44,19 @@ def _duration(value: str) -> int:
     return UNLIMITED_DURATION if secs is None else secs
 
 
+_MEMBER_KEYS = {"users": "users", "user": "users", "accounts": "accounts", "account": "accounts"}
+
+
 def parse_fields(pairs: list[tuple[str, str]], now: float) -> dict[str, Any]:
     """scontrol's reservation Key=Value words -> the wire's fields (schedd.reservations.Request)."""
     fields: dict[str, Any] = {}
     for key, value in pairs:
         low = key.lower()
+        if low[-1:] in ("+", "-") and low[:-1] in _MEMBER_KEYS:  # Users+=bob, Accounts-=x
+            action = "add" if low[-1] == "+" else "remove"
+            names = fields.setdefault(f"{action}_{_MEMBER_KEYS[low[:-1]]}", [])
+            names.extend(_names(value))
+            continue
         try:
             if low in _NAME_KEYS:
                 fields["name"] = value
@@ -93,6 +101,9 @@ def _pairs(args: list[str]) -> list[tuple[str, str]]:
 
 def create(args: list[str]) -> int:
     fields = parse_fields(_pairs(args), time.time())
+    if any(key.startswith(("add_", "remove_")) for key in fields):
+        fail("Users+= and Accounts+= (or -=) change a reservation; to create one use Users= "
+             "or Accounts=", "Request aborted")
     with Client() as client:
         try:
             reply = client.call("create_reservation", {"reservation": fields})

@@ -109,6 +109,18 @@ class Request:
     partition: str = ""
 
 
+def edit_members(members: list[str], add: list[str], remove: list[str], kind: str,
+                 name: str) -> list[str]:
+    """scontrol's ``Users+=``/``Users-=`` (and Accounts'): ``members`` with ``add`` appended
+    (once each) and ``remove`` taken out. Removing a name that is not a member is an error: it
+    is more likely a typo than a wish."""
+    missing = [m for m in remove if m not in members]
+    if missing:
+        raise ReservationError(f"{kind} {missing[0]} is not in reservation {name}")
+    kept = [m for m in members if m not in remove]
+    return kept + [m for m in dict.fromkeys(add) if m not in kept]
+
+
 def check_members(req: Request, known_accounts: Iterable[str]) -> None:
     if not req.users and not req.accounts:
         raise ReservationError(NO_MEMBERS)

@@ -25,6 +25,7 @@ from schedd.reservations import (
     Reservation,
     ReservationError,
     check_members,
+    edit_members,
     next_name,
     window,
 )
@@ -34,6 +35,9 @@ _TYPES: dict[str, Any] = {
     "duration": (int, type(None)), "nodes": list, "node_cnt": int, "gpus": int, "users": list,
     "accounts": list, "flags": list, "partition": str,
 }
+# update only: scontrol's Users+=, Users-=, Accounts+=, Accounts-= (names to add or take out)
+_EDITS = {"add_users": ("users", True), "remove_users": ("users", False),
+          "add_accounts": ("accounts", True), "remove_accounts": ("accounts", False)}
 
 
 def _request(d: dict[str, Any], base: Request | None = None) -> Request:
@@ -104,7 +108,8 @@ def update_reservation(ctx: Context, caller: Caller, body: dict[str, Any]) -> di
     old = ctx.state.reservations.get(body["name"])
     if old is None:
         raise RequestError(INVALID_RESERVATION)
-    changes = body["changes"]
+    changes = dict(body["changes"])
+    edits = {key: changes.pop(key) for key in _EDITS if key in changes}
     base = Request(name=old.name, start_time=old.start_time, end_time=old.end_time,
                    nodes=list(old.nodes), gpus=old.gpus, users=list(old.users),
                    accounts=list(old.accounts), flags=list(old.flags), partition=old.partition)
@@ -117,11 +122,27 @@ def update_reservation(ctx: Context, caller: Caller, body: dict[str, Any]) -> di
     elif old.gpus:
         base.nodes = list(old.nodes)  # keep the GPUs on the nodes they are on
     req = _request(changes, base)
+    _edit_members(req, edits)
     now = ctx.now()
     resv = _build(ctx, req, old.name, now, caller)
     resv.created_by, resv.created_at = old.created_by, old.created_at
     _save(ctx, caller, resv, "update_reservation", now)
     return {"name": resv.name}
+
+
+def _edit_members(req: Request, edits: dict[str, Any]) -> None:
+    """Apply Users+=/-= and Accounts+=/-= to ``req`` (after any Users=/Accounts=)."""
+    for field in ("users", "accounts"):
+        add, remove = edits.get(f"add_{field}", []), edits.get(f"remove_{field}", [])
+        for key, names in ((f"add_{field}", add), (f"remove_{field}", remove)):
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise RequestError(f"reservation field {key!r} must list names")
+        if add or remove:
+            try:
+                setattr(req, field, edit_members(getattr(req, field), add, remove,
+                                                 field[:-1].capitalize(), req.name))
+            except ReservationError as exc:
+                raise RequestError(str(exc)) from None
 
 
 def delete_reservation(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:

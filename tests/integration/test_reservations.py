@@ -154,3 +154,37 @@ def test_refusals_name_the_problem(cluster: Cluster, accounts: str) -> None:
         assert "Duration=00:20:00" in shown and "Flags=MAINT" in shown
     finally:
         cluster.run("scontrol", "delete", "reservation=root_1")
+
+
+def test_users_and_accounts_added_and_taken_out(cluster: Cluster, accounts: str) -> None:
+    """scontrol update reservation Users+=/Users-=/Accounts+=/Accounts-=, as Slurm's."""
+    made = cluster.run("scontrol", "create", "reservation", "ReservationName=team",
+                       "StartTime=now+2hours", "Duration=10", "Accounts=chem", "NodeCnt=1")
+    assert made.returncode == 0, made.stderr
+    try:
+        def members() -> tuple[str, str]:
+            shown = cluster.run("scontrol", "show", "res", "team").stdout
+            return (re.search(r"Users=(\S+)", shown).group(1),
+                    re.search(r"Accounts=(\S+)", shown).group(1))
+
+        for args, expect in (
+                (("Users+=root",), ("root", "chem")),
+                ((f"Users+={accounts},root", "Accounts+=phys"), (f"root,{accounts}", "chem,phys")),
+                (("Users-=root", "Accounts-=chem"), (accounts, "phys")),
+                (("Accounts-=phys",), (accounts, "(null)"))):
+            res = cluster.run("scontrol", "update", "ReservationName=team", *args)
+            assert (res.returncode, res.stdout, res.stderr) == (0, "Reservation updated.\n", ""), args
+            assert members() == expect, args
+        absent = cluster.run("scontrol", "update", "ReservationName=team", "Users-=root")
+        assert (absent.returncode, absent.stderr) == (
+            1, "Error updating the reservation: User root is not in reservation team\n")
+        empty = cluster.run("scontrol", "update", "ReservationName=team", f"Users-={accounts}")
+        assert empty.returncode == 1 and empty.stderr.startswith("Error updating the reservation:")
+        assert members() == (accounts, "(null)")  # a refused update changes nothing
+        create = cluster.run("scontrol", "create", "reservation", "StartTime=now+3hours",
+                             "Duration=10", "Users+=root", "NodeCnt=1")
+        assert (create.returncode, create.stderr) == (
+            1, "scontrol: error: Users+= and Accounts+= (or -=) change a reservation; to create "
+               "one use Users= or Accounts=\nscontrol: error: Request aborted\n")
+    finally:
+        cluster.run("scontrol", "delete", "reservation=team")

@@ -147,3 +147,11 @@ def test_ledger_keeps_reservations_across_restarts(tmp_path) -> None:
     store.delete_reservation("r", 0, NOW + 2)
     assert store.load_reservations() == []
     store.close()
+
+
+def test_members_added_once_and_taken_out_in_order() -> None:
+    from schedd.reservations import edit_members
+
+    assert edit_members(["a", "b"], ["c", "a", "c"], ["b"], "User", "r") == ["a", "c"]
+    with pytest.raises(ReservationError, match="^User z is not in reservation r$"):
+        edit_members(["a"], [], ["z"], "User", "r")
