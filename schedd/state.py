@@ -225,13 +225,8 @@ class State:
             for n in self.nodes.values()
         ]
         running_per_array: dict[int, int] = {}
-        running: list[RunningJob] = []
+        running = self.running_views(now)
         for job in self.running():
-            limit = self.time_limit(job)
-            end = job.start_time + (limit if limit is not None else self.cfg.scheduler.default_time_limit)
-            running.append(RunningJob(job.id, job.allocation, job.start_time, max(end, now),
-                                      job.user, job.account, job.qos, job.partition,
-                                      reservation=job.reservation))
             if job.array_job_id is not None:
                 running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id, 0) + 1
         pending: list[PendingJob] = []
@@ -252,6 +247,18 @@ class State:
                         associations=self.usage.fairshare.views(), limits=limits,
                         reservations=[r.view() for r in self.reservations.values()
                                       if r.end_time > now]), blocked
+
+    def running_views(self, now: float) -> list[RunningJob]:
+        """The running jobs as the core sees them, each ending by its time limit."""
+        out = []
+        default = self.cfg.scheduler.default_time_limit
+        for job in self.running():
+            limit = self.time_limit(job)
+            end = job.start_time + (limit if limit is not None else default)
+            out.append(RunningJob(job.id, job.allocation, job.start_time, max(end, now),
+                                  job.user, job.account, job.qos, job.partition,
+                                  reservation=job.reservation))
+        return out
 
     def pending_view(self, job: Job) -> PendingJob:
         limit = self.time_limit(job)

@@ -14,6 +14,7 @@ raised.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from schedd import dependency, health, protocol
@@ -28,6 +29,9 @@ from schedd.identity import Caller, is_operator
 from schedd.ledger.store import JobEvent
 from schedd.model import Job, JobState, NodeState
 from schedd.reservations import ACCESS_DENIED, INVALID_RESERVATION
+from schedd.scheduler import limits
+
+log = logging.getLogger("schedd.jobcontrol")
 
 NOT_PENDING = "Job is no longer pending execution"
 PENDING = "Job is pending execution"
@@ -292,9 +296,29 @@ def settle_stalled(ctx: Context, now: float) -> None:
         after_end(ctx, job, now)
 
 
+def enforce_budgets(ctx: Context, now: float) -> None:
+    """End running jobs under a spent GrpTRESMins budget: TIMEOUT, as Slurm's
+    acct_policy_job_time_out does (``limits.spent_budgets`` says which and why)."""
+    state = ctx.state
+    if not state.accounts.has_limits():
+        return
+    table = state.accounts.limit_table(state.usage.tres_mins)
+    gpu_types = {name: node.gpu_model for name, node in state.nodes.items() if node.gpus}
+    spent = limits.spent_budgets(table, state.running_views(now), gpu_types)
+    for job_id, why in spent.items():
+        job = state.jobs[job_id]
+        if job.state != JobState.RUNNING:
+            continue  # already ending
+        log.info("job %d timed out: %s", job.id, why)
+        state.commit([(job, {"state": JobState.COMPLETING})],
+                     [JobEvent(job.id, now, JobState.COMPLETING.value, detail=why)])
+        ctx.agents.terminate(job, JobState.TIMEOUT.value)
+
+
 def tick(ctx: Context, now: float) -> None:
-    """Every second from the daemon's loop: lowered limits, stalled requeues."""
+    """Every second from the daemon's loop: lowered limits, spent budgets, stalled requeues."""
     enforce_limits(ctx, now)
+    enforce_budgets(ctx, now)
     settle_stalled(ctx, now)
 
 

@@ -136,6 +136,53 @@ def over(request: dict[str, int], used: dict[str, float], limit: dict[str, int])
     return ""
 
 
+def subtree_usage(table: LimitTable) -> dict[AssocKey, dict[str, float]]:
+    """GrpTRESMins usage of each association with everything below it (TRES-minutes)."""
+    out: dict[AssocKey, dict[str, float]] = {}
+    for key, assoc in table.assocs.items():
+        if not assoc.tres_mins_used:
+            continue
+        for anc in table.chain(*key):
+            acc = out.setdefault(anc, {})
+            for name, v in assoc.tres_mins_used.items():
+                acc[name] = acc.get(name, 0.0) + v
+    return out
+
+
+def spent_budgets(table: LimitTable, running: Iterable[RunningJob],
+                  gpu_types: dict[str, str]) -> dict[int, str]:
+    """Running jobs to end because a GrpTRESMins budget above them is spent: {job id: why}.
+
+    As Slurm 22.05 does (acct_policy_job_time_out): once an association's usage in this
+    period, running jobs' time so far included, reaches its GrpTRESMins for a TRES, every
+    running job below it that holds that TRES is timed out. Admission already counts running
+    jobs' whole time limit, so this bites only when a budget is lowered, or a time limit raised,
+    under running jobs.
+    """
+    used = subtree_usage(table)
+    spent: dict[AssocKey, list[str]] = {}
+    for key, assoc in table.assocs.items():
+        names = [n for n, cap in sorted(assoc.limits.grp_tres_mins.items(), key=lambda i:
+                                        t.sort_key(i[0]))
+                 if used.get(key, {}).get(n, 0.0) >= cap]
+        if names:
+            spent[key] = names
+    out: dict[int, str] = {}
+    if not spent:
+        return out
+    for job in running:
+        held = allocation_tres(job.allocation, gpu_types)
+        for key in table.chain(job.account, job.user):
+            name = next((n for n in spent.get(key, []) if held.get(n, 0) > 0), "")
+            if name:
+                cap = table.assocs[key].limits.grp_tres_mins[name]
+                who = f"{key[0]}/{key[1]}" if key[1] else key[0]
+                out[job.job_id] = (f"association {who} reached its GrpTRESMins "
+                                   f"{name}={cap} minutes")
+                break
+    return out
+
+
 @dataclass(slots=True)
 class _Tally:
     jobs: int = 0
@@ -161,24 +208,13 @@ class Enforcer:
         self.own: dict[AssocKey, _Tally] = {}  # Max: the association's own jobs
         self.qos: dict[str, _Tally] = {}
         self.qos_user: dict[tuple[str, str], _Tally] = {}
-        self.used_mins = self._subtree_usage()
+        self.used_mins = subtree_usage(table)
         self._seen = 0  # starts of the walk already charged (see screen)
         self._by_id: dict[int, PendingJob] = {}
         for run in running:
             self._add(run.account, run.user, run.qos,
                       allocation_tres(run.allocation, self.gpu_types),
                       max(run.end_time - now, 0.0) / 60.0)
-
-    def _subtree_usage(self) -> dict[AssocKey, dict[str, float]]:
-        out: dict[AssocKey, dict[str, float]] = {}
-        for key, assoc in self.table.assocs.items():
-            if not assoc.tres_mins_used:
-                continue
-            for anc in self.table.chain(*key):
-                acc = out.setdefault(anc, {})
-                for name, v in assoc.tres_mins_used.items():
-                    acc[name] = acc.get(name, 0.0) + v
-        return out
 
     def _add(self, account: str, user: str, qos: str, job_tres: dict[str, int],
              minutes: float) -> None:

@@ -164,6 +164,30 @@ def test_grp_tres_mins_budget_and_its_reset(cluster: Cluster, tree: str, workdir
         acct(cluster, "-i", "modify", "account", "bio", "set", "GrpTRESMins=gres/gpu=-1")
 
 
+def test_spent_budget_times_out_running_jobs_that_hold_its_tres(cluster: Cluster, tree: str,
+                                                                workdir: Path) -> None:
+    """Lowering GrpTRESMins under running jobs: once the account's usage reaches it, its
+    running GPU job ends TIMEOUT (Slurm's acct_policy_job_time_out); a job holding no GPU
+    runs on."""
+    acct(cluster, "-i", "modify", "account", "bio", "set", "GrpTRESMins=gres/gpu=1000")
+    try:
+        gpu = cluster.sbatch("-A", "bio", "--gres=gpu:8", "-t", "5", "--wrap", "sleep 120",
+                             cwd=workdir)
+        cpu_only = cluster.sbatch("-A", "bio", "-t", "5", "--wrap", "sleep 120", cwd=workdir)
+        cluster.wait(gpu, {"RUNNING"})
+        cluster.wait(cpu_only, {"RUNNING"})
+        # 8 GPUs reach 1 GPU-minute after 7.5 s of running
+        acct(cluster, "-i", "modify", "account", "bio", "set", "GrpTRESMins=gres/gpu=1")
+        ended = cluster.wait(gpu, {"TIMEOUT", "COMPLETED", "FAILED", "CANCELLED"}, timeout=40)
+        assert ended["state"] == "TIMEOUT", ended
+        assert cluster.job(cpu_only)["state"] == "RUNNING"
+        log = (cluster.home / "log" / "schedd.log").read_text()
+        assert f"job {gpu} timed out: association bio reached its GrpTRESMins gres/gpu=1" in log
+    finally:
+        cancel_all(cluster, "root")
+        acct(cluster, "-i", "modify", "account", "bio", "set", "GrpTRESMins=gres/gpu=-1")
+
+
 def test_non_admin_cannot_change_anything(cluster: Cluster, tree: str) -> None:
     before = acct(cluster, "-n", "-P", "show", "assoc").stdout
     res = acct(cluster, "-i", "modify", "account", "physics", "set", "GrpTRES=gres/gpu=100",

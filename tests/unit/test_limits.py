@@ -146,3 +146,15 @@ def test_budget_periods_start_at_local_midnight() -> None:
     assert time.localtime(period_start(now, "weekly"))[:5] == (2026, 11, 23, 0, 0)
     assert time.localtime(period_start(now, "monthly"))[:5] == (2026, 11, 1, 0, 0)
     assert SchedulerConfig().usage_reset == "none"
+
+
+def test_spent_budget_names_the_running_jobs_holding_its_tres() -> None:
+    from schedd.scheduler.limits import spent_budgets
+
+    table = _table(physics=Limits(grp_tres_mins={"gres/gpu": 60}))
+    running = [_running(1, 2, 9e9), _running(2, 0, 9e9, user="bob")]  # bob holds no GPU
+    table.assocs[("physics", "ann")].tres_mins_used = {"gres/gpu": 59.9}
+    assert spent_budgets(table, running, {"n1": "h100"}) == {}
+    table.assocs[("physics", "ann")].tres_mins_used = {"gres/gpu": 60.0}
+    assert spent_budgets(table, running, {"n1": "h100"}) == {
+        1: "association physics reached its GrpTRESMins gres/gpu=60 minutes"}
