@@ -159,10 +159,13 @@ class State:
         if found:
             return found
         key = (job_id, task)
-        if key not in self._finished_cache:
-            rows = self.store.query_jobs(job_ids=[job_id])  # matches array tasks too
-            self._finished_cache[key] = [j.state for j in rows if wanted(j)]
-        return self._finished_cache[key]
+        if key in self._finished_cache:
+            return self._finished_cache[key]
+        rows = self.store.query_jobs(job_ids=[job_id])  # matches array tasks too
+        found = [j.state for j in rows if wanted(j)]
+        if found:  # a job that left memory has finished: its states stay; an id never seen may yet be
+            self._finished_cache[key] = found
+        return found
 
     def array_task_ids(self, array_job_id: int) -> tuple[int, ...]:
         return tuple(sorted(

@@ -62,13 +62,24 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     _check_partition(ctx, job)
     _check_shape(ctx, job)
     if job.dependency:
-        try:
-            dependency.parse(job.dependency)
-        except dependency.DependencyError as exc:
-            raise RequestError(str(exc)) from None
+        _check_dependency(ctx, job.dependency)
     admit(ctx, job, spec)  # account, QOS and DenyOnLimit (handlers/accounts.py)
     reservations.check_submit(ctx, job)  # --reservation: exists and admits the job
     return job
+
+
+def _check_dependency(ctx: Context, expr: str) -> None:
+    """Slurm's "Job dependency problem" for bad syntax and for a job id that never existed.
+    A job that has left memory is still found in the ledger, so, unlike Slurm after MinJobAge,
+    depending on a long-finished job works."""
+    try:
+        parsed = dependency.parse(expr)
+    except dependency.DependencyError as exc:
+        raise RequestError(str(exc)) from None
+    for term in parsed.terms:
+        for job_id, task in term.job_ids:
+            if not ctx.state.states_of(job_id, task):
+                raise RequestError("Job dependency problem")
 
 
 def _checked(key: str, value: Any) -> Any:

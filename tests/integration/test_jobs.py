@@ -106,6 +106,15 @@ def test_array_tasks_and_dependency(cluster: Cluster, workdir: Path) -> None:
     assert (workdir / "after.out").read_text() == "after\n"
 
 
+def test_dependency_on_a_job_that_never_existed_is_refused(cluster: Cluster,
+                                                           workdir: Path) -> None:
+    before = cluster.run("squeue", "-h", "-t", "all", "-o", "%i").stdout
+    res = cluster.run("sbatch", "--dependency=afterok:987654", "--wrap", "true", cwd=workdir)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", "sbatch: error: Batch job submission failed: Job dependency problem\n")
+    assert cluster.run("squeue", "-h", "-t", "all", "-o", "%i").stdout == before
+
+
 def test_afterok_on_a_failed_job_never_runs(cluster: Cluster, workdir: Path) -> None:
     bad = cluster.sbatch("--wrap", "exit 1", cwd=workdir)
     cluster.wait(bad, {"FAILED"})
