@@ -18,7 +18,9 @@
 
 Reasons, as Slurm gives them: the first job held back for lack of resources is ``Resources``;
 the jobs after it that do not start are ``Priority``. At most ``bf_max_job_test`` jobs are
-looked at; the rest wait with ``Priority``.
+looked at; the rest wait with ``Priority``. With ``explain`` off (nobody reads the reasons:
+``Snapshot.explain``), the jobs the walk never looks at (behind FCFS's blocked head, past
+``bf_max_job_test``) need not get one: naming each would be the whole cost of a long queue.
 """
 
 from __future__ import annotations
@@ -69,12 +71,14 @@ class Walk:
 
     def __init__(self, timelines: list[NodeTimeline], now: float, config: SchedulerConfig,
                  promised: Collection[int] = (),
-                 promised_nodes: Mapping[int, Sequence[str]] | None = None) -> None:
+                 promised_nodes: Mapping[int, Sequence[str]] | None = None,
+                 explain: bool = True) -> None:
         self.timelines = timelines
         self.now = now
         self.config = config
         self.promised = promised
         self.promised_nodes = promised_nodes or {}
+        self.explain = explain  # a reason for the jobs never looked at too
         self.free = placement.FreeIndex(timelines)
         self.plan = Plan()
         self.reservations = 0
@@ -111,7 +115,7 @@ class Walk:
         # Nothing left to plan: the rest can only start now, and most cannot (the quick
         # FreeIndex test); this loop is what a long queue behind a full cluster costs.
         if not self.config.backfill:  # FCFS: everything behind the blocked head waits
-            reasons.update(dict.fromkeys(map(_JOB_ID, jobs), "Priority"))
+            self.name_the_rest(jobs)
             return self.finish()
         # A job that cannot fit now waits for the same reason as every job of its shape until
         # something starts: that verdict is kept per shape (a key built in C), so a long tail
@@ -122,7 +126,7 @@ class Walk:
         for job in jobs:
             if tested >= limit:
                 reasons[job.job_id] = "Priority"
-                reasons.update(dict.fromkeys(map(_JOB_ID, jobs), "Priority"))
+                self.name_the_rest(jobs)
                 break
             tested += 1
             shape = _SHAPE(job)
@@ -137,6 +141,11 @@ class Walk:
                 reason = verdicts[shape] = candidates(job).reason or "Priority"
             reasons[job.job_id] = reason
         return self.finish()
+
+    def name_the_rest(self, jobs: Iterable[PendingJob]) -> None:
+        """``Priority`` for the jobs the walk will not look at, when reasons are wanted."""
+        if self.explain:
+            self.plan.reasons.update(dict.fromkeys(map(_JOB_ID, jobs), "Priority"))
 
     def finish(self) -> Plan:
         if self.deferred:

@@ -8,19 +8,23 @@ Phases:
 2. priorities of every pending job (``priority.priorities``)
 3. order: jobs holding a promised start first (by that start), then by priority, submit
    time, job id (when that order is submit order, ``by_submit`` gives it without ranking:
-   the textbook policies and kiln without an association tree)
+   the textbook policies and kiln without an association tree; a caller that vouches for a
+   queue of plain arrivals, ``Snapshot.plain_arrivals``, spares it the passes that check)
 4. availability profile of every node from the running jobs (``profile.build``)
 5. the walk: start, reserve or hold back each job in order (``backfill.Walk``); jobs an
    association or QOS limit holds back are screened out and every start counted
    (``limits.Enforcer``)
 6. decisions: starts with their allocations, reasons, expected starts, integer priorities
+   (a caller that reads neither reasons nor priorities, the simulator, says so with
+   ``Snapshot.explain``: then the jobs the walk never looks at get no reason and no job a
+   priority, which on a long queue is most of a cycle)
 7. preemption: victims for the jobs still waiting for resources (``preempt.decide``)
 """
 
 from __future__ import annotations
 
 from itertools import compress
-from operator import attrgetter, not_
+from operator import attrgetter, indexOf, not_
 
 from schedd.config import SchedulerConfig
 from schedd.scheduler import fairshare, limits, preempt, priority, profile, reservations
@@ -33,26 +37,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     pending = snapshot.pending
     if not pending:
         return Decisions()
-    shares = None  # no association tree: fair share is the same for every job
-    if config.weight_fairshare and snapshot.associations:
-        wanted = {(j.account, j.user) for j in pending} | {(j.account, "") for j in pending}
-        shares = fairshare.factors(snapshot.associations, wanted)
-    cluster = priority.ClusterSize.of(snapshot.nodes)
-    if priority.submit_ordered(pending, config, shares):
-        order, ids, ranked, one_nice = by_submit(pending, snapshot.promised)
-        if one_nice and priority.constant(config):  # one value for every job: no arithmetic
-            head = order[:1]
-            prio = priority.priorities(head, snapshot.now, config, cluster, shares)
-            shown = dict.fromkeys(ids, priority.displayed(head, prio)[head[0].job_id])
-        elif one_nice and priority.plain(ranked[0], config):  # age alone varies
-            shown = priority.displayed_by_age(ranked, snapshot.now, config, cluster, shares)
-        else:
-            shown = priority.displayed(pending, priority.priorities(
-                pending, snapshot.now, config, cluster, shares))
-    else:
-        prio = priority.priorities(pending, snapshot.now, config, cluster, shares)
-        order = ordered(pending, prio, snapshot.promised)
-        shown = priority.displayed(pending, prio)
+    order, shown = ranked_order(snapshot, config)
     if snapshot.preemption is not None:  # what preemption freed goes to its preemptor
         order = preempt.first(order, snapshot.preemption.in_flight)
     resv = reservations.Reserved(snapshot, config.bf_resolution)  # advance reservations
@@ -61,10 +46,14 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
         config.predict_runtime,
     )
     resv.block(timelines)
-    # only a job naming a reservation needs the split (checked in C: the queue can be long)
-    order, members = resv.split(order) if any(map(_RESERVATION, order)) else (order, {})
+    # only a job naming a reservation needs the split (checked in C: the queue can be long;
+    # not at all when the caller vouches that no job names one)
+    named = not snapshot.plain_arrivals and any(map(_RESERVATION, order))
+    order, members = resv.split(order) if named else (order, {})
+    # preemption picks its preemptors by the reasons, so it needs them even when nobody reads them
+    explain = snapshot.explain or snapshot.preemption is not None
     walk = Walk(timelines, snapshot.now, config, snapshot.promised,
-                snapshot.promised_nodes)
+                snapshot.promised_nodes, explain)
     if snapshot.limits is None:
         plan = walk.run(order)
     else:  # association/QOS limits: skip blocked jobs, count each start (limits.py)
@@ -72,7 +61,8 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
                                    snapshot.now)
         plan = walk.run(enforcer.screen(order, walk.plan.starts, walk.plan.reasons))
         plan.starts = enforcer.settle(plan.starts, plan.reasons)
-    resv.explain(order, walk, plan)
+    if explain:
+        resv.explain(order, walk, plan)
     if members:
         resv.place_members(members, timelines, config, plan)
     return Decisions(
@@ -85,6 +75,34 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     )
 
 
+def ranked_order(snapshot: Snapshot,
+                 config: SchedulerConfig) -> tuple[list[PendingJob], dict[int, int]]:
+    """Phases 1-3 and the priorities of phase 6: the queue in walk order, and the integer
+    priority of every pending job (none when the caller does not ask, ``Snapshot.explain``)."""
+    pending, now = snapshot.pending, snapshot.now
+    shares = None  # no association tree: fair share is the same for every job
+    if config.weight_fairshare and snapshot.associations:
+        wanted = {(j.account, j.user) for j in pending} | {(j.account, "") for j in pending}
+        shares = fairshare.factors(snapshot.associations, wanted)
+    cluster = priority.ClusterSize.of(snapshot.nodes)
+    if not priority.submit_ordered(pending, config, shares, snapshot.plain_arrivals):
+        prio = priority.priorities(pending, now, config, cluster, shares)
+        shown = priority.displayed(pending, prio) if snapshot.explain else {}
+        return ordered(pending, prio, snapshot.promised), shown
+    order, ranked, one_nice = by_submit(pending, snapshot.promised, snapshot.plain_arrivals)
+    if not snapshot.explain:
+        return order, {}
+    if one_nice and priority.constant(config):  # one value for every job: no arithmetic
+        head = order[:1]
+        prio = priority.priorities(head, now, config, cluster, shares)
+        return order, dict.fromkeys(map(_JOB_ID, order),
+                                    priority.displayed(head, prio)[head[0].job_id])
+    if one_nice and priority.plain(ranked[0], config):  # age alone varies
+        return order, priority.displayed_by_age(ranked, now, config, cluster, shares)
+    return order, priority.displayed(pending, priority.priorities(
+        pending, now, config, cluster, shares))
+
+
 _JOB_ID = attrgetter("job_id")
 _SUBMIT = attrgetter("submit_time")
 _NICE = attrgetter("nice")
@@ -92,21 +110,23 @@ _RESERVATION = attrgetter("reservation")
 _FEW = 16  # promised jobs picked out one by one below this; by a mask over the queue above
 
 
-def by_submit(pending: list[PendingJob],
-              promised: dict[int, float],
-              ) -> tuple[list[PendingJob], list[int], list[PendingJob], bool]:
+def by_submit(pending: list[PendingJob], promised: dict[int, float], in_order: bool = False,
+              ) -> tuple[list[PendingJob], list[PendingJob], bool]:
     """``ordered`` for a queue whose priority order is (nice, submit time, job id)
-    (``priority.submit_ordered``): the same list, without a priority per job, plus its job ids,
-    the queue in (nice, submit, id) order before the promised jobs were moved first, and
-    whether every job has the same nice.
+    (``priority.submit_ordered``): the same list, without a priority per job, plus the queue in
+    (nice, submit, id) order before the promised jobs were moved first, and whether every job
+    has the same nice.
 
-    A queue already in that order (ids and submit times both rising, one nice: a queue in
-    arrival order) is recognised in C at little more than a pass; any other is put in order by three
-    stable sorts on one plain key each (job id, then submit time, then nice), which give the
-    (nice, submit, id) order without building a key tuple per job. The promised jobs go first
-    in promise order; a stable sort keeps (nice, submit, id) among equal promises, as
-    ``ordered``'s tie-break does.
+    ``in_order``: the caller vouches that the queue is already in that order with one nice
+    (``Snapshot.plain_arrivals``), so nothing is checked. Otherwise a queue already in that
+    order (ids and submit times both rising, one nice: a queue in arrival order) is recognised
+    in C at little more than a pass; any other is put in order by three stable sorts on one
+    plain key each (job id, then submit time, then nice), which give the (nice, submit, id)
+    order without building a key tuple per job. The promised jobs go first in promise order
+    (``promised_first``).
     """
+    if in_order:
+        return promised_first(pending, promised), pending, True
     ids = list(map(_JOB_ID, pending))
     submits = list(map(_SUBMIT, pending))
     one_nice = len(set(map(_NICE, pending))) == 1
@@ -119,32 +139,41 @@ def by_submit(pending: list[PendingJob],
         base.sort(key=_SUBMIT)
         base.sort(key=_NICE)
         ids = list(map(_JOB_ID, base))
-    ranked = base
+    return promised_first(base, promised, ids), base, one_nice
+
+
+def promised_first(base: list[PendingJob], promised: dict[int, float],
+                   ids: list[int] | None = None) -> list[PendingJob]:
+    """``base`` (a queue in priority order) with the promised jobs moved first, in promise
+    order; a stable sort keeps the queue's order among equal promises, as ``ordered``'s
+    tie-break does. ``ids``: base's job ids, when the caller has listed them already.
+
+    A few promised jobs are found one by one, by a scan in C that stops at the job (the
+    promised jobs of a queue in arrival order are near its head); more by a mask over the queue.
+    """
     if not promised:
-        return base, ids, ranked, one_nice
-    base, ids = list(base), list(ids)
-    if len(promised) <= _FEW:  # the usual case: a scan in C per promised job
-        at = sorted(i for i in map(_index_in(ids), promised) if i >= 0)
+        return base
+    if len(promised) <= _FEW:
+        at = sorted(i for i in map(_index_in(base, ids), promised) if i >= 0)
         first = [base[i] for i in at]
+        base = list(base)
         for i in reversed(at):
             del base[i]
-            del ids[i]
     else:
-        mask = list(map(promised.__contains__, ids))
+        mask = list(map(promised.__contains__, ids if ids is not None else map(_JOB_ID, base)))
         first = list(compress(base, mask))
         base = list(compress(base, map(not_, mask)))
-        ids = list(compress(ids, map(not_, mask)))
     if not first:
-        return base, ids, ranked, one_nice
+        return base
     first.sort(key=lambda j: promised[j.job_id])
-    return first + base, [j.job_id for j in first] + ids, ranked, one_nice
+    return first + base
 
 
-def _index_in(ids: list[int]):
-    """``job id -> its position in ids``, -1 when it is not there (a promise of a job gone)."""
+def _index_in(base: list[PendingJob], ids: list[int] | None):
+    """``job id -> its position in base``, -1 when it is not there (a promise of a job gone)."""
     def index(job_id: int) -> int:
         try:
-            return ids.index(job_id)
+            return ids.index(job_id) if ids is not None else indexOf(map(_JOB_ID, base), job_id)
         except ValueError:
             return -1
     return index

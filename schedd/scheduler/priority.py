@@ -98,7 +98,8 @@ def priorities(
 
 
 def submit_ordered(pending: Sequence[PendingJob], config: SchedulerConfig,
-                   fairshare: Mapping[AssocKey, float] | None) -> bool:
+                   fairshare: Mapping[AssocKey, float] | None,
+                   plain_arrivals: bool = False) -> bool:
     """Whether priority order is (nice, submit time, job id) for this queue, so the cycle can
     skip ranking (``cycle.by_submit``).
 
@@ -110,14 +111,17 @@ def submit_ordered(pending: Sequence[PendingJob], config: SchedulerConfig,
     age weighing, nice must be the same for every job too (age minus nice is not an order of
     either); without, lower nice simply comes first. The textbook policies (every weight 0) and
     kiln without an association tree take this path.
+
+    ``plain_arrivals``: the caller vouches that no job has an admin-set priority and every job
+    the same nice (``Snapshot.plain_arrivals``), so those two passes over the queue are skipped.
     """
     if config.weight_age < 0 or config.weight_job_size:
         return False
     if fairshare is not None and config.weight_fairshare:
         return False
-    if list(map(_ADMIN, pending)).count(None) != len(pending):
+    if not plain_arrivals and list(map(_ADMIN, pending)).count(None) != len(pending):
         return False
-    if config.weight_age and not _same(pending, _NICE):
+    if config.weight_age and not plain_arrivals and not _same(pending, _NICE):
         return False
     if config.weight_partition and not _same(pending, _PARTITION):
         return False

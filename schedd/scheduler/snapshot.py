@@ -134,6 +134,19 @@ class Snapshot:
     preemption: PreemptPolicy | None = None
     # advance reservations not yet ended (scheduler/reservations.py); empty: none
     reservations: list[ReservationView] = field(default_factory=list)
+    # Whether the caller reads a reason and a displayed priority for every pending job
+    # (Decisions.reasons, .priorities): the daemon does (squeue, scontrol show job). The
+    # simulator reads only the starts and the plan, and on a long queue naming every waiting
+    # job each cycle is most of its time; False lets the core leave out the reasons of jobs
+    # the walk never looks at and every priority. Starts and plans are the same either way.
+    explain: bool = True
+    # The caller vouches that ``pending`` is a queue of plain arrivals: in arrival order
+    # ((submit time, job id) rising), one nice value, no admin-set priority, no reservation
+    # named. The core then skips the passes over the queue that would find this out every
+    # cycle (priority.submit_ordered, cycle.by_submit, the reservation split); the decisions
+    # are the same as without. The simulator sets it (its queue is a subsequence of a trace in
+    # that order, its jobs all made alike by Machine.pending); the daemon does not.
+    plain_arrivals: bool = False
 
 
 @dataclass(slots=True)
@@ -144,6 +157,9 @@ class Start:
 
 @dataclass(slots=True)
 class Decisions:
+    """What one cycle decided. With ``Snapshot.explain`` off, ``reasons`` may leave out the
+    jobs the walk never looked at, and ``priorities`` is empty."""
+
     starts: list[Start] = field(default_factory=list)
     reasons: dict[int, str] = field(default_factory=dict)  # pending job -> Slurm reason
     expected_start: dict[int, float] = field(default_factory=dict)  # from the backfill plan

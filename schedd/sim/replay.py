@@ -13,8 +13,14 @@ The loop, event by event:
 
 The queue and the running set are dictionaries updated per event, and their PendingJob and
 RunningJob objects are made once per job, so building a snapshot is two list copies. The loop
-also checks the core: a start for a job not pending, or one that overcommits a node, is a
-SimError, and so is a queue the core leaves waiting on an idle machine.
+reads only the starts and the plan, so its snapshots ask for no reasons or priorities
+(``Snapshot.explain``) and, when the trace is in (submit time, job id) order (``read_swf``
+sorts it so), vouch that the queue is one of plain arrivals (``Snapshot.plain_arrivals``): a
+subsequence of the trace, in its order, of jobs ``Machine.pending`` made alike. The core then
+does no work per waiting job that the replay would not use.
+
+The loop also checks the core: a start for a job not pending, or one that overcommits a node,
+is a SimError, and so is a queue the core leaves waiting on an idle machine.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from schedd.config import SchedulerConfig
 from schedd.scheduler.snapshot import Decisions, PendingJob, RunningJob, Snapshot, Start
@@ -97,11 +104,12 @@ class _Promises:
         self.last: dict[int, float] = {}
 
     def update(self, decisions: Decisions, pending: dict[int, PendingJob]) -> None:
-        # set operations: the plan can be as long as the queue, and this runs every cycle
+        # passes over the plan only: it can be as long as the queue, and this runs every cycle
+        # (``times.keys() - first.keys()`` would also pass over every job ever promised)
         self.times = {j: t for j, t in decisions.expected_start.items() if j in pending}
         self.nodes = {j: n for j, n in decisions.reserved_nodes.items() if j in self.times}
-        for job_id in self.times.keys() - self.first.keys():
-            self.first[job_id] = self.times[job_id]
+        for job_id, t in self.times.items():
+            self.first.setdefault(job_id, t)
         self.last.update(self.times)
 
 
@@ -114,6 +122,7 @@ def replay(
     state = _State(machine, usage=UsageLedger(config) if config.weight_fairshare else None)
     arrivals = [(job, shape) for job in trace.jobs if (shape := machine.shape(job.procs))]
     promises = _Promises()
+    plain = _in_order(arrivals)
     cycles, core = 0, 0.0
     began = time.perf_counter()
     i, n = 0, len(arrivals)
@@ -130,7 +139,8 @@ def replay(
         snapshot = Snapshot(now, machine.nodes, list(state.running.values()),
                             list(state.pending.values()),
                             state.usage.views(now) if state.usage else [],
-                            promises.times, promises.nodes)
+                            promises.times, promises.nodes, explain=False,
+                            plain_arrivals=plain)
         t0 = time.perf_counter()
         decisions = schedule(snapshot, config)
         core += time.perf_counter() - t0
@@ -147,6 +157,13 @@ def replay(
     state.records.sort(key=lambda r: (r.submit, r.job_id))
     return Replay(state.records, promises.first, promises.last, cycles, core, wall,
                   len(trace.jobs) - n)
+
+
+def _in_order(arrivals: list[tuple[TraceJob, Shape]]) -> bool:
+    """Whether the arrivals rise in (submit time, job id): then every queue cut from them in
+    arrival order does too (``Snapshot.plain_arrivals``)."""
+    keys = [(job.submit, job.job_id) for job, _ in arrivals]
+    return all(a < b for a, b in pairwise(keys))
 
 
 def _arrive(state: _State, job: TraceJob, shape: Shape) -> None:

@@ -8,12 +8,16 @@ fed back as promises, jobs that run exactly their limit) and checks after every 
 - a gang starts whole (``num_nodes`` distinct nodes, each with its full share) or not at all;
 - no job starts later than the first expected start the plan gave it;
 - the decisions are a function of the snapshot (same snapshot, same decisions);
+- asking for no reasons or priorities (``Snapshot.explain``), and vouching for a queue of plain
+  arrivals when it is one (``Snapshot.plain_arrivals``), as the simulator does, changes no start
+  and no plan;
 - the queue drains (no job waits forever on a cluster that can hold it).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import heapq
 from dataclasses import dataclass
 
@@ -116,6 +120,15 @@ def check_gang(spec: JobSpec, allocation, nodes: list[NodeView]) -> None:
             assert (a.cpus, a.memory_mb, len(a.gpus)) == (spec.cpus, spec.mem, spec.gpus)
 
 
+def check_quiet(snap: Snapshot, config: SchedulerConfig, decisions) -> None:
+    """The simulator's snapshot of the same state: no explanations; plain arrivals when the
+    queue (in arrival order here) has one nice value."""
+    plain = len({j.nice for j in snap.pending}) <= 1
+    quiet = schedule(dataclasses.replace(snap, explain=False, plain_arrivals=plain), config)
+    assert (quiet.starts, quiet.expected_start, quiet.reserved_nodes) == (
+        decisions.starts, decisions.expected_start, decisions.reserved_nodes)
+
+
 def replay(nodes: list[NodeView], specs: list[JobSpec], config: SchedulerConfig) -> None:
     specs_by_id = {s.job_id: s for s in specs}
     events: list[tuple[float, int, int]] = [(s.submit, 1, s.job_id) for s in specs]
@@ -146,6 +159,7 @@ def replay(nodes: list[NodeView], specs: list[JobSpec], config: SchedulerConfig)
         cycles += 1
         assert cycles < 10_000
         assert decisions == schedule(copy.deepcopy(snap), config), "not deterministic"
+        check_quiet(snap, config, decisions)
         assert set(decisions.priorities) == set(pending)
         started = {s.job_id for s in decisions.starts}
         assert set(decisions.reasons) == set(pending) - started

@@ -2,7 +2,8 @@
 
 - ``cycle.by_submit`` (priority order = submit order) against ``cycle.ordered`` over the floats
   of ``priority.priorities``, on shuffled queues with submit ties, nice values and promises of
-  every size (picked out one by one and by a mask);
+  every size (picked out one by one and by a mask), and, on queues in arrival order, with the
+  order vouched for (``in_order``: no check, promised jobs found without a list of ids);
 - the constant priority shown for every job against ``priority.displayed``;
 - ``NodeTimeline.first_start`` against the first of ``start_intervals``.
 """
@@ -52,9 +53,11 @@ def test_by_submit_matches_the_general_order() -> None:
         promised = _promised(rng, jobs)
         assert priority.submit_ordered(jobs, config, None)
         prio = priority.priorities(jobs, NOW, config, CLUSTER, None)
-        order, ids, _, _ = cycle.by_submit(jobs, promised)
+        order, ranked, _ = cycle.by_submit(jobs, promised)
         assert order == cycle.ordered(jobs, prio, promised)
-        assert ids == [j.job_id for j in order]
+        assert ranked == cycle.ordered(jobs, prio, {})
+        if len({j.nice for j in jobs}) == 1 and ranked == jobs:  # what in_order vouches
+            assert cycle.by_submit(jobs, promised, in_order=True) == (order, ranked, True)
 
 
 def test_queues_the_fast_path_must_not_take() -> None:
