@@ -221,8 +221,7 @@ def step_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any
     cpu = _cpu(body.get("cpu"))
     live = ctx.steps.get(job_id, step_id)
     if live is None:
-        _close_unknown(ctx, LiveStep(job_id, step_id, [caller], 0, 0.0, waiting={caller}),
-                       caller, str(body["state"]), exits, end, cpu)
+        _close_unknown(ctx, job_id, step_id, caller, str(body["state"]), exits, end, cpu)
         return {}
     if live.node_ended(caller, str(body["state"]), exits, end, cpu):
         _store_end(ctx, live)
@@ -238,10 +237,11 @@ def _cpu(value: Any) -> tuple[float, float] | None:
     return None
 
 
-def _close_unknown(ctx: Context, live: LiveStep, node: str, state: str, exits: list[TaskExit],
-                   end: float, cpu: tuple[float, float] | None) -> None:
+def _close_unknown(ctx: Context, job_id: int, step_id: int, node: str, state: str,
+                   exits: list[TaskExit], end: float, cpu: tuple[float, float] | None) -> None:
     """A report for a step schedd forgot (it restarted): close the row with what this one
     node says, as if the step had run there alone."""
+    live = LiveStep(job_id, step_id, [node], len(exits), end, waiting={node})
     live.node_ended(node, state, exits, end, cpu)
     _store_end(ctx, live)
 

@@ -91,9 +91,9 @@ def _start(ctx, caller: Caller = OWNER, **kw: Any) -> dict[str, Any]:
     return h.step_start(ctx, caller, {"step": step})
 
 
-def _end(ctx, node: str, tasks: list[list[int]], state: str = "COMPLETED") -> None:
+def _end(ctx, node: str, tasks: list[list[int]], state: str = "COMPLETED", **kw: Any) -> None:
     h.step_ended(ctx, node, {"node": node, "job_id": 7, "step_id": 0, "state": state,
-                             "tasks": tasks, "end_time": 1005.0})
+                             "tasks": tasks, "end_time": 1005.0, **kw})
 
 
 def test_step_start_lays_tasks_over_the_nodes_and_commits_a_running_row(ctx) -> None:
@@ -217,3 +217,18 @@ def test_step_ids_continue_from_the_ledger_after_a_restart(ctx) -> None:
     assert _start(ctx)["step_id"] == 2
     assert ctx.state.store.max_step_id(7) == 2
     assert ctx.state.store.max_step_id(99) == -1
+
+
+def test_step_cpu_time_is_summed_over_nodes_even_after_a_restart(ctx) -> None:
+    _start(ctx)
+    _end(ctx, "node1", [[0, 0, 0]], cpu=[1.5, 0.25])
+    _end(ctx, "node2", [[1, 0, 0]], cpu=[2.0, "x"])  # malformed: that node's time is unknown
+    row = next(r for r in ctx.state.store.query_steps([7]) if r.step_id == "0")
+    assert row.stats == {"cpu_user_s": 1.5, "cpu_system_s": 0.25}
+    _start(ctx)
+    ctx.steps = StepTable()  # schedd restarted: the one node's report closes the row
+    h.step_ended(ctx, "node2", {"node": "node2", "job_id": 7, "step_id": 1, "state": "FAILED",
+                                "tasks": [[0, 3, 0]], "end_time": 1009.0, "cpu": [0.5, 0.5]})
+    row = next(r for r in ctx.state.store.query_steps([7]) if r.step_id == "1")
+    assert (row.state, row.exit_code, row.end_time) == ("FAILED", 3, 1009.0)
+    assert row.stats == {"cpu_user_s": 0.5, "cpu_system_s": 0.5}
