@@ -303,6 +303,8 @@ def enforce_budgets(ctx: Context, now: float) -> None:
     if not state.accounts.has_limits():
         return
     table = state.accounts.limit_table(state.usage.tres_mins)
+    if not any(a.limits.grp_tres_mins for a in table.assocs.values()):
+        return  # no budget anywhere: nothing to spend (the usual case, checked every second)
     gpu_types = {name: node.gpu_model for name, node in state.nodes.items() if node.gpus}
     spent = limits.spent_budgets(table, state.running_views(now), gpu_types)
     for job_id, why in spent.items():
