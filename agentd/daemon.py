@@ -4,7 +4,8 @@ Every turn:
 1. wait up to a tick for a message from schedd (launch, signal, terminate, or a reply);
 2. act on it through the launcher;
 3. poll the launcher: reap ended jobs, enforce walltimes (the agent keeps time itself, whether
-   or not schedd can be reached), and report every end until schedd acknowledges it;
+   or not schedd can be reached), and report every end until schedd acknowledges it; send
+   step tasks' forwarded output (agentd/forward.py) until schedd has taken it;
 4. heartbeat on its interval, listing what runs here, so schedd can reconcile.
 
 Talks to schedd over one DEALER socket whose identity is the node name.
@@ -61,6 +62,7 @@ class Agent:
         recovered = self.launcher.recover()
         self.steps = StepRunner(self.launcher, node_name)  # srun's tasks (agentd/steps.py)
         self._step_reports: dict[int, tuple[int, int]] = {}  # msg id -> (job id, step id)
+        self._step_outputs: dict[int, Any] = {}  # msg id -> the chunk it carried (its token)
         self.ctx = zmq.Context()
         # an HA pair: the leader's agent endpoint is whichever answers; failover on silence
         self.endpoints = [cfg.agent.schedd, *cfg.agent_peers]
@@ -191,6 +193,10 @@ class Agent:
             log.warning("schedd refused %s: %s", op, err.get("message"))
             if op == "register":
                 self._registered = False
+            elif op == "step_output":  # resending it would be refused again: drop the stream
+                token = self._step_outputs.pop(msg_id, None)  # type: ignore[arg-type]
+                if token is not None:
+                    self.steps.output_answered(token, {"gone": True})
             return
         body = msg.get("body") or {}
         if op == "register":
@@ -210,6 +216,10 @@ class Agent:
             key = self._step_reports.pop(msg_id, None)  # type: ignore[arg-type]
             if key is not None:
                 self.steps.acknowledged(key)
+        elif op == "step_output":
+            token = self._step_outputs.pop(msg_id, None)  # type: ignore[arg-type]
+            if token is not None:
+                self.steps.output_answered(token, body)
 
     def _acknowledged(self, key: tuple[int, int]) -> None:
         self._unacked.pop(key, None)
@@ -280,8 +290,11 @@ class Agent:
                 self._report(fin)
             for key, body in self.steps.poll(now):
                 self._step_reports[self._send("step_ended", body)] = key
-            if len(self._step_reports) > 10_000:  # replies that never came
-                self._step_reports.clear()
+            for token, body in self.steps.output_due(now):
+                self._step_outputs[self._send("step_output", body)] = token
+            for pending in (self._step_reports, self._step_outputs):
+                if len(pending) > 10_000:  # replies that never came (resent on their own)
+                    pending.clear()
             if now - self._last_heartbeat >= self.heartbeat_interval:
                 self._heartbeat(now)
             if len(self.endpoints) > 1 and \

@@ -6,26 +6,31 @@ its stdout/stderr paths. Here, per task:
 
 - the output files are opened *as the user* (the launcher's effective-uid switch), each distinct
   path once per node and shared by the tasks that name it; truncated unless schedd says the file
-  is shared with another node (then appended, srun having truncated it);
+  is shared with another node (then appended, srun having truncated it). Streams schedd marks
+  ``forward`` go to files in the agent's own spool instead, sent on to schedd for srun
+  (agentd/forward.py);
 - the command is exec'd as the user with its groups, in its own session (so each task is a
   process group the agent can signal whole), stdin from /dev/null, in srun's working directory;
   a command that cannot be exec'd is Slurm's ``execve(): ...`` line in the task's stderr and
   exit code 2.
 
 A node's share ends when every task has been reaped and no process of their groups remains
-(leftovers are SIGKILLed, as slurmstepd does); the report lists every task's exit and is sent
-until schedd acknowledges it. ``terminate`` (srun interrupted, the job ended) and the job's
-walltime (the agent keeps time itself here too) send SIGCONT+SIGTERM to every task group and
-SIGKILL after KillWait.
+(leftovers are SIGKILLed, as slurmstepd does) and schedd has taken all of its forwarded output;
+the report lists every task's exit and is sent until schedd acknowledges it. ``terminate``
+(srun interrupted, the job ended) and the job's walltime (the agent keeps time itself here too)
+send SIGCONT+SIGTERM to every task group and SIGKILL after KillWait.
 
 Not kept in the spool: an agent restart forgets its step tasks (they run on, unsupervised, until
-they end); schedd closes such a step's row when its job ends.
+they end; the forwarded files of the steps it ran are removed when it starts again); schedd
+closes such a step's row when its job ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal as _signal
 import subprocess
 import time
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd import launcher as lch
+from agentd.forward import TURN_CAP, StepOutput, Stream, StreamKey, message
 from agentd.walltime import Ending, Walltime
 from schedd import protocol
 
@@ -50,6 +56,7 @@ class _Task:
     exit_code: int = 0
     exit_signal: int = 0
     stderr_path: str = ""
+    stderr_forwarded: bool = False  # stderr_path is the agent's file, not the user's
     cpu: tuple[float, float] | None = None  # (user, system) seconds from wait4
 
 
@@ -64,6 +71,7 @@ class _Step:
     ending: Ending | None = None
     reaped_all_at: float = 0.0
     groups: list[int] = field(default_factory=list)
+    output: StepOutput | None = None  # its forwarded streams on this node
 
     @property
     def key(self) -> tuple[int, int]:
@@ -79,7 +87,13 @@ class StepRunner:
         self.node_name = node_name
         self._steps: dict[tuple[int, int], _Step] = {}
         self._unacked: dict[tuple[int, int], tuple[float, dict[str, Any]]] = {}
+        # steps whose tasks are gone but whose forwarded output schedd has not all taken yet,
+        # with the step_ended report to queue once it has
+        self._draining: dict[tuple[int, int], tuple[StepOutput, dict[str, Any]]] = {}
+        self._turn = 0
         self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._forward_root = launcher.spool.root / "steps"
+        shutil.rmtree(self._forward_root, ignore_errors=True)  # an earlier agent's, forgotten
 
     # --- launch ----------------------------------------------------------------------------
 
@@ -93,7 +107,7 @@ class StepRunner:
             log.error("bad launch_step: %s", exc.message)
             return False
         key = (spec["job_id"], spec["step_id"])
-        if key in self._steps or key in self._unacked:
+        if key in self._steps or key in self._unacked or key in self._draining:
             return False
         tasks = [_Task(int(t.get("procid", -1))) for t in spec["tasks"] if isinstance(t, dict)]
         try:
@@ -112,16 +126,17 @@ class StepRunner:
         return True
 
     def _start_tasks(self, step: _Step, spec: dict[str, Any]) -> None:
-        fds: dict[tuple[str, bool], int] = {}
+        fds: dict[Any, int] = {}  # (path, append) opened as the user; (procid, stream) forwarded
         try:
+            fds.update(self._open_forwarded(step, spec))  # the agent's files: before the switch
             with self.launcher._as_user(step.ident):
                 cwd, note = lch._workdir(spec["cwd"])
                 for task, entry in zip(step.tasks, spec["tasks"], strict=True):
-                    task.stderr_path = str(entry.get("stderr") or os.devnull)
-                    for path in (entry.get("stdout") or os.devnull, task.stderr_path):
-                        mode = (str(path), bool(entry.get("append")))
-                        if mode not in fds:
-                            fds[mode] = lch._open_output(mode[0], mode[1])
+                    for name in ("out", "err"):
+                        target = _target(task, entry, name)
+                        if target not in fds:
+                            fds[target] = lch._open_output(*target)  # type: ignore[misc]
+                    self._note_stderr(step, task, entry)
         except lch.LaunchError as exc:
             for fd in fds.values():
                 os.close(fd)
@@ -131,9 +146,8 @@ class StepRunner:
             return
         try:
             for task, entry in zip(step.tasks, spec["tasks"], strict=True):
-                append = bool(entry.get("append"))
-                out_fd = fds[(str(entry.get("stdout") or os.devnull), append)]
-                err_fd = fds[(task.stderr_path, append)]
+                out_fd = fds[_target(task, entry, "out")]
+                err_fd = fds[_target(task, entry, "err")]
                 if note and task is step.tasks[0]:
                     lch._write_fd(err_fd, note)
                 env = {**spec["environment"], **_strings(entry.get("env"))}
@@ -141,6 +155,29 @@ class StepRunner:
         finally:
             for fd in fds.values():
                 os.close(fd)
+
+    def _open_forwarded(self, step: _Step, spec: dict[str, Any]) -> dict[StreamKey, int]:
+        """The agent's files for the streams schedd forwards; their write descriptors."""
+        wanted = [(task.procid, name) for task, entry in zip(step.tasks, spec["tasks"],
+                                                             strict=True)
+                  for name in ("out", "err") if name in _forwarded(entry)]
+        if not wanted:
+            return {}
+        try:
+            step.output, writers = StepOutput.create(self._forward_root, step.job_id,
+                                                     step.step_id, wanted)
+        except OSError as exc:
+            raise lch.LaunchError(f"cannot make the forwarded output files: "
+                                  f"{exc.strerror or exc}") from None
+        return writers
+
+    def _note_stderr(self, step: _Step, task: _Task, entry: dict[str, Any]) -> None:
+        """Where the task's stderr goes, for slurmstepd's banner when the step is stopped."""
+        if "err" in _forwarded(entry) and step.output is not None:
+            task.stderr_path = step.output.path((task.procid, "err"))
+            task.stderr_forwarded = True
+        else:
+            task.stderr_path = str(entry.get("stderr") or os.devnull)
 
     def _exec(self, step: _Step, task: _Task, argv: list[str], env: dict[str, str], cwd: str,
               out_fd: int, err_fd: int) -> None:
@@ -193,7 +230,38 @@ class StepRunner:
                 step.ending.killed = True
             if all(t.exited for t in step.tasks):
                 self._settle(step, now)
+        for key, (output, body) in list(self._draining.items()):
+            if output.complete:
+                output.close()
+                del self._draining[key]
+                self._unacked[key] = (0.0, body)
         return self.reports_due(now)
+
+    # --- forwarded output --------------------------------------------------------------------
+
+    def output_due(self, now: float | None = None
+                   ) -> list[tuple[tuple[tuple[int, int], Stream, int], dict[str, Any]]]:
+        """The ``step_output`` chunks to send now, at most TURN_CAP bytes, each with the token
+        its reply is matched by. Streams are served in turn, starting one further each call."""
+        now = time.time() if now is None else now
+        outputs = [(s.key, s.output) for s in self._steps.values() if s.output is not None]
+        outputs += [(key, output) for key, (output, _) in self._draining.items()]
+        if not outputs:
+            return []
+        self._turn = (self._turn + 1) % len(outputs)
+        due, budget = [], TURN_CAP
+        for key, output in outputs[self._turn:] + outputs[:self._turn]:
+            for stream, offset, data in output.due(now, budget):
+                due.append(((key, stream, offset), message(self.node_name, key, stream,
+                                                           offset, data)))
+                budget -= len(data)
+        return due
+
+    def output_answered(self, token: tuple[tuple[int, int], Stream, int],
+                        reply: dict[str, Any], now: float | None = None) -> None:
+        """schedd's reply to one ``step_output``."""
+        _, stream, offset = token
+        stream.answered(offset, reply, time.time() if now is None else now)
 
     def reports_due(self, now: float) -> list[tuple[tuple[int, int], dict[str, Any]]]:
         """Reports never sent, or unacknowledged for RESEND_AFTER seconds."""
@@ -235,17 +303,26 @@ class StepRunner:
         else:
             state = "COMPLETED"
         del self._steps[step.key]
-        self._queue_report(step.key, state, step.tasks, now)
+        body = self._report_body(step.key, state, step.tasks, now)
+        if step.output is None:
+            self._unacked[step.key] = (0.0, body)  # due at once
+            return
+        step.output.finish()  # the report waits until schedd has taken all of it
+        self._draining[step.key] = (step.output, body)
 
     def _queue_report(self, key: tuple[int, int], state: str, tasks: list[_Task],
                       now: float) -> None:
+        self._unacked[key] = (0.0, self._report_body(key, state, tasks, now))  # due at once
+
+    def _report_body(self, key: tuple[int, int], state: str, tasks: list[_Task],
+                     now: float) -> dict[str, Any]:
         body = {"node": self.node_name, "job_id": key[0], "step_id": key[1], "state": state,
                 "tasks": [[t.procid, t.exit_code, t.exit_signal] for t in tasks],
                 "end_time": now}
         known = [t.cpu for t in tasks if t.cpu is not None]
         if known:  # the tasks' CPU time on this node, for sacct's TotalCPU
             body["cpu"] = [sum(u for u, _ in known), sum(s for _, s in known)]
-        self._unacked[key] = (0.0, body)  # due at once
+        return body
 
     def _begin_ending(self, step: _Step, state: str, now: float) -> None:
         if not all(t.exited for t in step.tasks):
@@ -261,15 +338,18 @@ class StepRunner:
     def _banner(self, step: _Step, state: str, now: float) -> None:
         """slurmstepd's '*** STEP J.S ON node CANCELLED AT ... ***', in the first task's
         stderr on this node."""
-        path = step.tasks[0].stderr_path if step.tasks else ""
-        if not path or path == os.devnull:
+        task = step.tasks[0] if step.tasks else None
+        path = task.stderr_path if task else ""
+        if not task or not path or path == os.devnull:
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
         reason = " DUE TO TIME LIMIT" if state == "TIMEOUT" else ""
         line = (f"slurmstepd: error: *** STEP {step.job_id}.{step.step_id} ON {self.node_name} "
                 f"CANCELLED AT {stamp}{reason} ***\n")
+        as_user = contextlib.nullcontext() if task.stderr_forwarded else \
+            self.launcher._as_user(step.ident)
         try:
-            with self.launcher._as_user(step.ident):
+            with as_user:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY)
         except (OSError, lch.LaunchError):
             return
@@ -279,6 +359,10 @@ class StepRunner:
             os.close(fd)
 
     def close(self) -> None:
+        for output in [s.output for s in self._steps.values()] + \
+                [o for o, _ in self._draining.values()]:
+            if output is not None:
+                output.close()
         os.close(self._devnull)
 
 
@@ -297,6 +381,21 @@ def _check(spec: dict[str, Any]) -> None:
                 raise lch.LaunchError(f"invalid environment variable {name[:64]!r}")
     if not all(isinstance(t, dict) for t in spec["tasks"]):
         raise lch.LaunchError("malformed task list")
+
+
+def _forwarded(entry: dict[str, Any]) -> list[str]:
+    """The streams ("out", "err") of a task entry that schedd forwards."""
+    names = entry.get("forward")
+    return [n for n in names if n in ("out", "err")] if isinstance(names, list) else []
+
+
+def _target(task: _Task, entry: dict[str, Any], name: str) -> Any:
+    """The key of a task stream's descriptor: (procid, name) when forwarded, else
+    (path, append) for a file opened as the user."""
+    if name in _forwarded(entry):
+        return (task.procid, name)
+    path = entry.get("stdout" if name == "out" else "stderr") or os.devnull
+    return (str(path), bool(entry.get("append")))
 
 
 def _strings(env: Any) -> dict[str, str]:

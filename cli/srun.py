@@ -6,23 +6,27 @@ patterns). schedd lays the tasks over the job's nodes and every node's agent run
 the job's user, each task with its own SLURM_PROCID/LOCALID/NODEID/STEP_ID and that node's
 CUDA_VISIBLE_DEVICES. Each task writes its stdout/stderr to files: the ``--output``/``--error``
 patterns expanded per task (``%t`` rank, ``%n`` node index, ``%N`` node, ``%s`` step, ``%j``,
-``%A``, ``%a``, ``%u``, ``%x``), or, without them, files in a private spool directory that srun
-tails and copies to its own stdout/stderr as lines arrive (``-l`` puts ``rank: `` in front;
-``-u`` copies bytes as they come instead of whole lines). srun polls ``step_wait`` until every
-node has reported and exits with the worst task's status (its exit code; 128+N for a task killed
-by signal N), printing Slurm's ``srun: error: node: task N: ...`` line for each failed task.
+``%A``, ``%a``, ``%u``, ``%x``), or, without them, the output is **forwarded** over the wire:
+each node's agent sends what its tasks write to schedd, which keeps it (bounded) until srun
+fetches it with ``step_wait``, giving its cursors (the next byte offset it wants of each task
+stream) so schedd can release what srun has written. srun copies it to its own stdout/stderr
+as lines arrive (``-l`` puts ``rank: `` in front; ``-u`` copies bytes as they come instead of
+whole lines). No directory is shared with the nodes. srun polls until every node has reported
+and all output was delivered, and exits with the worst task's status (its exit code; 128+N for
+a task killed by signal N), printing Slurm's ``srun: error: node: task N: ...`` line for each
+failed task.
 
 **Outside an allocation**: srun submits a job whose batch script is this srun command line, waits
 for it and streams the job's output as it is written (not only at the end), then exits with the
-job's exit code. Interrupting srun (Ctrl-C, SIGTERM) cancels its step or job.
-
-The spool directory is made under ``$KILN_STEP_SPOOL`` (default: the system temp directory) and
-removed at the end. The agents of all nodes write there, so on a cluster whose nodes do not
-share that directory, set ``KILN_STEP_SPOOL`` to a shared one (or use ``--output``).
+job's exit code. Interrupting srun (Ctrl-C, SIGTERM) cancels its step or job. The job's own
+output goes to a spool directory made under ``$KILN_STEP_SPOOL`` (default: the system temp
+directory) and removed at the end, which srun tails; the batch host must see that directory.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 import shlex
@@ -180,24 +184,17 @@ def _env_job_id() -> int:
 
 
 @dataclass
-class Tail:
-    """One file another process writes, copied to ``sink`` as it grows."""
+class Lines:
+    """One task stream copied to ``sink``: whole lines (the last partial one held back until
+    more comes or the end), or with -u bytes as they come; -l labels each line."""
 
-    path: str
     sink: BinaryIO
     label: bytes = b""
     raw: bool = False  # -u: copy bytes as they come; otherwise whole lines
-    fh: BinaryIO | None = None
     partial: bytes = b""
 
-    def pump(self, final: bool = False) -> bool:
-        """Copy what is new; True when something was."""
-        if self.fh is None:
-            try:
-                self.fh = open(self.path, "rb")  # kept open while tailing
-            except OSError:
-                return False
-        data = self.fh.read()
+    def write(self, data: bytes, final: bool = False) -> bool:
+        """Copy ``data`` (the next bytes of the stream); True when something was written."""
         if not data and not (final and self.partial):
             return False
         data = self.partial + data
@@ -213,6 +210,31 @@ class Tail:
             self.sink.write(self.label + line if self.label else line)
         self.sink.flush()
         return bool(lines)
+
+
+@dataclass
+class Tail:
+    """One file another process writes, copied to ``sink`` as it grows (srun outside an
+    allocation: the job's output)."""
+
+    path: str
+    sink: BinaryIO
+    label: bytes = b""
+    raw: bool = False
+    fh: BinaryIO | None = None
+    lines: Lines = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lines = Lines(self.sink, self.label, self.raw)
+
+    def pump(self, final: bool = False) -> bool:
+        """Copy what is new; True when something was."""
+        if self.fh is None:
+            try:
+                self.fh = open(self.path, "rb")  # kept open while tailing
+            except OSError:
+                return False
+        return self.lines.write(self.fh.read(), final)
 
     def close(self) -> None:
         if self.fh is not None:
@@ -241,6 +263,42 @@ class Interrupts:
             signal.signal(sig, handler)
 
 
+@dataclass
+class Forwarded:
+    """The step's forwarded task streams: where srun is in each (its cursor, the next byte
+    offset it wants) and where their bytes go."""
+
+    streams: dict[tuple[int, str], Lines] = field(default_factory=dict)
+    cursors: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    def cursor_list(self) -> list[list[int | str]]:
+        """step_wait's ``cursors``: only the streams srun has written something of."""
+        return [[procid, name, offset] for (procid, name), offset in self.cursors.items()]
+
+    def take(self, chunks: list[Any]) -> bool:
+        """Write the chunks of a step_wait reply (each [procid, stream, offset, base64]) from
+        srun's cursors on; bytes already written (a resend) are skipped. True when any was."""
+        moved = False
+        for procid, name, offset, text in chunks:
+            lines = self.streams.get((procid, name))
+            cursor = self.cursors.get((procid, name), 0)
+            try:
+                data = base64.b64decode(text)
+            except (binascii.Error, ValueError):
+                continue
+            if lines is None or offset > cursor or offset + len(data) <= cursor:
+                continue
+            lines.write(data[cursor - offset:])
+            self.cursors[(procid, name)] = offset + len(data)
+            moved = True
+        return moved
+
+    def finish(self) -> None:
+        """The step is over: the last partial line of every stream."""
+        for lines in self.streams.values():
+            lines.write(b"", final=True)
+
+
 def make_spool(job_id: int | str) -> str:
     base = os.environ.get("KILN_STEP_SPOOL") or None
     try:
@@ -253,8 +311,8 @@ def make_spool(job_id: int | str) -> str:
 # --- a step inside an allocation -------------------------------------------------------------
 
 
-def step_body(job_id: int, settings: Settings, command: list[str], cwd: str,
-              spool: str) -> dict[str, Any]:
+def step_body(job_id: int, settings: Settings, command: list[str],
+              cwd: str) -> dict[str, Any]:
     """The ``step_start`` request: only what the user gave; schedd fills in the job's values."""
     body: dict[str, Any] = {
         "job_id": job_id, "argv": command, "cwd": cwd,
@@ -272,8 +330,8 @@ def step_body(job_id: int, settings: Settings, command: list[str], cwd: str,
         body["stdout"] = settings["stdout"]
     if settings.get("stderr"):
         body["stderr"] = settings["stderr"]
-    if not settings.get("stdout") or not settings.get("stderr"):
-        body["spool"] = spool
+    if not settings.get("stdout"):
+        body["forward"] = True  # stdout (and stderr without -e) comes to srun over the wire
     if settings.get("open_mode"):
         body["open_mode"] = settings["open_mode"]
     return body
@@ -319,59 +377,53 @@ def run_step(job_id: int, settings: Settings, command: list[str]) -> int:
     if settings.get("open_mode") != "append":
         for key in ("stdout", "stderr"):
             truncate_shared(settings.get(key, ""), job_id, cwd)
-    spool = make_spool(job_id)
-    try:
-        with Client() as client, Interrupts() as interrupts:
-            body = step_body(job_id, settings, command, cwd, spool)
-            try:
-                started = client.call("step_start", {"step": body})
-            except ClientError as exc:
-                fail(f"Unable to create step for job {job_id}: {exc.message}")
-            tails = _step_tails(started["tasks"], body, settings)
-            result = _wait_step(client, job_id, started["step_id"], tails, interrupts)
-    finally:
-        shutil.rmtree(spool, ignore_errors=True)
+    with Client() as client, Interrupts() as interrupts:
+        body = step_body(job_id, settings, command, cwd)
+        try:
+            started = client.call("step_start", {"step": body})
+        except ClientError as exc:
+            fail(f"Unable to create step for job {job_id}: {exc.message}")
+        forwarded = _forwarded(started["tasks"], settings)
+        result = _wait_step(client, job_id, started["step_id"], forwarded, interrupts)
     return _step_status(result)
 
 
-def _step_tails(tasks: list[dict[str, Any]], body: dict[str, Any],
-                settings: Settings) -> list[Tail]:
+def _forwarded(tasks: list[dict[str, Any]], settings: Settings) -> Forwarded:
+    """The task streams schedd forwards (no path: no --output, or no --error)."""
     label, raw = bool(settings.get("label")), bool(settings.get("unbuffered"))
-    spool = body.get("spool", "")
-    tails = []
+    forwarded = Forwarded()
     for task in tasks:
         prefix = f"{task['procid']}: ".encode() if label else b""
-        if spool and "stdout" not in body:
-            tails.append(Tail(task["stdout"], sys.stdout.buffer, prefix, raw))
-        if spool and "stderr" not in body and task["stderr"] != task["stdout"]:
-            tails.append(Tail(task["stderr"], sys.stderr.buffer, prefix, raw))
-    return tails
+        if not task["stdout"]:
+            forwarded.streams[(task["procid"], "out")] = Lines(sys.stdout.buffer, prefix, raw)
+        if not task["stderr"]:
+            forwarded.streams[(task["procid"], "err")] = Lines(sys.stderr.buffer, prefix, raw)
+    return forwarded
 
 
-def _wait_step(client: Client, job_id: int, step_id: int, tails: list[Tail],
+def _wait_step(client: Client, job_id: int, step_id: int, forwarded: Forwarded,
                interrupts: Interrupts) -> dict[str, Any]:
     poll, cancelled = POLL_START, 0
-    try:
-        while True:
-            moved = any([t.pump() for t in tails])
-            if interrupts.count > cancelled:
-                cancelled = interrupts.count
-                print(f"{PROG}: Job step aborted: cancelling step {job_id}.{step_id}",
-                      file=sys.stderr, flush=True)
-                client.call("step_cancel", {"job_id": job_id, "step_id": step_id})
-                if cancelled > 1:
-                    return {"done": True, "state": "CANCELLED", "exit_code": 0,
-                            "exit_signal": interrupts.signum, "tasks": []}
-            reply = client.call("step_wait", {"job_id": job_id, "step_id": step_id})
-            if reply.get("done"):
-                for tail in tails:
-                    tail.pump(final=True)
-                return reply
-            poll = POLL_START if moved else min(poll * 2, POLL_MAX)
+    while True:
+        if interrupts.count > cancelled:
+            cancelled = interrupts.count
+            print(f"{PROG}: Job step aborted: cancelling step {job_id}.{step_id}",
+                  file=sys.stderr, flush=True)
+            client.call("step_cancel", {"job_id": job_id, "step_id": step_id,
+                                        "detach": cancelled > 1})
+            if cancelled > 1:
+                forwarded.finish()
+                return {"done": True, "state": "CANCELLED", "exit_code": 0,
+                        "exit_signal": interrupts.signum, "tasks": []}
+        reply = client.call("step_wait", {"job_id": job_id, "step_id": step_id,
+                                          "cursors": forwarded.cursor_list()})
+        moved = forwarded.take(reply.get("output") or [])
+        if reply.get("done"):
+            forwarded.finish()
+            return reply
+        poll = POLL_START if moved else min(poll * 2, POLL_MAX)
+        if not moved:
             time.sleep(poll)
-    finally:
-        for tail in tails:
-            tail.close()
 
 
 def _step_status(result: dict[str, Any]) -> int:

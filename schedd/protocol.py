@@ -22,6 +22,7 @@ MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 MAX_ENV_VALUE = 128 * 1024  # one environment variable
 MAX_STRING = 4096  # any other string field
 MAX_LIST = 100_000
+MAX_OUTPUT_DATA = 96 * 1024  # step_output's base64 chunk (the agent sends 48 KiB of output)
 MAX_ARRAY_SIZE = 1001  # Slurm's MaxArraySize default
 
 # Error codes: stable words a client can branch on. Messages are Slurm's texts where one exists.
@@ -109,8 +110,10 @@ CLIENT_OPS: dict[str, Schema] = {
     "acct_report": {"start": (_NUM, True), "end": (_NUM, True)},
     # srun inside an allocation (job steps; see schedd/handlers/steps.py)
     "step_start": {"step": (_DICT, True)},  # see STEP_START_FIELDS
-    "step_wait": {"job_id": (_INT, True), "step_id": (_INT, True)},
-    "step_cancel": {"job_id": (_INT, True), "step_id": (_INT, True)},
+    # cursors: [[procid, "out"|"err", next offset wanted]] of forwarded output srun has written
+    "step_wait": {"job_id": (_INT, True), "step_id": (_INT, True), "cursors": (_LIST, False)},
+    # detach: srun leaves without reading the rest (its output is then discarded)
+    "step_cancel": {"job_id": (_INT, True), "step_id": (_INT, True), "detach": (_BOOL, False)},
     # sacctmgr (verb add|modify|delete|show; entity account|user|qos|association) and sshare
     "sacctmgr": {"verb": (_STR, True), "entity": (_STR, True), "names": (_LIST, False),
                  "where": (_DICT, False), "set": (_DICT, False), "with_assoc": (_BOOL, False)},
@@ -135,7 +138,7 @@ STEP_START_FIELDS: Schema = {
     "gpus_per_task": (_INT, False),
     "stdout": (_STR, False),  # --output pattern (%j %s %t %n %N %A %a %u %x %%); "" = forward
     "stderr": (_STR, False),
-    "spool": (_STR, False),  # where forwarded output goes: srun tails <spool>/<rank>.out|.err
+    "forward": (_BOOL, False),  # streams without a pattern go to srun (step_output/step_wait)
     "open_mode": (_STR, False),
     "name": (_STR, False),
 }
@@ -157,6 +160,12 @@ AGENT_OPS: dict[str, Schema] = {
     "step_ended": {"node": (_STR, True), "job_id": (_INT, True), "step_id": (_INT, True),
                    "state": (_STR, True), "tasks": (_LIST, True), "end_time": (_NUM, True),
                    "cpu": (_LIST, False)},
+    # a chunk of a task's forwarded stdout ("out") or stderr ("err") at byte offset `offset`,
+    # data base64; the reply says the offset schedd expects next ({"expected": N}), or
+    # {"gone": true} when schedd no longer holds the step (the agent then drops the output)
+    "step_output": {"node": (_STR, True), "job_id": (_INT, True), "step_id": (_INT, True),
+                    "procid": (_INT, True), "stream": (_STR, True), "offset": (_INT, True),
+                    "data": (_STR, True)},
 }
 
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
@@ -181,7 +190,9 @@ STEP_LAUNCH_FIELDS: Schema = {
     "argv": (_LIST, True),
     "cwd": (_STR, True),
     "environment": (_DICT, True),  # common to the node's tasks
-    "tasks": (_LIST, True),  # of {"procid", "env", "stdout", "stderr", "append"}
+    # of {"procid", "env", "stdout", "stderr", "append", "forward"?}; forward: the streams
+    # ("out", "err") the agent sends to schedd (step_output) instead of writing to a path
+    "tasks": (_LIST, True),
     "time_limit": (_OPT_INT, True),  # the job's, seconds from job_start; None = unlimited
     "job_start": (_NUM, True),
     "kill_wait": (_INT, True),
@@ -288,6 +299,8 @@ def bound(value: Any, where: str, depth: int = 0) -> None:
     if isinstance(value, str):
         if where.endswith(".script"):
             limit = MAX_SCRIPT_BYTES
+        elif where == "step_output.data":
+            limit = MAX_OUTPUT_DATA
         elif ".environment" in where:
             limit = MAX_ENV_VALUE
         else:

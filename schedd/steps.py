@@ -3,9 +3,9 @@
 ``plan`` lays a step's tasks over the job's allocation the way Slurm's default ``block``
 distribution does (fill each node's share before the next, ranks in node order) and picks each
 node's GPUs from what the job holds there. ``StepTable`` is schedd's in-memory record of the
-steps still running: which nodes have yet to report, each task's exit, and the step's verdict
-(the worst task's). The ledger row (``job_steps``) is written by the handler; this module is
-pure and testable alone.
+steps still running: which nodes have yet to report, each task's exit, the step's verdict
+(the worst task's) and its forwarded output not yet read by srun (schedd.stepoutput). The
+ledger row (``job_steps``) is written by the handler; this module is pure and testable alone.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from schedd.accounting import STAT_CPU_SYSTEM, STAT_CPU_USER
 from schedd.hostlist import compress, expand
 from schedd.jobenv import job_ntasks
 from schedd.model import Job, NodeAllocation
+from schedd.stepoutput import StepOutput
 
 # Slurm's words for a step that ended badly, most telling first.
 _STATE_RANK = {"NODE_FAIL": 5, "TIMEOUT": 4, "CANCELLED": 3, "OUT_OF_MEMORY": 2, "FAILED": 1,
@@ -147,6 +148,7 @@ class LiveStep:
     states: list[str] = field(default_factory=list)  # as the nodes reported them
     end_time: float = 0.0
     cpu: list[float] | None = None  # [user, system] seconds, summed over the nodes that said
+    output: StepOutput = field(default_factory=StepOutput)  # forwarded, not yet read by srun
 
     @property
     def stats(self) -> dict[str, float]:

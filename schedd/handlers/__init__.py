@@ -88,6 +88,7 @@ def _registry() -> tuple[dict[str, Handler], dict[str, Handler]]:
         "job_started": agent.job_started,
         "job_ended": agent.job_ended,
         "step_ended": steps.step_ended,
+        "step_output": steps.step_output,
     }
     return client, agents
 

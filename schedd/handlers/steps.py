@@ -4,9 +4,13 @@ The flow of one ``srun`` inside a batch job::
 
     srun --step_start--> schedd: owner? RUNNING? lay tasks over the allocation (schedd.steps),
                          commit the job_steps row (RUNNING), then launch_step to every node
-    agentd (each node) runs its tasks as the job's user, each writing its own output files,
-                         and reports step_ended (every task's exit) until acknowledged
-    srun --step_wait--> schedd: done yet? the worst task's exit; srun exits with it
+    agentd (each node) runs its tasks as the job's user, each writing its own output files
+                         or, without --output/--error, files in the agent's spool that it
+                         sends on (step_output, acknowledged by offset), and reports
+                         step_ended (every task's exit) once all of that output is taken
+    srun --step_wait--> schedd: the forwarded output srun has not yet written (srun's cursors
+                         release what it has), then, once the step ended and every byte was
+                         delivered, the worst task's exit; srun exits with it
 
 The batch step (``JOBID.batch``) gets its row here too, when a job starts and ends, so sacct
 shows both kinds. When a job ends, every step of it still running is told to stop on every
@@ -17,6 +21,8 @@ lost.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 from typing import Any
@@ -29,6 +35,7 @@ from schedd.jobenv import expand_output_pattern, step_environment, task_overlay
 from schedd.ledger.store import LedgerError, StepRecord
 from schedd.model import Job, JobState, NodeAllocation
 from schedd.state import RUNNING_STATES
+from schedd.stepoutput import STREAMS, parse_cursors
 from schedd.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
 
 log = logging.getLogger("schedd.steps")
@@ -83,13 +90,16 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
 
 
 def step_wait(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
-    """Has the step ended? With every task's exit once it has (srun polls this)."""
+    """srun polls this: the forwarded output it has not written yet (its cursors say what it
+    has), and, once the step has ended and all of it was delivered, every task's exit."""
     job_id, step_id = body["job_id"], body["step_id"]
     live = ctx.steps.get(job_id, step_id)
     if live is not None:
         _own_job(ctx, caller, job_id)
-        if not live.done:
-            return {"done": False}
+        live.output.trim(parse_cursors(body.get("cursors") or []))
+        if not (live.done and live.output.drained):
+            chunks = live.output.chunks()
+            return {"done": False, "output": chunks} if chunks else {"done": False}
         ctx.steps.forget(job_id, step_id)
         return {"done": True, "state": live.state, "exit_code": live.exit_code,
                 "exit_signal": live.exit_signal,
@@ -126,6 +136,8 @@ def step_cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
     job_id, step_id = body["job_id"], body["step_id"]
     _own_job(ctx, caller, job_id)
     live = ctx.steps.get(job_id, step_id)
+    if live is not None and body.get("detach"):
+        live.output.abandon()
     if live is None or live.done:
         return {"cancelled": False}
     for node in sorted(live.waiting):
@@ -163,11 +175,13 @@ def _task_files(job: Job, spec: dict[str, Any], step_id: int, shares: list[NodeS
     """Each task's launch entry: its rank overlay and its stdout/stderr paths.
 
     ``--output``/``--error`` patterns are expanded per task (%t rank, %n node index, %N node,
-    %s step); without them output goes to the spool srun forwards from. A file shared by tasks
-    of several nodes is opened for appending (srun truncated it before asking), so no node
-    clobbers another's lines."""
+    %s step); without them, when srun asks to ``forward``, the stream is sent over the wire
+    (the path is then ""), else it goes to /dev/null. A file shared by tasks of several nodes
+    is opened for appending (srun truncated it before asking), so no node clobbers another's
+    lines."""
     out_pattern, err_pattern = spec.get("stdout") or "", spec.get("stderr") or ""
-    spool = spec.get("spool") or ""
+    forward = bool(spec.get("forward"))
+    unnamed = "" if forward else os.devnull
     base = cwd.replace("%", "%%")
     tasks: dict[int, dict[str, Any]] = {}
     writers: dict[str, set[str]] = {}
@@ -179,28 +193,22 @@ def _task_files(job: Job, spec: dict[str, Any], step_id: int, shares: list[NodeS
                 full = pattern if os.path.isabs(pattern) else os.path.join(base, pattern)
                 return expand_output_pattern(full, job, node, subs)
 
-            if out_pattern:
-                stdout = path(out_pattern)
-            elif spool:
-                stdout = os.path.join(spool, f"{procid}.out")
-            else:
-                stdout = os.devnull
+            stdout = path(out_pattern) if out_pattern else unnamed
             if err_pattern:
                 stderr = path(err_pattern)
-            elif out_pattern:
-                stderr = stdout
-            elif spool:
-                stderr = os.path.join(spool, f"{procid}.err")
             else:
-                stderr = os.devnull
+                stderr = stdout if out_pattern else unnamed
             tasks[procid] = {"procid": procid, "env": task_overlay(procid, local),
                              "stdout": stdout, "stderr": stderr, "append": False}
-            for p in {stdout, stderr}:
+            streams = [name for name, p in zip(STREAMS, (stdout, stderr), strict=True) if not p]
+            if streams:
+                tasks[procid]["forward"] = streams
+            for p in {stdout, stderr} - {""}:
                 writers.setdefault(p, set()).add(share.node)
     appending = spec.get("open_mode") == "append"
     for entry in tasks.values():
         entry["append"] = appending or any(
-            len(writers[p]) > 1 for p in (entry["stdout"], entry["stderr"]))
+            len(writers.get(p, ())) > 1 for p in (entry["stdout"], entry["stderr"]))
     return tasks
 
 
@@ -226,6 +234,25 @@ def step_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any
     if live.node_ended(caller, str(body["state"]), exits, end, cpu):
         _store_end(ctx, live)
     return {}
+
+
+def step_output(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A chunk of a task's forwarded output: kept for srun if it is the next one and fits.
+    The reply is the offset expected next (cumulative acknowledgement), or ``gone`` when no
+    srun can read it any more (the step was forgotten: its job ended, or schedd restarted)."""
+    if body["node"] != caller:
+        raise RequestError(f"agent {caller!r} cannot speak for node {body['node']!r}")
+    live = ctx.steps.get(body["job_id"], body["step_id"])
+    if live is None or caller not in live.nodes:
+        return {"gone": True}
+    procid, stream, offset = body["procid"], body["stream"], body["offset"]
+    if stream not in STREAMS or not 0 <= procid < live.num_tasks or offset < 0:
+        raise RequestError("step_output: no such task stream")
+    try:
+        data = base64.b64decode(body["data"], validate=True)
+    except binascii.Error:
+        raise RequestError("step_output: data is not base64") from None
+    return {"expected": live.output.accept((procid, stream), offset, data)}
 
 
 def _cpu(value: Any) -> tuple[float, float] | None:

@@ -147,6 +147,54 @@ def test_steps_run_as_the_jobs_user_on_every_node(two_nodes: Cluster, workdir: P
     assert sorted(out.splitlines()) == [f"0: {uid}", f"1: {uid}"]
 
 
+def _forward_dirs(cluster: Cluster) -> list[str]:
+    """What is left in the agents' forwarded-output spools (nothing, once steps ended)."""
+    return [p.name for p in cluster.home.glob("spool/*/steps/*")]
+
+
+def test_forwarded_output_needs_no_shared_directory(two_nodes: Cluster, workdir: Path) -> None:
+    """Output of tasks on two nodes comes to srun over the wire: KILN_STEP_SPOOL names a
+    directory nobody can make, and every line still arrives, labelled, on the right stream."""
+    script = workdir / "fwd.sh"
+    script.write_text("#!/bin/bash\nexport KILN_STEP_SPOOL=/nonexistent/kiln-no-spool\n"
+                      "srun -l bash -c 'for i in 1 2 3; do echo out $SLURM_PROCID $i; "
+                      "echo err $SLURM_PROCID $i >&2; done'\n")
+    job_id = two_nodes.sbatch("-N", "2", "--ntasks-per-node", "2", "-o", "job.out", "-e",
+                              "job.err", str(script), cwd=workdir)
+    job = two_nodes.wait(job_id, FINISHED)
+    out, err = (workdir / "job.out").read_text(), (workdir / "job.err").read_text()
+    assert job["state"] == "COMPLETED", out + err
+    for text, word in ((out, "out"), (err, "err")):
+        assert sorted(text.splitlines()) == sorted(
+            f"{p}: {word} {p} {i}" for p in range(4) for i in (1, 2, 3)), text
+    assert _steps(two_nodes, job_id)["0"][:2] == ("COMPLETED", 0)
+    assert _forward_dirs(two_nodes) == []
+
+
+def test_megabytes_of_output_arrive_byte_exact(two_nodes: Cluster, workdir: Path) -> None:
+    """Two tasks write ~3 MB each (more than schedd buffers for a step: chunking and
+    backpressure); srun's output, split by label, is exactly what each task wrote."""
+    import hashlib
+
+    script = workdir / "big.sh"
+    script.write_text("#!/bin/bash\nsrun -l -N 2 -n 2 bash -c 'head -c 2250000 /dev/urandom "
+                      "| base64 -w 100 > data.$SLURM_PROCID; cat data.$SLURM_PROCID'\n")
+    job_id = two_nodes.sbatch("-N", "2", str(script), cwd=workdir)
+    job = two_nodes.wait(job_id, FINISHED, timeout=120)
+    out = (workdir / f"slurm-{job_id}.out").read_bytes()
+    assert job["state"] == "COMPLETED", out[-2000:]
+    by_task: dict[bytes, list[bytes]] = {b"0": [], b"1": []}
+    for line in out.splitlines(keepends=True):
+        label, _, rest = line.partition(b": ")
+        by_task[label].append(rest)
+    for procid in (0, 1):
+        sent = (workdir / f"data.{procid}").read_bytes()
+        got = b"".join(by_task[str(procid).encode()])
+        assert len(got) == len(sent) > 3_000_000
+        assert hashlib.sha256(got).digest() == hashlib.sha256(sent).digest()
+    assert _forward_dirs(two_nodes) == []
+
+
 BURN = ("import sys, time; t = time.process_time()\n"
         "while time.process_time() - t < float(sys.argv[1]): pass\n")
 

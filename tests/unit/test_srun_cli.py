@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import shlex
 from pathlib import Path
@@ -45,14 +46,14 @@ def test_no_command_is_slurms_fatal_line(capsys) -> None:
 def test_step_request_carries_only_what_was_given(monkeypatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "12")
     settings, command = srun.parse(["-n", "4", "--export=NONE", "hostname"])
-    body = srun.step_body(12, settings, command, "/w", "/tmp/sp")
+    body = srun.step_body(12, settings, command, "/w")
     assert body == {"job_id": 12, "argv": ["hostname"], "cwd": "/w", "environment": {},
-                    "name": "hostname", "ntasks": 4, "spool": "/tmp/sp"}
+                    "name": "hostname", "ntasks": 4, "forward": True}
     settings, command = srun.parse(["-o", "a", "-e", "b", "--open-mode=append", "-J", "s", "x"])
-    body = srun.step_body(12, settings, command, "/w", "/tmp/sp")
+    body = srun.step_body(12, settings, command, "/w")
     assert (body["stdout"], body["stderr"], body["open_mode"], body["name"]) == \
         ("a", "b", "append", "s")
-    assert "spool" not in body
+    assert "forward" not in body
 
 
 def test_tail_copies_whole_lines_with_labels_as_they_come(tmp_path: Path) -> None:
@@ -112,3 +113,19 @@ def test_shared_output_files_are_truncated_first(tmp_path: Path, monkeypatch) ->
     srun.truncate_shared("all-%j-%x.txt", 12, str(tmp_path))
     srun.truncate_shared("t-%t.txt", 12, str(tmp_path))
     assert shared.read_text() == "" and per_task.read_text() == "old\n"
+
+
+def test_forwarded_chunks_are_written_once_from_the_cursor_on() -> None:
+    out, err = io.BytesIO(), io.BytesIO()
+    fwd = srun.Forwarded({(0, "out"): srun.Lines(out, b"0: "), (0, "err"): srun.Lines(err)})
+    b64 = [base64.b64encode(t).decode() for t in (b"one\ntw", b"o\nthree", b"oops")]
+    assert fwd.take([[0, "out", 0, b64[0]], [0, "err", 0, b64[2]]])
+    assert fwd.cursor_list() == [[0, "out", 6], [0, "err", 4]]
+    assert not fwd.take([[0, "out", 0, b64[0]]])  # a resend of what srun wrote
+    assert not fwd.take([[0, "out", 9, b64[1]]])  # a gap cannot be written
+    assert not fwd.take([[5, "out", 0, b64[1]], [0, "out", 6, "!!"]])  # unknown, malformed
+    fwd.take([[0, "out", 6, b64[1]]])
+    assert out.getvalue() == b"0: one\n0: two\n"
+    fwd.finish()
+    assert out.getvalue() == b"0: one\n0: two\n0: three"
+    assert err.getvalue() == b"oops"

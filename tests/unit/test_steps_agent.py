@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import pwd
 import time
@@ -10,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from agentd.forward import BACKOFF
+from agentd.forward import RESEND_AFTER as FORWARD_RESEND
 from agentd.launcher import Launcher
 from agentd.steps import EXEC_FAILED, RESEND_AFTER, StepRunner
+from schedd.stepoutput import StepOutput
 
 
 @pytest.fixture
@@ -41,9 +45,15 @@ def _spec(tmp_path: Path, argv: list[str], ntasks: int = 2, step_id: int = 0,
     return spec
 
 
-def _report(runner: StepRunner, limit: float = 30.0) -> dict[str, Any]:
+def _report(runner: StepRunner, limit: float = 30.0,
+            buf: StepOutput | None = None) -> dict[str, Any]:
+    """The step_ended report, acknowledged; with ``buf``, play schedd meanwhile: take every
+    forwarded chunk the runner sends into it and answer with the offset expected next."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
+        for token, chunk in runner.output_due() if buf is not None else []:
+            key, data = (chunk["procid"], chunk["stream"]), base64.b64decode(chunk["data"])
+            runner.output_answered(token, {"expected": buf.accept(key, chunk["offset"], data)})
         due = runner.poll()
         if due:
             (key, body), = due
@@ -140,3 +150,83 @@ def test_a_step_for_an_unknown_user_fails_at_once(runner: StepRunner, tmp_path: 
     assert runner.launch(spec)
     body = _report(runner)
     assert body["state"] == "FAILED" and body["tasks"] == [[0, 1, 0], [1, 1, 0]]
+
+
+# --- forwarded output (agentd/forward.py) ----------------------------------------------------
+
+
+def _forwarded_spec(tmp_path: Path, argv: list[str], ntasks: int = 2) -> dict[str, Any]:
+    spec = _spec(tmp_path, argv, ntasks=ntasks)
+    for task in spec["tasks"]:
+        task.update(stdout="", stderr="", forward=["out", "err"])
+    return spec
+
+
+def _text(buf: StepOutput) -> dict[tuple[int, str], bytes]:
+    return {key: bytes(p.data) for key, p in buf.streams.items() if p.data}
+
+
+def test_forwarded_output_is_sent_and_the_report_waits_for_it(runner: StepRunner,
+                                                              tmp_path: Path) -> None:
+    runner.launch(_forwarded_spec(tmp_path, ["sh", "-c", "echo o$SLURM_PROCID; echo e >&2; "
+                                             "head -c 200000 /dev/zero"]))
+    steps_dir = runner.launcher.spool.root / "steps" / "5.0"
+    assert steps_dir.is_dir() and steps_dir.stat().st_mode & 0o777 == 0o700
+    buf = StepOutput()
+    body = _report(runner, buf=buf)
+    assert body["state"] == "COMPLETED"
+    text = _text(buf)
+    assert text[(0, "out")] == b"o0\n" + b"\0" * 200000  # several chunks, in order
+    assert text[(1, "out")] == b"o1\n" + b"\0" * 200000
+    assert text[(0, "err")] == text[(1, "err")] == b"e\n"
+    assert not steps_dir.exists()  # removed once schedd took everything
+    assert list(tmp_path.glob("*.out")) == []  # nothing written where srun is
+
+
+def test_no_report_while_schedd_has_not_taken_the_output(runner: StepRunner,
+                                                         tmp_path: Path) -> None:
+    runner.launch(_forwarded_spec(tmp_path, ["echo", "hi"], ntasks=1))
+    deadline = time.monotonic() + 30
+    while (5, 0) not in runner._draining:
+        assert time.monotonic() < deadline, "the task never ended"
+        assert runner.poll() == []
+        time.sleep(0.01)
+    sent = runner.output_due()
+    assert [b["offset"] for _, b in sent] == [0]
+    assert runner.output_due() == []  # in flight: not sent again at once
+    now = time.time()
+    assert runner.poll(now) == []
+    full = StepOutput(cap=1)
+    token, body = sent[0]
+    runner.output_answered(token, {"expected": full.accept((0, "out"), 0, b"hi\n")}, now)
+    assert runner.output_due(now) == []  # refused: back off before the resend
+    again = runner.output_due(now + BACKOFF)
+    assert [b["offset"] for _, b in again] == [0]
+    assert runner.output_due(now + BACKOFF + 1) == []
+    lost = runner.output_due(now + BACKOFF + FORWARD_RESEND + 0.1)  # no answer: go back
+    assert [b["offset"] for _, b in lost] == [0]
+    runner.output_answered(lost[0][0], {"expected": 3}, now)
+    body = _report(runner, buf=StepOutput())
+    assert body["tasks"] == [[0, 0, 0]]
+
+
+def test_output_of_a_step_schedd_forgot_is_dropped(runner: StepRunner, tmp_path: Path) -> None:
+    runner.launch(_forwarded_spec(tmp_path, ["echo", "hi"], ntasks=1))
+    deadline = time.monotonic() + 30
+    while True:
+        assert time.monotonic() < deadline, "no report"
+        for token, _ in runner.output_due():
+            runner.output_answered(token, {"gone": True})
+        if runner.poll():
+            break
+        time.sleep(0.01)
+    assert not (runner.launcher.spool.root / "steps" / "5.0").exists()
+
+
+def test_a_cancelled_steps_banner_goes_to_its_forwarded_stderr(runner: StepRunner,
+                                                               tmp_path: Path) -> None:
+    runner.launch(_forwarded_spec(tmp_path, ["sleep", "600"], ntasks=1))
+    runner.terminate(5, 0, "CANCELLED")
+    buf = StepOutput()
+    assert _report(runner, buf=buf)["state"] == "CANCELLED"
+    assert b"*** STEP 5.0 ON node1 CANCELLED AT" in _text(buf)[(0, "err")]

@@ -3,6 +3,7 @@ against a real ledger on both databases, with the agents replaced by a recorder.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -87,7 +88,7 @@ def ctx(store):
 
 def _start(ctx, caller: Caller = OWNER, **kw: Any) -> dict[str, Any]:
     step = {"job_id": 7, "argv": ["hostname"], "environment": {"PATH": "/bin"}, "cwd": "/work",
-            "spool": "/tmp/sp", **kw}
+            "forward": True, **kw}
     return h.step_start(ctx, caller, {"step": step})
 
 
@@ -118,16 +119,22 @@ def test_step_start_lays_tasks_over_the_nodes_and_commits_a_running_row(ctx) -> 
     assert _start(ctx)["step_id"] == 1
 
 
-def test_forwarded_output_goes_to_the_spool_and_shared_files_append(ctx) -> None:
+def test_forwarded_output_goes_over_the_wire_and_shared_files_append(ctx) -> None:
     reply = _start(ctx)
-    assert reply["tasks"][3]["stdout"] == "/tmp/sp/3.out"
-    assert reply["tasks"][3]["stderr"] == "/tmp/sp/3.err"
+    assert (reply["tasks"][3]["stdout"], reply["tasks"][3]["stderr"]) == ("", "")
+    first = [s for op, _, s in ctx.agents.sent if op == "launch_step" and s["step_id"] == 0]
+    assert all(t["forward"] == ["out", "err"] for s in first for t in s["tasks"])
     _start(ctx, stdout="all-%j.txt")
     second = [s for op, _, s in ctx.agents.sent if op == "launch_step" and s["step_id"] == 1]
     assert all(t["append"] for s in second for t in s["tasks"])  # two nodes write it
     _start(ctx, stdout="node-%n.txt")
     third = [s for op, _, s in ctx.agents.sent if op == "launch_step" and s["step_id"] == 2]
     assert not any(t["append"] for s in third for t in s["tasks"])
+    assert not any("forward" in t for s in second + third for t in s["tasks"])
+    _start(ctx, stderr="err-%t.txt")
+    fourth = [s for op, _, s in ctx.agents.sent if op == "launch_step" and s["step_id"] == 3]
+    assert all(t["forward"] == ["out"] and t["stderr"].startswith("/work/err-")
+               for s in fourth for t in s["tasks"])
 
 
 def test_only_the_owner_or_root_starts_steps_in_a_running_job(ctx) -> None:
@@ -232,3 +239,59 @@ def test_step_cpu_time_is_summed_over_nodes_even_after_a_restart(ctx) -> None:
     row = next(r for r in ctx.state.store.query_steps([7]) if r.step_id == "1")
     assert (row.state, row.exit_code, row.end_time) == ("FAILED", 3, 1009.0)
     assert row.stats == {"cpu_user_s": 0.5, "cpu_system_s": 0.5}
+
+
+def _output(ctx, node: str, procid: int, offset: int, data: bytes,
+            stream: str = "out") -> dict[str, Any]:
+    body = {"node": node, "job_id": 7, "step_id": 0, "procid": procid, "stream": stream,
+            "offset": offset, "data": base64.b64encode(data).decode()}
+    protocol.check(body, protocol.AGENT_OPS["step_output"], "step_output")
+    return h.step_output(ctx, node, body)
+
+
+def test_forwarded_output_reaches_srun_and_done_waits_until_it_is_read(ctx) -> None:
+    _start(ctx)
+    assert _output(ctx, "node1", 0, 0, b"a\n") == {"expected": 2}
+    assert _output(ctx, "node1", 0, 0, b"a\n") == {"expected": 2}  # a resend
+    assert _output(ctx, "node2", 3, 0, b"e", "err") == {"expected": 1}
+    _end(ctx, "node1", [[0, 0, 0], [1, 0, 0]])
+    _end(ctx, "node2", [[2, 0, 0], [3, 0, 0]])
+    wait = {"job_id": 7, "step_id": 0}
+    first = h.step_wait(ctx, OWNER, wait)
+    assert first["done"] is False
+    assert sorted(first["output"]) == [[0, "out", 0, base64.b64encode(b"a\n").decode()],
+                                       [3, "err", 0, base64.b64encode(b"e").decode()]]
+    partly = h.step_wait(ctx, OWNER, {**wait, "cursors": [[0, "out", 2]]})
+    assert partly["done"] is False and [c[:3] for c in partly["output"]] == [[3, "err", 0]]
+    done = h.step_wait(ctx, OWNER, {**wait, "cursors": [[0, "out", 2], [3, "err", 1]]})
+    assert done["done"] and done["state"] == "COMPLETED" and "output" not in done
+    assert _output(ctx, "node1", 0, 2, b"late") == {"gone": True}  # the step is forgotten
+
+
+def test_step_output_is_checked(ctx) -> None:
+    _start(ctx)
+    with pytest.raises(RequestError, match="cannot speak"):
+        h.step_output(ctx, "node1", {"node": "node2", "job_id": 7, "step_id": 0, "procid": 0,
+                                     "stream": "out", "offset": 0, "data": ""})
+    with pytest.raises(RequestError, match="no such task stream"):
+        _output(ctx, "node1", 9, 0, b"x")
+    with pytest.raises(RequestError, match="no such task stream"):
+        _output(ctx, "node1", 0, 0, b"x", stream="in")
+    with pytest.raises(RequestError, match="base64"):
+        h.step_output(ctx, "node1", {"node": "node1", "job_id": 7, "step_id": 0, "procid": 0,
+                                     "stream": "out", "offset": 0, "data": "!!"})
+    with pytest.raises(protocol.ProtocolError, match="longer than"):
+        protocol.check({"node": "n", "job_id": 7, "step_id": 0, "procid": 0, "stream": "out",
+                        "offset": 0, "data": "A" * (protocol.MAX_OUTPUT_DATA + 4)},
+                       protocol.AGENT_OPS["step_output"], "step_output")
+    assert _output(ctx, "node3", 0, 0, b"x") == {"gone": True}  # not a node of the step
+
+
+def test_srun_leaving_at_once_discards_the_steps_output(ctx) -> None:
+    _start(ctx)
+    _output(ctx, "node1", 0, 0, b"unread")
+    h.step_cancel(ctx, OWNER, {"job_id": 7, "step_id": 0, "detach": True})
+    assert _output(ctx, "node1", 0, 6, b"more") == {"expected": 10}
+    _end(ctx, "node1", [[0, 0, 0], [1, 0, 0]], state="CANCELLED")
+    _end(ctx, "node2", [[2, 0, 0], [3, 0, 0]], state="CANCELLED")
+    assert h.step_wait(ctx, OWNER, {"job_id": 7, "step_id": 0})["done"]
