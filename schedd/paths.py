@@ -3,10 +3,17 @@
 The fast path of ``sbatch``/``squeue``/``scancel`` reads the TOML here and builds nothing else
 (``schedd.config`` builds the whole typed Config, which costs more than a submission should).
 Lookup order: ``$KILN_CONF``, ``$KILN_HOME/kiln.toml`` (default ``~/.kiln``), ``/etc/kiln/kiln.toml``.
+
+Even ``tomllib`` costs a short command about 5 ms (a tenth of an ``sbatch``), so the parsed
+TOML is also kept as JSON beside the file (``.kiln.toml.json``), tagged with the TOML's inode,
+size and mtime: a command reads that instead while it still matches, and parses (and rewrites
+it, where it may) when the TOML changed. The copy is trusted only when its owner is root or the
+TOML's owner and nobody else may write it, so a planted file in a shared directory is ignored.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 SYSTEM_CONF = "/etc/kiln/kiln.toml"
@@ -38,17 +45,78 @@ def read_raw(path: str | None = None) -> tuple[str | None, dict]:
     path = path or find_config_path()
     if path is None:
         return None, {}
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from None
+    raw = _cached(path, st)
+    if raw is None:
+        raw = _parse(path)
+        _save_cache(path, st, raw)
+    return path, raw
+
+
+def _parse(path: str) -> dict:
     import tomllib
 
     try:
         with open(path, "rb") as fh:
-            return path, tomllib.load(fh)
+            return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} not found") from None
     except PermissionError:
         raise ConfigError(f"config file {path} is not readable") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def cache_path(path: str) -> str:
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}.json")
+
+
+def _tag(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _cached(path: str, st: os.stat_result) -> dict | None:
+    """The TOML's parsed copy, if there is one that matches the file and can be trusted."""
+    try:
+        with open(cache_path(path), "rb") as fh:
+            own = os.fstat(fh.fileno())
+            if own.st_uid not in (0, st.st_uid) or own.st_mode & 0o022:
+                return None
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("tag") != _tag(st) or not isinstance(
+            doc.get("raw"), dict):
+        return None
+    return doc["raw"]
+
+
+def _save_cache(path: str, st: os.stat_result, raw: dict) -> None:
+    """Best effort, by the TOML's owner or root only; never fails the command."""
+    if os.geteuid() not in (0, st.st_uid):
+        return
+    target = cache_path(path)
+    temp = f"{target}.{os.getpid()}"
+    try:
+        text = json.dumps({"tag": _tag(st), "raw": raw})
+    except (TypeError, ValueError):
+        return  # a value JSON cannot hold (a TOML date): no copy, parse each time
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(temp, target)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
 
 
 def home_of(path: str | None, raw: dict) -> str:

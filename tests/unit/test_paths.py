@@ -1,0 +1,76 @@
+"""schedd.paths: the fast path's config reading and its parsed copy beside the TOML."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from schedd import paths
+
+
+def _conf(tmp_path: Path, text: str) -> str:
+    conf = tmp_path / "kiln.toml"
+    conf.write_text(text)
+    return str(conf)
+
+
+def test_the_parsed_copy_is_used_while_the_toml_is_unchanged(tmp_path: Path) -> None:
+    conf = _conf(tmp_path, '[schedd]\nclient_endpoint = "ipc:///a.sock"\n')
+    assert paths.client_endpoint(conf) == "ipc:///a.sock"
+    copy = Path(paths.cache_path(conf))
+    assert copy.name == ".kiln.toml.json" and oct(copy.stat().st_mode & 0o777) == "0o644"
+    doc = json.loads(copy.read_text())
+    doc["raw"]["schedd"]["client_endpoint"] = "ipc:///from-the-copy.sock"
+    copy.write_text(json.dumps(doc))
+    sys.modules.pop("tomllib", None)
+    assert paths.client_endpoint(conf) == "ipc:///from-the-copy.sock"
+    assert "tomllib" not in sys.modules  # the copy spared the parse
+
+
+def test_a_changed_toml_is_parsed_again_and_the_copy_rewritten(tmp_path: Path) -> None:
+    conf = _conf(tmp_path, "max_array_size = 10\n")
+    assert paths.max_array_size(conf) == 10
+    Path(conf).write_text("max_array_size = 200\n")  # other size
+    assert paths.max_array_size(conf) == 200
+    assert json.loads(Path(paths.cache_path(conf)).read_text())["raw"] == {"max_array_size": 200}
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646])
+def test_a_copy_others_may_write_is_ignored(tmp_path: Path, mode: int) -> None:
+    conf = _conf(tmp_path, "max_array_size = 10\n")
+    paths.max_array_size(conf)
+    copy = Path(paths.cache_path(conf))
+    doc = json.loads(copy.read_text())
+    doc["raw"]["max_array_size"] = 99
+    copy.write_text(json.dumps(doc))
+    os.chmod(copy, mode)
+    assert paths.max_array_size(conf) == 10
+
+
+def test_broken_copy_and_bad_toml(tmp_path: Path) -> None:
+    conf = _conf(tmp_path, "max_array_size = 10\n")
+    Path(paths.cache_path(conf)).write_text("{not json")
+    assert paths.max_array_size(conf) == 10
+    Path(conf).write_text("max_array_size = \n")
+    with pytest.raises(paths.ConfigError, match="kiln.toml"):
+        paths.read_raw(conf)
+    with pytest.raises(paths.ConfigError, match="not found"):
+        paths.read_raw(str(tmp_path / "nope.toml"))
+
+
+def test_a_copy_owned_by_someone_else_is_ignored_and_not_overwritten(tmp_path: Path) -> None:
+    conf = _conf(tmp_path, "max_array_size = 10\n")
+    paths.max_array_size(conf)
+    copy = Path(paths.cache_path(conf))
+    doc = json.loads(copy.read_text())
+    doc["raw"]["max_array_size"] = 99
+    copy.write_text(json.dumps(doc))
+    os.chown(conf, 65534, 65534)  # the TOML is nobody's now, the copy still root's: trusted
+    assert paths.max_array_size(conf) == 99
+    os.chown(conf, 0, 0)
+    os.chown(copy, 65534, 65534)  # a copy by neither root nor the TOML's owner
+    assert paths.max_array_size(conf) == 10
