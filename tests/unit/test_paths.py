@@ -18,6 +18,16 @@ def _conf(tmp_path: Path, text: str) -> str:
     return str(conf)
 
 
+def _tampered_copy(conf: str, **raw: object) -> Path:
+    """Read ``conf`` once (which writes its copy), then change values in the copy only."""
+    paths.max_array_size(conf)
+    copy = Path(paths.cache_path(conf))
+    doc = json.loads(copy.read_text())
+    doc["raw"].update(raw)
+    copy.write_text(json.dumps(doc))
+    return copy
+
+
 def test_the_parsed_copy_is_used_while_the_toml_is_unchanged(tmp_path: Path) -> None:
     conf = _conf(tmp_path, '[schedd]\nclient_endpoint = "ipc:///a.sock"\n')
     assert paths.client_endpoint(conf) == "ipc:///a.sock"
@@ -42,11 +52,7 @@ def test_a_changed_toml_is_parsed_again_and_the_copy_rewritten(tmp_path: Path) -
 @pytest.mark.parametrize("mode", [0o666, 0o646])
 def test_a_copy_others_may_write_is_ignored(tmp_path: Path, mode: int) -> None:
     conf = _conf(tmp_path, "max_array_size = 10\n")
-    paths.max_array_size(conf)
-    copy = Path(paths.cache_path(conf))
-    doc = json.loads(copy.read_text())
-    doc["raw"]["max_array_size"] = 99
-    copy.write_text(json.dumps(doc))
+    copy = _tampered_copy(conf, max_array_size=99)
     os.chmod(copy, mode)
     assert paths.max_array_size(conf) == 10
 
@@ -64,11 +70,7 @@ def test_broken_copy_and_bad_toml(tmp_path: Path) -> None:
 
 def test_a_copy_owned_by_someone_else_is_ignored_and_not_overwritten(tmp_path: Path) -> None:
     conf = _conf(tmp_path, "max_array_size = 10\n")
-    paths.max_array_size(conf)
-    copy = Path(paths.cache_path(conf))
-    doc = json.loads(copy.read_text())
-    doc["raw"]["max_array_size"] = 99
-    copy.write_text(json.dumps(doc))
+    copy = _tampered_copy(conf, max_array_size=99)
     os.chown(conf, 65534, 65534)  # the TOML is nobody's now, the copy still root's: trusted
     assert paths.max_array_size(conf) == 99
     os.chown(conf, 0, 0)
