@@ -73,10 +73,13 @@ class State:
             self.store.write_accounting(defaults)
         self.usage.load(self.store, self.accounts, now)
 
+    def gpu_types(self) -> dict[str, str]:
+        """Node -> its GPU model, for the typed TRES (``gres/gpu:<type>``) of allocations."""
+        return {name: node.gpu_model for name, node in self.nodes.items() if node.gpus}
+
     def accrue_usage(self, now: float) -> None:
         """Charge running (and just ended) jobs' use to their associations (schedd/usage.py)."""
-        gpu_types = {n.name: n.gpu_model for n in self.nodes.values()}
-        self.usage.accrue(self.jobs.values(), self.accounts, now, gpu_types)
+        self.usage.accrue(self.jobs.values(), self.accounts, now, self.gpu_types())
         self.usage.save(self.store, now)
 
     def partitions_of(self, node_name: str) -> list[str]:

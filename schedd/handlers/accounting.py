@@ -28,10 +28,6 @@ def _policy(ctx: Context) -> accounting.BillingPolicy:
     return accounting.BillingPolicy(dict(sched.tres_billing_weights), sched.billing_max_tres)
 
 
-def _gpu_types(ctx: Context) -> dict[str, str]:
-    return {name: node.gpu_model for name, node in ctx.state.nodes.items() if node.gpus}
-
-
 def _user_names(users: list[Any]) -> list[str]:
     """-u takes names or uids; the ledger keeps names (and a uid nobody has stays as is)."""
     names = []
@@ -110,7 +106,7 @@ def acct_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, A
     jobs = _select(ctx, body)
     with_steps = body.get("steps", True) is not False
     steps = _steps_of(ctx, jobs) if with_steps or _job_row_needs_steps(body) else {}
-    rc = accounting.RowContext(now, _policy(ctx), _gpu_types(ctx), ctx.cfg.cluster_name)
+    rc = accounting.RowContext(now, _policy(ctx), ctx.state.gpu_types(), ctx.cfg.cluster_name)
     rows: list[dict[str, Any]] = []
     for job in jobs:
         if body.get("duplicates") and job.restart_count:
@@ -158,7 +154,7 @@ def acct_report(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
         raise RequestError("the report's end is before its start")
     window = accounting.Window(start, end)
     jobs = ctx.state.store.query_jobs(start=start, end=end)
-    gpu_types = _gpu_types(ctx)
+    gpu_types = ctx.state.gpu_types()
     report = accounting.usage_report(
         [ctx.state.jobs.get(j.id) or j for j in jobs], ctx.state.nodes.values(), window, now,
         _policy(ctx), gpu_types)

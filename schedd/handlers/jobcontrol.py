@@ -300,13 +300,10 @@ def enforce_budgets(ctx: Context, now: float) -> None:
     """End running jobs under a spent GrpTRESMins budget: TIMEOUT, as Slurm's
     acct_policy_job_time_out does (``limits.spent_budgets`` says which and why)."""
     state = ctx.state
-    if not state.accounts.has_limits():
-        return
-    table = state.accounts.limit_table(state.usage.tres_mins)
-    if not any(a.limits.grp_tres_mins for a in table.assocs.values()):
+    if not any(a.limits.grp_tres_mins for a in state.accounts.assocs.values()):
         return  # no budget anywhere: nothing to spend (the usual case, checked every second)
-    gpu_types = {name: node.gpu_model for name, node in state.nodes.items() if node.gpus}
-    spent = limits.spent_budgets(table, state.running_views(now), gpu_types)
+    table = state.accounts.limit_table(state.usage.tres_mins)
+    spent = limits.spent_budgets(table, state.running_views(now), state.gpu_types())
     for job_id, why in spent.items():
         job = state.jobs[job_id]
         if job.state != JobState.RUNNING:
