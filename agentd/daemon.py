@@ -31,10 +31,10 @@ import zmq
 from agentd import gpus as gpu_discovery
 from agentd.launcher import Finished, Launcher, LaunchError
 from agentd.sampler import make_sampler
-from agentd.steps import StepRunner
+from agentd.step_tasks import StepRunner
 from schedd import config as kconfig
 from schedd import keys, protocol
-from schedd.jobenv import CHECKPOINT_TEMPLATE
+from schedd.domain.jobenv import CHECKPOINT_TEMPLATE
 from schedd.logs import setup_logging
 
 log = logging.getLogger("agentd")

@@ -35,8 +35,8 @@ from typing import Any, NamedTuple, Protocol
 
 import psutil
 
-from schedd import accounting as keys
 from schedd.model import GPU
+from schedd.reports import accounting as keys
 
 log = logging.getLogger("agentd.sampler")
 

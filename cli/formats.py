@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from schedd.states import COMPACT_STATES
+from schedd.slurm.states import COMPACT_STATES
 
 YEAR_SECONDS = 365 * 86400
 COMPACT = {str(state): compact for state, compact in COMPACT_STATES.items()}

@@ -255,7 +255,7 @@ def parse_array(text: str, max_array_size: int = 1001) -> tuple[str, int, list[i
     """--array=1-10, 1,3,5, 0-15:4, with %N throttle -> (spec, throttle, task ids).
 
     Like Slurm, every index must be below MaxArraySize (default 1001)."""
-    from schedd import arrayspec
+    from schedd.slurm import arrayspec
 
     spec = text.strip()
     try:
@@ -269,8 +269,8 @@ DEPENDENCY_ERROR = "Batch job submission failed: Job dependency problem"
 
 
 def parse_dependency(text: str) -> str:
-    """Check -d/--dependency syntax (schedd.dependency's grammar); returns the text unchanged."""
-    from schedd import dependency
+    """Check -d/--dependency syntax (schedd.slurm.dependency's grammar); returns the text unchanged."""
+    from schedd.slurm import dependency
 
     try:
         dependency.parse(text)
@@ -399,7 +399,7 @@ def build_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
 
 
 def _state_names() -> dict[str, str]:
-    from schedd.states import JobState
+    from schedd.slurm.states import JobState
 
     names = {s.compact: str(s) for s in JobState}
     names.update({str(s): str(s) for s in JobState})
@@ -409,7 +409,7 @@ def _state_names() -> dict[str, str]:
 
 def parse_states(text: str) -> tuple[list[str], bool]:
     """-t PD,R / pending,running / all -> (long state names, whether finished jobs are wanted)."""
-    from schedd.states import FINISHED_STATES
+    from schedd.slurm.states import FINISHED_STATES
 
     names = _state_names()
     states: list[str] = []
@@ -860,7 +860,7 @@ def list_filters(values: dict[str, str | None], dests: dict[str, str]) -> dict[s
 
         body["users"] = [getpass.getuser()]
     if values.get("nodelist"):
-        from schedd.hostlist import HostlistError, expand
+        from schedd.slurm.hostlist import HostlistError, expand
 
         try:
             body["nodes"] = expand(values["nodelist"])

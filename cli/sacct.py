@@ -137,7 +137,7 @@ def _limit_raw(row: dict[str, Any], opts: Options) -> str:
 
 
 def _units(value: Any, units: str, opts: Options) -> str:
-    from schedd.accounting import unit_text
+    from schedd.reports.accounting import unit_text
 
     if value is None:
         return ""
@@ -398,7 +398,7 @@ def build_query(values: dict[str, list[str | None]], specs: list[JobSpec],
     elif "allusers" not in values and not specs and os.getuid() != 0:
         query["users"] = [getpass.getuser()]
     if values.get("nodelist"):
-        from schedd.hostlist import HostlistError, expand
+        from schedd.slurm.hostlist import HostlistError, expand
 
         try:
             query["nodes"] = expand(last("nodelist") or "")

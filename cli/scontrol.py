@@ -26,8 +26,8 @@ from cli.options import (
     parse_memory_mb,
     parse_time_limit,
 )
-from schedd.hostlist import HostlistError, compress, expand
 from schedd.model import gres_type
+from schedd.slurm.hostlist import HostlistError, compress, expand
 
 PROG = "scontrol"
 

@@ -16,7 +16,7 @@ from cli.client import Client, ClientError
 from cli.errors import fail
 from cli.formats import fmt_duration, fmt_time
 from cli.options import OptionError, parse_begin, parse_time_limit
-from schedd.hostlist import HostlistError, compress, expand
+from schedd.slurm.hostlist import HostlistError, compress, expand
 
 UNLIMITED_DURATION = 365 * 86400  # Duration=UNLIMITED: a year, re-settable with update
 _NAME_KEYS = ("reservationname", "reservation", "res")
@@ -48,7 +48,7 @@ _MEMBER_KEYS = {"users": "users", "user": "users", "accounts": "accounts", "acco
 
 
 def parse_fields(pairs: list[tuple[str, str]], now: float) -> dict[str, Any]:
-    """scontrol's reservation Key=Value words -> the wire's fields (schedd.reservations.Request)."""
+    """scontrol's reservation Key=Value words -> the wire's fields (schedd.domain.reservation.Request)."""
     fields: dict[str, Any] = {}
     for key, value in pairs:
         low = key.lower()

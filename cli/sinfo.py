@@ -21,9 +21,9 @@ from cli.formats import (
     parse_long_format,
     parse_percent_format,
 )
+from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
 from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
-from schedd.hostlist import compress, expand
-from schedd.model import gres_type
+from schedd.slurm.hostlist import compress, expand
 
 PROG = "sinfo"
 
@@ -49,22 +49,7 @@ NODE_LONG_FORMAT = ("nodelist:0 ,nodes:.6 ,partition:.9 ,statelong:.11 ,cpus:4 ,
 SUMMARY_FORMAT = "partition:9 ,available:.5 ,time:.10 ,nodeaiot:.16 ,nodelist:0"
 REASON_FORMAT = "reason:20 ,user:9 ,timestamp:19 ,nodelist:0"
 
-# state_display -> (compact, long)
-NODE_STATES = {
-    "IDLE": ("idle", "idle"), "MIXED": ("mix", "mixed"), "ALLOCATED": ("alloc", "allocated"),
-    "DOWN": ("down", "down"), "DRAIN": ("drain", "drained"), "DRAINED": ("drain", "drained"),
-    "DRAINING": ("drng", "draining"), "FUTURE": ("futr", "future"),
-    "COMPLETING": ("comp", "completing"), "RESERVED": ("resv", "reserved"),
-}
-
 Group = dict[str, Any]  # {"partition": dict, "nodes": [node dicts]}
-
-
-def node_state(node: dict[str, Any], long: bool = False) -> str:
-    display = str(node.get("state_display") or node.get("state") or "IDLE").upper()
-    star = display.endswith("*")
-    names = NODE_STATES.get(display.rstrip("*"), (display.lower(), display.lower()))
-    return names[1 if long else 0] + ("*" if star else "")
 
 
 def _category(node: dict[str, Any]) -> str:
@@ -73,23 +58,6 @@ def _category(node: dict[str, Any]) -> str:
     if base in ("alloc", "mix", "comp"):
         return "A"
     return "I" if base == "idle" else "O"
-
-
-def node_gres(node: dict[str, Any]) -> str:
-    gpus = node.get("gpus") or []
-    if not gpus:
-        return "(null)"
-    gtype = gres_type(str(gpus[0].get("model", "")))
-    return f"gpu:{gtype}:{len(gpus)}" if gtype else f"gpu:{len(gpus)}"
-
-
-def node_gres_used(node: dict[str, Any]) -> str:
-    gpus = node.get("gpus") or []
-    if not gpus:
-        return "gpu:0"
-    gtype = gres_type(str(gpus[0].get("model", "")))
-    used = int(node.get("alloc_gpus") or 0)
-    return f"gpu:{gtype}:{used}" if gtype else f"gpu:{used}"
 
 
 def _aiot(counts: dict[str, int]) -> str:
@@ -188,15 +156,6 @@ LONG_NAMES.update({"gresused": "gresused", "statecomplete": "statelong", "cpuslo
 def main(argv: Sequence[str] | None = None) -> int:
     return run_command(PROG, sinfo_command, argv)
 
-
-def partition_nodes(part: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The partition's nodes: its own list, else the nodes that name it, else every node."""
-    names = part.get("nodes") or []
-    if names:
-        by_name = {n["name"]: n for n in nodes}
-        return [by_name[n] for n in names if n in by_name]
-    members = [n for n in nodes if part["name"] in (n.get("partitions") or [])]
-    return members or list(nodes)
 
 
 def group_nodes(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]],
@@ -322,7 +281,7 @@ def apply_filters(values: dict[str, str | None], partitions: list[dict[str, Any]
         wanted = set(values["partition"].split(","))
         partitions = [p for p in partitions if p["name"] in wanted]
     if values.get("nodes"):
-        from schedd.hostlist import HostlistError
+        from schedd.slurm.hostlist import HostlistError
 
         try:
             wanted_nodes = set(expand(values["nodes"]))

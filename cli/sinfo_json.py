@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cli.sinfo import node_gres, node_gres_used, node_state, partition_nodes
+from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
 
 
 def json_node(node: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +48,7 @@ def _minutes(secs: Any) -> int | None:
 
 def json_partition(part: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
     members = partition_nodes(part, nodes)
-    from schedd.hostlist import compress
+    from schedd.slurm.hostlist import compress
 
     return {
         "name": part["name"], "nodes": compress([n["name"] for n in members]),

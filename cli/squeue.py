@@ -182,7 +182,7 @@ def sort_order(table: Table, spec: str | None, ctx: Ctx, start: bool,
 
 def fold_pending_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Slurm keeps an array's not-yet-started tasks in one record: show '123_[4-9%2]'."""
-    from schedd.hostlist import compress
+    from schedd.slurm.hostlist import compress
 
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     out: list[dict[str, Any]] = []

@@ -14,7 +14,7 @@ import click
 
 from cli.client import Client, ClientError
 from cli.formats import fmt_duration, fmt_time
-from schedd.explain import FACTORS
+from schedd.reports.explain import FACTORS
 
 FACTOR_HEADERS = {"age": "AGE", "fairshare": "FAIRSHARE", "job_size": "JOBSIZE",
                   "partition": "PARTITION", "qos": "QOS", "assoc": "ASSOC", "nice": "NICE",

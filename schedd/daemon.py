@@ -25,19 +25,23 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import forecast, health, keys, leader, metrics, preemption, protocol
-from schedd.agents import AgentRegistry
-from schedd.handlers import AGENT_HANDLERS, CLIENT_HANDLERS, RequestError, jobcontrol
-from schedd.handlers import steps as job_steps
-from schedd.hostlist import compress
+from schedd import keys, leader, protocol
+from schedd.context import RequestError
+from schedd.domain.steps import StepTable, in_nodelist_order
+from schedd.handlers import jobcontrol
+from schedd.handlers import srun as job_steps
 from schedd.identity import from_peer_address, set_admin_lookup
 from schedd.ledger.store import JobEvent, SchemaError, Store
+from schedd.lifecycle import health, preemption
+from schedd.lifecycle.agents import AgentRegistry
 from schedd.logs import setup_logging
 from schedd.model import JobState
+from schedd.reports import forecast, metrics
+from schedd.routes import AGENT_HANDLERS, CLIENT_HANDLERS
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import Decisions
+from schedd.slurm.hostlist import compress
 from schedd.state import State
-from schedd.steps import StepTable, in_nodelist_order
 
 log = logging.getLogger("schedd")
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.states import (  # noqa: F401  (re-exported: the domain's words live here too)
+from schedd.slurm.states import (  # noqa: F401  (re-exported: the domain's words live here too)
     ACTIVE_STATES,
     COMPACT_STATES,
     FINISHED_STATES,

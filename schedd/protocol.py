@@ -96,7 +96,7 @@ CLIENT_OPS: dict[str, Schema] = {
     "query_nodes": {"names": (_LIST, False)},
     "query_partitions": {"names": (_LIST, False)},
     "update_node": {"names": (_LIST, True), "changes": (_DICT, True)},
-    # advance reservations (schedd/handlers/reservations.py); fields: schedd.reservations.Request
+    # advance reservations (schedd/handlers/reservations.py); fields: schedd.domain.reservation.Request
     "create_reservation": {"reservation": (_DICT, True)},
     "update_reservation": {"name": (_STR, True), "changes": (_DICT, True)},
     "delete_reservation": {"name": (_STR, True)},

@@ -12,14 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from schedd import dependency
-from schedd.accounts import Accounts
 from schedd.config import Config
+from schedd.domain.accounts import Accounts
+from schedd.domain.reservation import Reservation
+from schedd.domain.usage import UsageMeter
 from schedd.ledger.store import JobEvent, StepRecord, Store
 from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
-from schedd.reservations import Reservation
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot, pending_from_job
-from schedd.usage import UsageMeter
+from schedd.slurm import dependency
 
 log = logging.getLogger("schedd.state")
 

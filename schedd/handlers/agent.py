@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedd import health, preemption
-from schedd.handlers import Context, RequestError, jobcontrol
-from schedd.handlers import steps as job_steps
+from schedd.context import Context, RequestError
+from schedd.handlers import jobcontrol
+from schedd.handlers import srun as job_steps
 from schedd.ledger.store import JobEvent
+from schedd.lifecycle import health, preemption
 from schedd.model import GPU, Job, JobState, Node, NodeState
 from schedd.state import RUNNING_STATES
 

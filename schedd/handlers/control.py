@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal as _signal
 from typing import Any
 
-from schedd.handlers import Context, RequestError
+from schedd.context import Context, RequestError
 from schedd.handlers.query import INVALID_JOB_ID, select_jobs, select_jobs_reporting
 from schedd.identity import Caller, is_operator
 from schedd.ledger.store import JobEvent

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedd import explain, forecast
-from schedd.handlers import Context, RequestError
+from schedd.context import Context, RequestError
 from schedd.handlers.query import INVALID_JOB_ID, select_jobs
 from schedd.identity import Caller
 from schedd.model import Job, JobState
+from schedd.reports import explain, forecast
 from schedd.scheduler.snapshot import NodeView, PendingJob
 from schedd.state import RUNNING_STATES
 

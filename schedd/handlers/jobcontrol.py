@@ -17,19 +17,21 @@ import dataclasses
 import logging
 from typing import Any
 
-from schedd import dependency, health, protocol
-from schedd.accounts import AccountsError
-from schedd.handlers import Context, RequestError
-from schedd.handlers import steps as job_steps
+from schedd import protocol
+from schedd.context import Context, RequestError
+from schedd.domain.accounts import AccountsError
+from schedd.domain.reservation import ACCESS_DENIED, INVALID_RESERVATION
+from schedd.handlers import srun as job_steps
 from schedd.handlers.control import DENIED
 from schedd.handlers.query import INVALID_JOB_ID, select_jobs_reporting
 from schedd.handlers.submit import INVALID_PARTITION, INVALID_TIME, _check_shape, _checked
-from schedd.hostlist import HostlistError, expand
 from schedd.identity import Caller, is_operator
 from schedd.ledger.store import JobEvent
+from schedd.lifecycle import health
 from schedd.model import Job, JobState, NodeState
-from schedd.reservations import ACCESS_DENIED, INVALID_RESERVATION
 from schedd.scheduler import limits
+from schedd.slurm import dependency
+from schedd.slurm.hostlist import HostlistError, expand
 
 log = logging.getLogger("schedd.jobcontrol")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from schedd.handlers import Context
+from schedd.context import Context
 from schedd.identity import Caller
 
 

@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from schedd import arrayspec
-from schedd.handlers import Context, RequestError
+from schedd.context import Context, RequestError
 from schedd.identity import Caller, is_operator
 from schedd.model import ACTIVE_STATES, COMPACT_STATES, ROW_FIELDS, Job, JobState, job_columns
+from schedd.slurm import arrayspec
 
 INVALID_JOB_ID = "Invalid job id specified"
 _JOB_ID = re.compile(r"^(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?(?:\.\w+)?$")

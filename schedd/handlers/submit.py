@@ -6,13 +6,15 @@ import dataclasses
 import os
 from typing import Any
 
-from schedd import arrayspec, dependency, protocol
-from schedd.handlers import Context, RequestError, reservations
-from schedd.handlers.accounts import admit, check_submit_limits
+from schedd import protocol
+from schedd.context import Context, RequestError
+from schedd.handlers import resv as reservations
+from schedd.handlers.sacctmgr import admit, check_submit_limits
 from schedd.identity import Caller
 from schedd.ledger.store import JobEvent
 from schedd.model import Job, JobState
 from schedd.scheduler.cycle import schedule
+from schedd.slurm import arrayspec, dependency
 
 SUBMITTABLE = protocol.SUBMIT_FIELDS
 _FIELD_TYPES = {f.name: f for f in dataclasses.fields(Job)}
@@ -173,7 +175,7 @@ def test_only(ctx: Context, job: Job, now: float) -> dict[str, Any]:
     else:
         when = decisions.expected_start.get(job.id, 0.0)
         nodes, cpus = [], ctx.state.pending_view(job).cpus_per_node * max(job.num_nodes, 1)
-    from schedd.hostlist import compress
+    from schedd.slurm.hostlist import compress
 
     return {"job_id": job.id, "start_time": when, "nodes": compress(nodes),
             "partition": job.partition, "cpus": cpus}

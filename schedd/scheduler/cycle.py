@@ -27,7 +27,8 @@ from itertools import compress
 from operator import attrgetter, indexOf, not_
 
 from schedd.config import SchedulerConfig
-from schedd.scheduler import fairshare, limits, preempt, priority, profile, reservations
+from schedd.scheduler import fairshare, limits, preempt, priority, profile
+from schedd.scheduler import reserved as reservations
 from schedd.scheduler.backfill import Walk, check_config
 from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot, Start
 

@@ -24,11 +24,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.scheduler.snapshot import AssociationView
+from schedd.scheduler.snapshot import AssociationView, AssocKey
 
 ROOT = "root"
 
-AssocKey = tuple[str, str]  # (account, user); user "" = the account itself
 
 
 def billing(tres: Mapping[str, float], weights: Mapping[str, float], max_tres: bool) -> float:

@@ -23,72 +23,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from schedd import tres as t
 from schedd.model import NodeAllocation
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob
-
-AssocKey = tuple[str, str]  # (account, user); user "" = the account itself
-
-
-@dataclass(slots=True)
-class Limits:
-    """The limits sacctmgr sets on an association or a QOS; None / empty = no limit."""
-
-    grp_tres: dict[str, int] = field(default_factory=dict)
-    grp_tres_mins: dict[str, int] = field(default_factory=dict)
-    grp_jobs: int | None = None
-    grp_submit_jobs: int | None = None
-    max_jobs: int | None = None
-    max_submit_jobs: int | None = None
-    max_tres_per_job: dict[str, int] = field(default_factory=dict)
-    max_wall: int | None = None  # seconds
-    # QOS only: per-user limits (MaxJobsPU, MaxSubmitPU, MaxTRESPU)
-    max_jobs_per_user: int | None = None
-    max_submit_per_user: int | None = None
-    max_tres_per_user: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class AssocLimits:
-    """One association of the tree with its own limits and its own GrpTRESMins usage
-    (TRES-minutes in this budget period; the core sums subtrees)."""
-
-    account: str
-    user: str = ""
-    parent: AssocKey | None = None  # None: under root (or root itself)
-    limits: Limits = field(default_factory=Limits)
-    tres_mins_used: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class QOSLimits:
-    name: str
-    limits: Limits = field(default_factory=Limits)
-    deny_on_limit: bool = False
-
-
-@dataclass(slots=True)
-class LimitTable:
-    assocs: dict[AssocKey, AssocLimits] = field(default_factory=dict)
-    qos: dict[str, QOSLimits] = field(default_factory=dict)
-
-    def chain(self, account: str, user: str) -> list[AssocKey]:
-        """The job's association and its ancestors, nearest first (empty if unknown)."""
-        key: AssocKey | None = (account, user) if (account, user) in self.assocs else (account, "")
-        out: list[AssocKey] = []
-        while key is not None and key in self.assocs and key not in out:
-            out.append(key)
-            key = self.assocs[key].parent
-        return out
-
-    def effective(self, chain: list[AssocKey], name: str) -> int | dict[str, int] | None:
-        """A Max* limit as it applies to the first association of ``chain`` (inherited)."""
-        for key in chain:
-            value = getattr(self.assocs[key].limits, name)
-            if value is not None and value != {}:
-                return value
-        return None
-
+from schedd.scheduler.snapshot import (
+    AssocKey,
+    Limits,
+    LimitTable,
+    NodeView,
+    PendingJob,
+    RunningJob,
+)
+from schedd.slurm import tres as t
 
 # Slurm's reason words: (kind, TRES) -> suffix after "Assoc"/"QOS"
 _GRP_TRES = {"cpu": "GrpCpuLimit", "mem": "GrpMemLimit", "node": "GrpNodeLimit",

@@ -29,36 +29,25 @@ chosen: no preemption is better than a useless one.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 
 from schedd.config import SchedulerConfig
 from schedd.scheduler import placement
 from schedd.scheduler.profile import NodeTimeline
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
+from schedd.scheduler.snapshot import (
+    NodeView,
+    PendingJob,
+    Preemption,
+    PreemptPolicy,
+    RunningJob,
+    Snapshot,
+)
 
 PREEMPTIBLE_REASONS = frozenset({"Resources", "Priority"})  # not limits, not bad requests
 MIN_COST = 1.0  # seconds: a victim never costs nothing (a zero cost would score infinity)
 GUARANTEE = "guarantee"
 QOS = "qos"
-
-
-@dataclass(slots=True)
-class PreemptPolicy:
-    """What the daemon knows about who may preempt whom (from sacctmgr's QOS and associations)."""
-
-    preempts: dict[str, frozenset[str]] = field(default_factory=dict)  # QOS -> its Preempt list
-    exempt: frozenset[str] = frozenset()  # QOS with PreemptMode=OFF: never preempted
-    guarantees: dict[str, dict[str, float]] = field(default_factory=dict)  # account -> TRES
-    burst_qos: str = "burst"
-    in_flight: frozenset[int] = frozenset()  # preemptors whose victims are still ending
-
-
-@dataclass(slots=True)
-class Preemption:
-    job_id: int  # the preemptor
-    victims: list[int]
-    cause: str  # QOS or GUARANTEE
 
 
 @dataclass(slots=True)

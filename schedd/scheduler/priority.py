@@ -25,8 +25,8 @@ from itertools import repeat
 from operator import add, attrgetter, mul, sub
 
 from schedd.config import SchedulerConfig
-from schedd.scheduler.fairshare import AssocKey, job_factor
-from schedd.scheduler.snapshot import NodeView, PendingJob
+from schedd.scheduler.fairshare import job_factor
+from schedd.scheduler.snapshot import AssocKey, NodeView, PendingJob
 
 
 @dataclass(slots=True, frozen=True)

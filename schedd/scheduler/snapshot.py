@@ -8,13 +8,8 @@ simulator builds them from a trace on a virtual clock; property tests build rand
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from schedd.model import GPU, Job, NodeAllocation
-
-if TYPE_CHECKING:
-    from schedd.scheduler.limits import LimitTable
-    from schedd.scheduler.preempt import Preemption, PreemptPolicy
 
 
 @dataclass(slots=True)
@@ -115,6 +110,92 @@ class ReservationView:
     holdings: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
+# --- association and QOS limits (scheduler/limits.py enforces them) ---------------------------
+
+AssocKey = tuple[str, str]  # (account, user); user "" = the account itself
+
+
+@dataclass(slots=True)
+class Limits:
+    """The limits sacctmgr sets on an association or a QOS; None / empty = no limit."""
+
+    grp_tres: dict[str, int] = field(default_factory=dict)
+    grp_tres_mins: dict[str, int] = field(default_factory=dict)
+    grp_jobs: int | None = None
+    grp_submit_jobs: int | None = None
+    max_jobs: int | None = None
+    max_submit_jobs: int | None = None
+    max_tres_per_job: dict[str, int] = field(default_factory=dict)
+    max_wall: int | None = None  # seconds
+    # QOS only: per-user limits (MaxJobsPU, MaxSubmitPU, MaxTRESPU)
+    max_jobs_per_user: int | None = None
+    max_submit_per_user: int | None = None
+    max_tres_per_user: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class AssocLimits:
+    """One association of the tree with its own limits and its own GrpTRESMins usage
+    (TRES-minutes in this budget period; the core sums subtrees)."""
+
+    account: str
+    user: str = ""
+    parent: AssocKey | None = None  # None: under root (or root itself)
+    limits: Limits = field(default_factory=Limits)
+    tres_mins_used: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class QOSLimits:
+    name: str
+    limits: Limits = field(default_factory=Limits)
+    deny_on_limit: bool = False
+
+
+@dataclass(slots=True)
+class LimitTable:
+    assocs: dict[AssocKey, AssocLimits] = field(default_factory=dict)
+    qos: dict[str, QOSLimits] = field(default_factory=dict)
+
+    def chain(self, account: str, user: str) -> list[AssocKey]:
+        """The job's association and its ancestors, nearest first (empty if unknown)."""
+        key: AssocKey | None = (account, user) if (account, user) in self.assocs else (account, "")
+        out: list[AssocKey] = []
+        while key is not None and key in self.assocs and key not in out:
+            out.append(key)
+            key = self.assocs[key].parent
+        return out
+
+    def effective(self, chain: list[AssocKey], name: str) -> int | dict[str, int] | None:
+        """A Max* limit as it applies to the first association of ``chain`` (inherited)."""
+        for key in chain:
+            value = getattr(self.assocs[key].limits, name)
+            if value is not None and value != {}:
+                return value
+        return None
+
+
+
+# --- preemption (scheduler/preempt.py decides it) ---------------------------------------------
+
+@dataclass(slots=True)
+class PreemptPolicy:
+    """What the daemon knows about who may preempt whom (from sacctmgr's QOS and associations)."""
+
+    preempts: dict[str, frozenset[str]] = field(default_factory=dict)  # QOS -> its Preempt list
+    exempt: frozenset[str] = frozenset()  # QOS with PreemptMode=OFF: never preempted
+    guarantees: dict[str, dict[str, float]] = field(default_factory=dict)  # account -> TRES
+    burst_qos: str = "burst"
+    in_flight: frozenset[int] = frozenset()  # preemptors whose victims are still ending
+
+
+@dataclass(slots=True)
+class Preemption:
+    job_id: int  # the preemptor
+    victims: list[int]
+    cause: str  # QOS or GUARANTEE
+
+
 @dataclass(slots=True)
 class Snapshot:
     now: float
@@ -199,7 +280,7 @@ def mem_per_node(job: Job) -> int:
 
 def split_names(expr: str) -> frozenset[str]:
     """'-w a,b' or a hostlist expression -> node names."""
-    from schedd.hostlist import expand
+    from schedd.slurm.hostlist import expand
 
     return frozenset(expand(expr)) if expr else frozenset()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentd.sampler import fake_gpu_sample
-from schedd.accounting import unit_text
+from schedd.reports.accounting import unit_text
 from tests.integration.cluster import Cluster, cleanup, world_tempdir
 from tests.integration.conftest import BACKENDS
 from tests.pgutil import fresh_database

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schedd import explain
 from schedd.config import SchedulerConfig
 from schedd.model import GPU
+from schedd.reports import explain
 from schedd.scheduler import priority
 from schedd.scheduler.snapshot import NodeView, PendingJob
 

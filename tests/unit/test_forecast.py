@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schedd import forecast
 from schedd.model import Job
+from schedd.reports import forecast
 
 
 def test_first_forecast_is_kept_and_last_follows_each_cycle() -> None:

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedd import arrayspec, dependency, hostlist, protocol
+from schedd import protocol
+from schedd.domain.jobenv import expand_output_pattern, job_environment
 from schedd.identity import from_peer_address
-from schedd.jobenv import expand_output_pattern, job_environment
 from schedd.model import Job, JobState, NodeAllocation
+from schedd.slurm import arrayspec, dependency, hostlist
 
 
 @pytest.mark.parametrize("expr,names", [

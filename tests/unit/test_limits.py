@@ -7,13 +7,21 @@ import time
 
 import pytest
 
-from schedd import tres
-from schedd.accounts import Accounts, AccountsError, Association, User
 from schedd.config import SchedulerConfig
+from schedd.domain.accounts import Accounts, AccountsError, Association, User
+from schedd.domain.usage import period_start
 from schedd.model import NodeAllocation
-from schedd.scheduler.limits import AssocLimits, Enforcer, Limits, LimitTable, QOSLimits
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob
-from schedd.usage import period_start
+from schedd.scheduler.limits import Enforcer
+from schedd.scheduler.snapshot import (
+    AssocLimits,
+    Limits,
+    LimitTable,
+    NodeView,
+    PendingJob,
+    QOSLimits,
+    RunningJob,
+)
+from schedd.slurm import tres
 
 
 def test_tres_parse_and_format() -> None:

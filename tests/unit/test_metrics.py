@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from schedd import metrics
 from schedd.config import Config
 from schedd.model import GPU, Job, JobState, Node, NodeAllocation, Partition
 from schedd.paths import ConfigError
+from schedd.reports import metrics
 from schedd.state import State
 
 NOW = 10_000.0

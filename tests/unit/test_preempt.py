@@ -7,8 +7,7 @@ from schedd.config import SchedulerConfig
 from schedd.model import GPU, NodeAllocation
 from schedd.scheduler import preempt
 from schedd.scheduler.cycle import schedule
-from schedd.scheduler.preempt import PreemptPolicy
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
+from schedd.scheduler.snapshot import NodeView, PendingJob, PreemptPolicy, RunningJob, Snapshot
 
 NOW = 2_000_000.0
 MIN = 60.0

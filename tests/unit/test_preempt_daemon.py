@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from cli.options import OptionError, parse_restart_cost
-from schedd import preemption
-from schedd.accounts import QOS, Accounts, Association
 from schedd.config import Config
-from schedd.handlers.accounting import earlier_runs
+from schedd.domain.accounts import QOS, Accounts, Association
+from schedd.handlers.sacct import earlier_runs
 from schedd.ledger.store import JobEvent
+from schedd.lifecycle import preemption
 from schedd.model import Job, JobState, NodeAllocation
 from schedd.scheduler.snapshot import RunningJob, Snapshot
 

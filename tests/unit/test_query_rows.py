@@ -18,7 +18,7 @@ from cli.formats import (
     sort_column,
 )
 from schedd import protocol
-from schedd.handlers import RequestError
+from schedd.context import RequestError
 from schedd.handlers.query import column_reply, row_columns
 from schedd.model import ROW_FIELDS, Job, JobState, NodeAllocation
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from schedd.config import SchedulerConfig
 from schedd.model import GPU, NodeAllocation
 from schedd.scheduler.cycle import schedule
-from schedd.scheduler.reservations import RESERVED_FOR_OTHER, WAITING
+from schedd.scheduler.reserved import RESERVED_FOR_OTHER, WAITING
 from schedd.scheduler.snapshot import (
     NodeView,
     PendingJob,

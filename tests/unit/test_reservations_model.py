@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedd.model import GPU, Job, JobState, Node, NodeAllocation, NodeState
-from schedd.reservations import (
+from schedd.domain.reservation import (
     BUSY_NODES,
     INVALID_ACCOUNT,
     INVALID_NODE,
@@ -20,6 +19,7 @@ from schedd.reservations import (
     next_name,
     window,
 )
+from schedd.model import GPU, Job, JobState, Node, NodeAllocation, NodeState
 
 NOW = 1_000_000.0
 
@@ -150,7 +150,7 @@ def test_ledger_keeps_reservations_across_restarts(tmp_path) -> None:
 
 
 def test_members_added_once_and_taken_out_in_order() -> None:
-    from schedd.reservations import edit_members
+    from schedd.domain.reservation import edit_members
 
     assert edit_members(["a", "b"], ["c", "a", "c"], ["b"], "User", "r") == ["a", "c"]
     with pytest.raises(ReservationError, match="^User z is not in reservation r$"):

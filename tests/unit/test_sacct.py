@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from cli import sacct
-from schedd import accounting
 from schedd.model import Job, JobState, NodeAllocation
+from schedd.reports import accounting
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 T0 = 1_795_938_899.0

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from agentd import sampler
-from schedd import accounting
 from schedd.model import GPU
+from schedd.reports import accounting
 
 
 def gpus(n: int = 4, memory_mb: int = 81920) -> list[GPU]:

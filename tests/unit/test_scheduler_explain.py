@@ -19,13 +19,16 @@ import random
 from schedd.config import SchedulerConfig
 from schedd.model import GPU, NodeAllocation
 from schedd.scheduler.cycle import schedule
-from schedd.scheduler.limits import AssocLimits, Limits, LimitTable, QOSLimits
-from schedd.scheduler.preempt import PreemptPolicy
 from schedd.scheduler.snapshot import (
     AssociationView,
+    AssocLimits,
     Decisions,
+    Limits,
+    LimitTable,
     NodeView,
     PendingJob,
+    PreemptPolicy,
+    QOSLimits,
     ReservationView,
     RunningJob,
     Snapshot,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from cli import sreport
-from schedd import accounting
 from schedd.model import GPU, Job, JobState, Node, NodeAllocation
+from schedd.reports import accounting
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 START = time.mktime((2026, 11, 29, 0, 0, 0, 0, 0, -1))

@@ -1,10 +1,10 @@
-"""schedd.stepoutput: the bounded, in-order buffer of a step's forwarded output."""
+"""schedd.domain.stepoutput: the bounded, in-order buffer of a step's forwarded output."""
 
 from __future__ import annotations
 
 import base64
 
-from schedd.stepoutput import StepOutput, parse_cursors
+from schedd.domain.stepoutput import StepOutput, parse_cursors
 
 OUT, ERR = (0, "out"), (1, "err")
 

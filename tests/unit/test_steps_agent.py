@@ -1,4 +1,4 @@
-"""agentd.steps: one node's share of an srun step, run for real (as the test's own user)."""
+"""agentd.step_tasks: one node's share of an srun step, run for real (as the test's own user)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from agentd.forward import BACKOFF
 from agentd.forward import RESEND_AFTER as FORWARD_RESEND
 from agentd.launcher import Launcher
-from agentd.steps import EXEC_FAILED, RESEND_AFTER, StepRunner
-from schedd.stepoutput import StepOutput
+from agentd.step_tasks import EXEC_FAILED, RESEND_AFTER, StepRunner
+from schedd.domain.stepoutput import StepOutput
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from schedd import protocol
-from schedd.handlers import RequestError
-from schedd.handlers import steps as h
+from schedd.context import RequestError
+from schedd.domain.steps import StepTable
+from schedd.handlers import srun as h
 from schedd.identity import Caller
 from schedd.ledger import Store, upgrade
 from schedd.model import Job, JobState, NodeAllocation
-from schedd.steps import StepTable
 from tests.pgutil import PostgresUnavailable, fresh_database, fresh_schema
 
 OWNER, STRANGER, ROOT = Caller(1000, 1000), Caller(1001, 1001), Caller(0, 0)

@@ -1,12 +1,11 @@
-"""schedd.steps: laying srun's tasks over an allocation, and a step's verdict from its nodes."""
+"""schedd.domain.steps: laying srun's tasks over an allocation, and a step's verdict from its nodes."""
 
 from __future__ import annotations
 
 import pytest
 
-from schedd.jobenv import job_ntasks, step_environment, task_overlay, tasks_per_node_text
-from schedd.model import Job, JobState, NodeAllocation
-from schedd.steps import (
+from schedd.domain.jobenv import job_ntasks, step_environment, task_overlay, tasks_per_node_text
+from schedd.domain.steps import (
     LiveStep,
     StepError,
     StepShape,
@@ -15,6 +14,7 @@ from schedd.steps import (
     in_nodelist_order,
     plan,
 )
+from schedd.model import Job, JobState, NodeAllocation
 
 
 def _job(nodes: int = 2, gpus: int = 4, **kw) -> Job:

@@ -25,10 +25,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.hostlist import HostlistError, expand
 from schedd.model import Job, JobState
 from schedd.scheduler.fairshare import billing
-from schedd.tres import to_string, unit_text
+from schedd.slurm.hostlist import HostlistError, expand
+from schedd.slurm.tres import to_string, unit_text
 
 # job.extra["stats"] keys written by agentd/sampler.py
 STAT_SAMPLES = "samples"

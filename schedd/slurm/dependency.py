@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from schedd.states import JobState
+from schedd.slurm.states import JobState
 
 KINDS = ("after", "afterany", "afterok", "afternotok", "afterburstbuffer", "aftercorr", "expand",
          "singleton")

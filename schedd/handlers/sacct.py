@@ -12,12 +12,12 @@ import dataclasses
 import pwd
 from typing import Any
 
-from schedd import accounting
-from schedd.handlers import Context, RequestError
+from schedd.context import Context, RequestError
 from schedd.handlers.query import JobRef, parse_job_ref, parse_states
 from schedd.identity import Caller
 from schedd.ledger.store import JobEvent
 from schedd.model import Job, JobState
+from schedd.reports import accounting
 
 STEP_QUERY_CHUNK = 500  # ids per IN (...) list: far below SQLite's bound-parameter limit
 ROW_IDENTITY = frozenset({"kind", "job_id", "job_id_raw", "step"})  # always sent

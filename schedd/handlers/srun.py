@@ -28,17 +28,17 @@ import os
 from typing import Any
 
 from schedd import protocol
-from schedd.handlers import Context, RequestError
-from schedd.hostlist import compress
+from schedd.context import Context, RequestError
+from schedd.domain.jobenv import expand_output_pattern, step_environment, task_overlay
+from schedd.domain.stepoutput import STREAMS, parse_cursors
+from schedd.domain.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
 from schedd.identity import Caller
-from schedd.jobenv import expand_output_pattern, step_environment, task_overlay
 from schedd.ledger.store import LedgerError, StepRecord
 from schedd.model import Job, JobState, NodeAllocation
+from schedd.slurm.hostlist import compress
 from schedd.state import RUNNING_STATES
-from schedd.stepoutput import STREAMS, parse_cursors
-from schedd.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
 
-log = logging.getLogger("schedd.steps")
+log = logging.getLogger("schedd.domain.steps")
 
 NOT_RUNNING = "Job/step already completing or completed"
 _SHAPE_FIELDS = ("ntasks", "nodes", "ntasks_per_node", "cpus_per_task", "gpus", "gpus_per_node",

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from schedd.hostlist import compress
 from schedd.model import Job, NodeAllocation
+from schedd.slurm.hostlist import compress
 
 CHECKPOINT_TEMPLATE = "/tmp/kiln-checkpoint-{cluster}-{job_id}"
 

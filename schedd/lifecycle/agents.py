@@ -14,10 +14,10 @@ from typing import Any
 
 from schedd import protocol
 from schedd.config import Config
-from schedd.jobenv import job_environment, output_paths
+from schedd.domain.jobenv import job_environment, output_paths
 from schedd.model import Job
 
-log = logging.getLogger("schedd.agents")
+log = logging.getLogger("schedd.lifecycle.agents")
 
 Sender = Callable[[bytes, bytes], None]  # (agent identity, frame)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from schedd import tres
-from schedd.accounts import (
+from schedd.context import Context, RequestError
+from schedd.domain.accounts import (
     ADMIN_LEVELS,
     POLICY,
     QOS,
@@ -29,10 +29,10 @@ from schedd.accounts import (
     uid_of,
     user_row,
 )
-from schedd.handlers import Context, RequestError
 from schedd.identity import Caller, is_operator
 from schedd.ledger.store import AccountingChange, AuditRecord
 from schedd.model import Job, JobState
+from schedd.slurm import tres
 
 # --- submission ---------------------------------------------------------------------------
 

@@ -12,10 +12,8 @@ import dataclasses
 from typing import Any
 
 from schedd import protocol
-from schedd.handlers import Context, RequestError
-from schedd.identity import Caller, is_operator
-from schedd.model import Job
-from schedd.reservations import (
+from schedd.context import Context, RequestError
+from schedd.domain.reservation import (
     ACCESS_DENIED,
     IN_USE,
     INVALID_RESERVATION,
@@ -29,6 +27,8 @@ from schedd.reservations import (
     next_name,
     window,
 )
+from schedd.identity import Caller, is_operator
+from schedd.model import Job
 
 _TYPES: dict[str, Any] = {
     "name": str, "start_time": (int, float, type(None)), "end_time": (int, float, type(None)),

@@ -25,16 +25,15 @@ import signal as _signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd import health
 from schedd.config import Config
-from schedd.handlers import Context
+from schedd.context import Context
 from schedd.ledger.store import JobEvent
+from schedd.lifecycle import health
 from schedd.model import Job, JobState
-from schedd.scheduler.preempt import Preemption, PreemptPolicy
-from schedd.scheduler.snapshot import Snapshot
+from schedd.scheduler.snapshot import Preemption, PreemptPolicy, Snapshot
 from schedd.state import RUNNING_STATES, State
 
-log = logging.getLogger("schedd.preemption")
+log = logging.getLogger("schedd.lifecycle.preemption")
 
 MARK = "preempt"  # the Job.extra key of a victim
 SETTLE = 5.0  # seconds a preemptor stays in flight after its last victim ended

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from schedd.config import Config
     from schedd.state import State
 
-log = logging.getLogger("schedd.metrics")
+log = logging.getLogger("schedd.reports.metrics")
 
 # Queue waits run from seconds (an idle cluster) to days (a full one).
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, 259200)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from schedd.accounts import ROOT, Accounts
 from schedd.config import SchedulerConfig
+from schedd.domain.accounts import ROOT, Accounts
 from schedd.ledger.store import Store
 from schedd.model import Job, JobState
 from schedd.scheduler.fairshare import FairShareTree, billing, decay
-from schedd.scheduler.limits import AssocKey, allocation_tres
+from schedd.scheduler.limits import allocation_tres
+from schedd.scheduler.snapshot import AssocKey
 
 SAVE_INTERVAL = 30.0  # seconds between saves of usage to the ledger
 RESET_PERIODS = ("none", "daily", "weekly", "monthly")

@@ -19,18 +19,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd import tres
 from schedd.ledger.store import AccountingChange
-from schedd.scheduler.limits import (
+from schedd.scheduler.limits import pending_tres, per_job_reason
+from schedd.scheduler.snapshot import (
     AssocKey,
     AssocLimits,
     Limits,
     LimitTable,
+    PendingJob,
     QOSLimits,
-    pending_tres,
-    per_job_reason,
 )
-from schedd.scheduler.snapshot import PendingJob
+from schedd.slurm import tres
 
 ROOT = "root"
 ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator",

@@ -42,7 +42,7 @@ from agentd.forward import TURN_CAP, StepOutput, Stream, StreamKey, message
 from agentd.walltime import Ending, Walltime
 from schedd import protocol
 
-log = logging.getLogger("agentd.steps")
+log = logging.getLogger("agentd.step_tasks")
 
 EXEC_FAILED = 2  # exit code of a task whose command could not be exec'd (slurmstepd's)
 

@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from schedd.config import SchedulerConfig
-from schedd.scheduler import fairshare, priority
-from schedd.scheduler.snapshot import NodeView, PendingJob
+from schedd.scheduler import priority
+from schedd.scheduler.snapshot import AssocKey, NodeView, PendingJob
 
 # Slurm's pending reasons, said plainly. Anything not listed is shown as its code.
 REASONS: dict[str, str] = {
@@ -59,7 +59,7 @@ def reason_text(reason: str) -> str:
 
 def factor_breakdown(pending: Sequence[PendingJob], now: float, config: SchedulerConfig,
                      nodes: Sequence[NodeView],
-                     shares: Mapping[fairshare.AssocKey, float]) -> dict[int, dict[str, float]]:
+                     shares: Mapping[AssocKey, float]) -> dict[int, dict[str, float]]:
     """Each pending job's weighted priority factors (what sprio shows), plus ``nice``.
 
     Every factor is the core's own sum with all weights but that one set to zero; a job with

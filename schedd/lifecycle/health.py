@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from schedd.handlers import Context
-from schedd.handlers import steps as job_steps
+from schedd.context import Context
+from schedd.handlers import srun as job_steps
 from schedd.ledger.store import JobEvent
 from schedd.model import Job, JobState, Node, NodeState
 
-log = logging.getLogger("schedd.health")
+log = logging.getLogger("schedd.lifecycle.health")
 
 NOT_RESPONDING = "Not responding"
 
