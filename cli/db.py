@@ -33,8 +33,10 @@ def db() -> None:
 @click.option("--url", help=URL_HELP)
 def upgrade(url: str | None) -> None:
     """Create or migrate the ledger to this kiln's schema."""
-    from schedd.ledger.store import SchemaError, current_revision, head_revision, show_url
-    from schedd.ledger.store import upgrade as upgrade_ledger
+    from schedd.ledger.engine import show_url
+    from schedd.ledger.migrate import current_revision, head_revision
+    from schedd.ledger.migrate import upgrade as upgrade_ledger
+    from schedd.ledger.records import SchemaError
 
     url = _resolve_url(url)
     try:
@@ -53,7 +55,10 @@ def upgrade(url: str | None) -> None:
 @click.option("--url", help=URL_HELP)
 def current(url: str | None) -> None:
     """Print the ledger's schema revision; exit 1 unless schedd could start on it."""
-    from schedd.ledger.store import SchemaError, Store, current_revision, head_revision, show_url
+    from schedd.ledger.engine import show_url
+    from schedd.ledger.migrate import current_revision, head_revision
+    from schedd.ledger.records import SchemaError
+    from schedd.ledger.store import Store
 
     url = _resolve_url(url)
     try:

@@ -163,7 +163,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     except kconfig.ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     from schedd import keys
-    from schedd.ledger.store import upgrade
+    from schedd.ledger.migrate import upgrade
 
     try:
         upgrade(cfg.db_url)

@@ -1,4 +1,4 @@
-"""Alembic's entry point for kiln, run by ``schedd.ledger.store.upgrade`` (``kiln db upgrade``).
+"""Alembic's entry point for kiln, run by ``schedd.ledger.migrate.upgrade`` (``kiln db upgrade``).
 
 The caller hands over an open connection in ``config.attributes["connection"]`` (inside its own
 transaction, so a whole upgrade commits or rolls back as one, SQLite included). Developers may
@@ -12,7 +12,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from schedd.ledger.store import make_engine
+from schedd.ledger.engine import make_engine
 from schedd.ledger.tables import Base
 
 config = context.config

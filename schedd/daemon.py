@@ -31,7 +31,8 @@ from schedd.domain.steps import StepTable, in_nodelist_order
 from schedd.handlers import jobcontrol
 from schedd.handlers import srun as job_steps
 from schedd.identity import from_peer_address, set_admin_lookup
-from schedd.ledger.store import JobEvent, SchemaError, Store
+from schedd.ledger.records import JobEvent, SchemaError
+from schedd.ledger.store import Store
 from schedd.lifecycle import health, preemption
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.logs import setup_logging

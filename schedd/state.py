@@ -16,7 +16,8 @@ from schedd.config import Config
 from schedd.domain.accounts import Accounts
 from schedd.domain.reservation import Reservation
 from schedd.domain.usage import UsageMeter
-from schedd.ledger.store import JobEvent, StepRecord, Store
+from schedd.ledger.records import JobEvent, StepRecord
+from schedd.ledger.store import Store
 from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot, pending_from_job
 from schedd.slurm import dependency

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.ledger.store import AccountingChange
+from schedd.ledger.records import AccountingChange
 from schedd.scheduler.limits import pending_tres, per_job_reason
 from schedd.scheduler.snapshot import (
     AssocKey,

@@ -11,7 +11,7 @@ from typing import Any
 from schedd.context import Context, RequestError
 from schedd.handlers import jobcontrol
 from schedd.handlers import srun as job_steps
-from schedd.ledger.store import JobEvent
+from schedd.ledger.records import JobEvent
 from schedd.lifecycle import health, preemption
 from schedd.model import GPU, Job, JobState, Node, NodeState
 from schedd.state import RUNNING_STATES

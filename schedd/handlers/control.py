@@ -8,7 +8,7 @@ from typing import Any
 from schedd.context import Context, RequestError
 from schedd.handlers.query import INVALID_JOB_ID, select_jobs, select_jobs_reporting
 from schedd.identity import Caller, is_operator
-from schedd.ledger.store import JobEvent
+from schedd.ledger.records import JobEvent
 from schedd.model import Job, JobState
 
 DENIED = "Access/permission denied"

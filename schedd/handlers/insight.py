@@ -129,7 +129,7 @@ def started_since(store: Any, since: float, limit: int = MAX_JOBS) -> list[Job]:
     80 ms for 5,000 jobs on SQLite) rather than a busy week's tens of thousands of rows."""
     from sqlalchemy import select
 
-    from schedd.ledger import tables
+    from schedd.ledger.store import tables
 
     c = tables.jobs.c
     stmt = (select(c.id, c.start_time, c.extra)

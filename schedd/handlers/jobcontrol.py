@@ -26,7 +26,7 @@ from schedd.handlers.control import DENIED
 from schedd.handlers.query import INVALID_JOB_ID, select_jobs_reporting
 from schedd.handlers.submit import INVALID_PARTITION, INVALID_TIME, _check_shape, _checked
 from schedd.identity import Caller, is_operator
-from schedd.ledger.store import JobEvent
+from schedd.ledger.records import JobEvent
 from schedd.lifecycle import health
 from schedd.model import Job, JobState, NodeState
 from schedd.scheduler import limits

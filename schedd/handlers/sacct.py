@@ -15,7 +15,7 @@ from typing import Any
 from schedd.context import Context, RequestError
 from schedd.handlers.query import JobRef, parse_job_ref, parse_states
 from schedd.identity import Caller
-from schedd.ledger.store import JobEvent
+from schedd.ledger.records import JobEvent
 from schedd.model import Job, JobState
 from schedd.reports import accounting
 

@@ -30,7 +30,7 @@ from schedd.domain.accounts import (
     user_row,
 )
 from schedd.identity import Caller, is_operator
-from schedd.ledger.store import AccountingChange, AuditRecord
+from schedd.ledger.records import AccountingChange, AuditRecord
 from schedd.model import Job, JobState
 from schedd.slurm import tres
 

@@ -33,7 +33,7 @@ from schedd.domain.jobenv import expand_output_pattern, step_environment, task_o
 from schedd.domain.stepoutput import STREAMS, parse_cursors
 from schedd.domain.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
 from schedd.identity import Caller
-from schedd.ledger.store import LedgerError, StepRecord
+from schedd.ledger.records import LedgerError, StepRecord
 from schedd.model import Job, JobState, NodeAllocation
 from schedd.slurm.hostlist import compress
 from schedd.state import RUNNING_STATES

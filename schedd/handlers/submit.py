@@ -11,7 +11,7 @@ from schedd.context import Context, RequestError
 from schedd.handlers import resv as reservations
 from schedd.handlers.sacctmgr import admit, check_submit_limits
 from schedd.identity import Caller
-from schedd.ledger.store import JobEvent
+from schedd.ledger.records import JobEvent
 from schedd.model import Job, JobState
 from schedd.scheduler.cycle import schedule
 from schedd.slurm import arrayspec, dependency

@@ -1,34 +1,12 @@
 """schedd's ledger: the durable record of jobs, nodes, accounts, fair share and audit.
 
-``tables`` defines the schema (SQLAlchemy 2 models; Alembic migrations live in the top-level
-``migrations`` package) and ``store`` is the only code that reads or writes it. Imported by
-schedd and ``kiln db``, never by the CLI's fast path.
+- ``records``: the plain data classes the ledger stores (besides ``schedd.model``'s jobs and
+  nodes) and its errors; no SQLAlchemy.
+- ``engine``: database URLs and engines (SQLite, PostgreSQL).
+- ``migrate``: schema revisions and ``kiln db upgrade`` (Alembic; versions in ``migrations/``).
+- ``tables``: the schema, SQLAlchemy Core tables.
+- ``store``: ``Store``, the only code that reads or writes the ledger, each call one
+  transaction; schedd calls it through ``schedd.state``.
+
+Imported by schedd and ``kiln db``, never by the commands' fast path or by agentd.
 """
-
-from schedd.ledger.store import (
-    AccountRecord,
-    AssociationRecord,
-    AuditRecord,
-    JobEvent,
-    LedgerError,
-    SchemaError,
-    Store,
-    UserRecord,
-    current_revision,
-    head_revision,
-    upgrade,
-)
-
-__all__ = [
-    "AccountRecord",
-    "AssociationRecord",
-    "AuditRecord",
-    "JobEvent",
-    "LedgerError",
-    "SchemaError",
-    "Store",
-    "UserRecord",
-    "current_revision",
-    "head_revision",
-    "upgrade",
-]

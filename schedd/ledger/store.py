@@ -14,32 +14,38 @@ and ``BEGIN`` is emitted by us, so SQLite DDL (migrations) is transactional too.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Engine,
     Table,
     bindparam,
-    create_engine,
     delete,
-    event,
     func,
     insert,
     or_,
     select,
     update,
 )
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from schedd.ledger import tables as t
+from schedd.ledger.engine import make_engine, one_line, show_url
+from schedd.ledger.migrate import current_heads, judge_revision
+from schedd.ledger.records import (
+    AccountingChange,
+    AccountRecord,
+    AssociationRecord,
+    AuditRecord,
+    JobEvent,
+    LedgerError,
+    SchemaError,
+    StepRecord,
+    UserRecord,
+)
 from schedd.model import (
     ACTIVE_STATES,
     FINISHED_STATES,
@@ -53,278 +59,7 @@ from schedd.model import (
     Partition,
 )
 
-SQLITE_BUSY_TIMEOUT_MS = 5000
 META_MAX_JOB_ID = "max_job_id"  # high-water mark kept when finished jobs are purged
-
-
-class LedgerError(Exception):
-    """A ledger operation failed and wrote nothing; the message is one user-facing line."""
-
-
-class SchemaError(LedgerError):
-    """The database cannot be used as it is (bad URL, unreachable, not migrated, too new)."""
-
-
-@dataclass(slots=True)
-class JobEvent:
-    """One step of a job's history: a state change, a hold, an update, and who did it."""
-
-    job_id: int
-    time: float
-    state: str
-    reason: str = ""
-    actor_uid: int | None = None
-    detail: str = ""
-
-
-@dataclass(slots=True)
-class StepRecord:
-    """One job step as sacct shows it: ``JOBID.batch`` (step_id "batch") or ``JOBID.N`` (srun).
-
-    ``state`` is a job state name (RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...);
-    ``exit_code``/``exit_signal`` are the worst task's."""
-
-    job_id: int
-    step_id: str
-    name: str = ""
-    node_list: str = ""
-    num_nodes: int = 1
-    num_tasks: int = 1
-    cpus: int = 0
-    state: str = "RUNNING"
-    exit_code: int = 0
-    exit_signal: int = 0
-    start_time: float = 0.0
-    end_time: float = 0.0
-    stats: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class AccountRecord:
-    name: str
-    parent: str | None
-    shares: int = 1
-    description: str = ""
-    organization: str = ""
-
-
-@dataclass(slots=True)
-class UserRecord:
-    name: str
-    uid: int
-    default_account: str
-    admin_level: str = "None"
-
-
-@dataclass(slots=True)
-class AssociationRecord:
-    account: str
-    user: str
-    shares: int = 1
-
-
-@dataclass(slots=True)
-class AuditRecord:
-    time: float
-    actor_uid: int
-    action: str
-    target: str
-    detail: str = ""
-
-
-@dataclass(slots=True)
-class AccountingChange:
-    """One sacctmgr command's effect on the ledger, written in one transaction
-    (``Store.write_accounting``): rows to upsert (every column) and keys to delete."""
-
-    accounts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    users: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    associations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    qos: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    delete_accounts: list[str] = dataclasses.field(default_factory=list)
-    delete_users: list[str] = dataclasses.field(default_factory=list)
-    delete_associations: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    delete_qos: list[str] = dataclasses.field(default_factory=list)
-    audit: list[AuditRecord] = dataclasses.field(default_factory=list)
-
-
-# -- engines, URLs and schema revisions --------------------------------------------------------
-
-
-def show_url(url: str | URL) -> str:
-    """The URL as messages may print it: any password replaced by ***."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return str(url)
-
-
-def parse_url(url: str | URL) -> URL:
-    """Parse a database URL; a bare ``postgresql://`` means psycopg 3, the driver kiln ships."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise SchemaError(f"invalid database URL {str(url)!r}") from None
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed
-
-
-def make_engine(url: str | URL) -> Engine:
-    """An engine with kiln's connection settings (SQLite: WAL, NORMAL sync, busy timeout, FKs)."""
-    parsed = parse_url(url)
-    try:
-        if parsed.get_backend_name() == "sqlite":
-            engine = create_engine(parsed)
-            _tune_sqlite(engine)
-        else:
-            engine = create_engine(parsed, pool_pre_ping=True)
-    except (NoSuchModuleError, ImportError, ArgumentError) as exc:
-        raise SchemaError(f"unsupported database URL {show_url(parsed)}: {one_line(exc)}") from None
-    return engine
-
-
-def _tune_sqlite(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (below)
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN")
-
-
-def sqlite_path(url: str | URL) -> Path | None:
-    """The file behind a SQLite URL, or None (not SQLite, or in memory)."""
-    parsed = parse_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    db = parsed.database or ""
-    if db in ("", ":memory:") or db.startswith("file:"):
-        return None
-    return Path(db)
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of a driver error, without SQLAlchemy's statement dump and links."""
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _migrations_dir() -> Path:
-    """The ``migrations`` package's directory, installed or in a checkout (via ``__path__``,
-    which also covers an editable install that sees it as a namespace package)."""
-    import migrations
-
-    for entry in migrations.__path__:
-        if (Path(entry) / "env.py").is_file():
-            return Path(entry)
-    raise SchemaError("this kiln installation lacks its migrations (migrations/env.py)")
-
-
-def alembic_config(connection: Connection | None = None) -> Any:
-    """An Alembic Config pointing at the ``migrations`` package; no alembic.ini needed."""
-    from alembic.config import Config
-
-    cfg = Config()
-    # set_main_option interpolates like configparser: a '%' in the path must be doubled
-    cfg.set_main_option("script_location", str(_migrations_dir()).replace("%", "%%"))
-    cfg.attributes["connection"] = connection
-    return cfg
-
-
-@functools.cache
-def _script_directory() -> Any:
-    """The revisions shipped with this kiln (read once: they do not change while it runs)."""
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(alembic_config())
-
-
-def head_revision() -> str:
-    """The schema revision this kiln expects."""
-    heads = _script_directory().get_heads()
-    return heads[0]
-
-
-def _known_revisions() -> set[str]:
-    return {s.revision for s in _script_directory().walk_revisions()}
-
-
-def _current_heads(conn: Connection) -> tuple[str, ...]:
-    from alembic.runtime.migration import MigrationContext
-
-    return tuple(MigrationContext.configure(conn).get_current_heads())
-
-
-def current_revision(url: str) -> str | None:
-    """The database's revision, or None when it is not migrated (a missing SQLite file is not
-    created by asking)."""
-    path = sqlite_path(url)
-    if path is not None and not path.exists():
-        return None
-    engine = make_engine(url)
-    try:
-        with engine.connect() as conn:
-            heads = _current_heads(conn)
-    except SQLAlchemyError as exc:
-        raise SchemaError(f"cannot open database {show_url(url)}: {one_line(exc)}") from None
-    finally:
-        engine.dispose()
-    return heads[0] if heads else None
-
-
-def _judge_revision(url: str, current: tuple[str, ...], *, for_upgrade: bool) -> None:
-    shown = show_url(url)
-    unknown = [rev for rev in current if rev not in _known_revisions()]
-    if unknown:
-        raise SchemaError(
-            f"database {shown} is newer than this kiln (revision {unknown[0]}); upgrade kiln"
-        )
-    if for_upgrade:
-        return
-    if not current:
-        raise SchemaError(f"database {shown} is not migrated: run `kiln db upgrade`")
-    head = head_revision()
-    if set(current) != {head}:
-        raise SchemaError(
-            f"database {shown} is at revision {current[0]}, older than this kiln's {head}: "
-            "run `kiln db upgrade`"
-        )
-
-
-def upgrade(url: str) -> None:
-    """Bring the database to this kiln's schema (Alembic ``upgrade head``), in one transaction.
-
-    Creates the SQLite file and its directory; refuses a database from a newer kiln.
-    """
-    from alembic import command
-    from alembic.util import CommandError
-
-    path = sqlite_path(url)
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SchemaError(f"cannot create {path.parent}: {exc.strerror}") from None
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            _judge_revision(url, _current_heads(conn), for_upgrade=True)
-            command.upgrade(alembic_config(conn), "head")
-    except SQLAlchemyError as exc:
-        raise SchemaError(f"cannot upgrade database {show_url(url)}: {one_line(exc)}") from None
-    except CommandError as exc:
-        raise SchemaError(f"cannot upgrade database {show_url(url)}: {exc}") from None
-    finally:
-        engine.dispose()
 
 
 # -- rows <-> domain objects --------------------------------------------------------------------
@@ -447,10 +182,10 @@ class Store:
         """Raise SchemaError unless the database is at exactly this kiln's revision."""
         try:
             with self.engine.connect() as conn:
-                current = _current_heads(conn)
+                current = current_heads(conn)
         except SQLAlchemyError as exc:
             raise SchemaError(f"cannot open database {self.shown_url}: {one_line(exc)}") from None
-        _judge_revision(self.url, current, for_upgrade=False)
+        judge_revision(self.url, current, for_upgrade=False)
 
     # transactions
 

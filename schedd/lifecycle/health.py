@@ -13,7 +13,7 @@ from typing import Any
 
 from schedd.context import Context
 from schedd.handlers import srun as job_steps
-from schedd.ledger.store import JobEvent
+from schedd.ledger.records import JobEvent
 from schedd.model import Job, JobState, Node, NodeState
 
 log = logging.getLogger("schedd.lifecycle.health")

@@ -27,7 +27,7 @@ from typing import Any
 
 from schedd.config import Config
 from schedd.context import Context
-from schedd.ledger.store import JobEvent
+from schedd.ledger.records import JobEvent
 from schedd.lifecycle import health
 from schedd.model import Job, JobState
 from schedd.scheduler.snapshot import Preemption, PreemptPolicy, Snapshot

@@ -11,7 +11,8 @@ import pytest
 from schedd.config import Config
 from schedd.handlers import jobcontrol
 from schedd.identity import Caller
-from schedd.ledger.store import Store, upgrade
+from schedd.ledger.migrate import upgrade
+from schedd.ledger.store import Store
 from schedd.model import Job, JobState, Node, NodeAllocation
 from schedd.state import State
 

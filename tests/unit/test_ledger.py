@@ -13,20 +13,18 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from cli.kiln import main as kiln
-from schedd.ledger import (
+from schedd.ledger import tables as t
+from schedd.ledger.engine import make_engine, show_url
+from schedd.ledger.migrate import current_revision, head_revision, upgrade
+from schedd.ledger.records import (
     AccountRecord,
     AssociationRecord,
     JobEvent,
     LedgerError,
     SchemaError,
-    Store,
     UserRecord,
-    current_revision,
-    head_revision,
-    upgrade,
 )
-from schedd.ledger import tables as t
-from schedd.ledger.store import make_engine, show_url
+from schedd.ledger.store import Store
 from schedd.model import (
     GPU,
     JOB_FIELDS,

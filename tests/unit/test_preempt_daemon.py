@@ -12,7 +12,7 @@ from cli.options import OptionError, parse_restart_cost
 from schedd.config import Config
 from schedd.domain.accounts import QOS, Accounts, Association
 from schedd.handlers.sacct import earlier_runs
-from schedd.ledger.store import JobEvent
+from schedd.ledger.records import JobEvent
 from schedd.lifecycle import preemption
 from schedd.model import Job, JobState, NodeAllocation
 from schedd.scheduler.snapshot import RunningJob, Snapshot

@@ -128,7 +128,8 @@ def test_rows_round_trip_and_membership() -> None:
 
 
 def test_ledger_keeps_reservations_across_restarts(tmp_path) -> None:
-    from schedd.ledger.store import Store, upgrade
+    from schedd.ledger.migrate import upgrade
+    from schedd.ledger.store import Store
 
     url = f"sqlite:///{tmp_path}/kiln.db"
     upgrade(url)

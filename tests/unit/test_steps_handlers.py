@@ -15,7 +15,8 @@ from schedd.context import RequestError
 from schedd.domain.steps import StepTable
 from schedd.handlers import srun as h
 from schedd.identity import Caller
-from schedd.ledger import Store, upgrade
+from schedd.ledger.migrate import upgrade
+from schedd.ledger.store import Store
 from schedd.model import Job, JobState, NodeAllocation
 from tests.pgutil import PostgresUnavailable, fresh_database, fresh_schema
 
