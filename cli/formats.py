@@ -264,8 +264,7 @@ def job_reason_list(job: dict[str, Any]) -> str:
 
 def job_start(job: dict[str, Any], ctx: Ctx) -> str:
     if job["state"] == "PENDING":
-        extra = job.get("extra") or {}
-        return fmt_time(extra.get("expected_start") or job.get("start_time"))
+        return fmt_time(job.get("expected_start") or job.get("start_time"))
     return fmt_time(job.get("start_time"))
 
 
@@ -277,8 +276,7 @@ def job_end(job: dict[str, Any], ctx: Ctx) -> str:
             return "NONE"
         end = end or job["start_time"] + limit
     elif job["state"] == "PENDING":
-        extra = job.get("extra") or {}
-        start = extra.get("expected_start") or 0
+        start = job.get("expected_start") or 0
         end = start + limit if start and limit is not None else 0
     return fmt_time(end)
 
@@ -355,11 +353,11 @@ JOB_FIELDS: dict[str, tuple[str, Getter, bool]] = {
     "user": ("USER", lambda j, c: j.get("user") or str(j.get("uid", "")), True),
     "reservation": ("RESERVATION", lambda j, c: _null(j.get("reservation")), True),
     "submit_time": ("SUBMIT_TIME", lambda j, c: fmt_time(j.get("submit_time")), True),
-    "wckey": ("WCKEY", lambda j, c: _null((j.get("extra") or {}).get("wckey")), True),
-    "licenses": ("LICENSES", lambda j, c: _null((j.get("extra") or {}).get("licenses")), True),
+    "wckey": ("WCKEY", lambda j, c: _null(j.get("wckey")), True),
+    "licenses": ("LICENSES", lambda j, c: _null(j.get("licenses")), True),
     "exc_nodes": ("EXC_NODES", lambda j, c: j.get("exclude") or "", True),
     "nice": ("NICE", lambda j, c: str(j.get("nice") or 0), True),
-    "schednodes": ("SCHEDNODES", lambda j, c: _null((j.get("extra") or {}).get("sched_nodes")),
+    "schednodes": ("SCHEDNODES", lambda j, c: _null(j.get("sched_nodes")),
                    False),
     "sct": ("S:C:T", lambda j, c: "*:*:*", True),
     "work_dir": ("WORK_DIR", lambda j, c: j.get("workdir") or "", True),
@@ -387,7 +385,7 @@ JOB_ATTRS: dict[str, tuple[str, ...]] = {
     "account": ("account",), "jobid_raw": ("id",),
     "tres_per_node": ("gpus_per_node", "gpu_type"), "batch_host": ("batch_host",),
     "min_cpus": ("cpus_per_task",), "cpus": ("allocation", "num_tasks", "cpus_per_task"),
-    "nodes_count": ("allocation", "num_nodes"), "end_time": (*_RUN, "time_limit", "extra"),
+    "nodes_count": ("allocation", "num_nodes"), "end_time": (*_RUN, "time_limit", "expected_start"),
     "dependency": ("dependency",), "features": ("constraint",),
     "array_job_id": ("array_job_id", "id"), "group": ("gid",), "gid": ("gid",),
     "over_subscribe": ("exclusive",), "jobid": ("array_job_id", "array_task_id", "id"),
@@ -398,11 +396,11 @@ JOB_ATTRS: dict[str, tuple[str, ...]] = {
     "contiguous": (), "priority": ("priority",), "partition": ("partition",), "qos": ("qos",),
     "priority_long": ("priority",), "reason": ("reason",),
     "reason_list": ("state", "reason", "node_list"),
-    "start_time": ("state", "start_time", "extra"), "state_compact": ("state",),
+    "start_time": ("state", "start_time", "expected_start"), "state_compact": ("state",),
     "state": ("state",), "uid": ("uid",), "user": ("user", "uid"),
-    "reservation": ("reservation",), "submit_time": ("submit_time",), "wckey": ("extra",),
-    "licenses": ("extra",), "exc_nodes": ("exclude",), "nice": ("nice",),
-    "schednodes": ("extra",), "sct": (), "work_dir": ("workdir",), "num_tasks": ("num_tasks",),
+    "reservation": ("reservation",), "submit_time": ("submit_time",), "wckey": ("wckey",),
+    "licenses": ("licenses",), "exc_nodes": ("exclude",), "nice": ("nice",),
+    "schednodes": ("sched_nodes",), "sct": (), "work_dir": ("workdir",), "num_tasks": ("num_tasks",),
     "cpus_per_task": ("cpus_per_task",), "exit_code": ("exit_code", "exit_signal"),
     "eligible_time": ("eligible_time",), "requeue": ("requeue",),
     "restart_cnt": ("restart_count",), "stdout": ("stdout",), "stderr": ("stderr", "stdout"),
@@ -463,8 +461,7 @@ def job_sort_key(key: str) -> Callable[[dict[str, Any], Ctx], Any]:
         "nodes_count": lambda j, c: job_num_nodes(j),
         "cpus": lambda j, c: job_num_cpus(j),
         "submit_time": lambda j, c: j.get("submit_time") or 0,
-        "start_time": lambda j, c: ((j.get("extra") or {}).get("expected_start")
-                                    or j.get("start_time") or 0),
+        "start_time": lambda j, c: j.get("expected_start") or j.get("start_time") or 0,
         "end_time": lambda j, c: j.get("end_time") or 0,
         "nice": lambda j, c: j.get("nice") or 0,
     }

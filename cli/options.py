@@ -427,7 +427,7 @@ def parse_states(text: str) -> tuple[list[str], bool]:
 # --- sbatch's option table -------------------------------------------------------------------
 
 # Every option sbatch 22.05 accepts: "long:mode[:short]" with mode n(o arg), r(equired),
-# o(ptional). Those kiln acts on have a handler below; the rest are stored in Job.extra.
+# o(ptional). Those kiln acts on have a handler below; the rest are warned about and dropped.
 SBATCH_OPTION_NAMES = """
 account:r:A acctg-freq:r array:r:a batch:r bbf:r begin:r:b bb:r cluster-constraint:r chdir:r:D
 clusters:r:M cluster:r comment:r constraint:r:C container:r context:r contiguous:n core-spec:r:S
@@ -587,7 +587,7 @@ def _count(field: str, option: str) -> Handler:
 
 
 # dest -> handler. Keys that are Job fields go to the job, keys starting with "_" stay in
-# sbatch, anything else lands in Job.extra (stored for later features, shown by scontrol).
+# sbatch; what is neither is not sent (schedd.protocol.SUBMIT_SCHEMA is the allow-list).
 SBATCH_HANDLERS: dict[str, Handler] = {
     "account": _store("account"),
     "array": _array,
@@ -657,7 +657,7 @@ def parse_restart_cost(text: str) -> int:
 
 
 # Options that mean nothing on kiln: accepted (scripts written for Slurm keep working), stored in
-# Job.extra, and announced with one warning line each. dest -> what the user should know.
+# nowhere, and announced with one warning line each. dest -> what the user should know.
 SBATCH_IGNORED: dict[str, str] = {
     "clusters": "kiln schedules one cluster",
     "cluster": "kiln schedules one cluster",

@@ -158,16 +158,9 @@ def check_script(data: bytes) -> None:
 def build_job(settings: Settings, script: str, default_name: str, command: str,
               script_args: list[str]) -> dict[str, Any]:
     """The submit body's ``job``: options given, plus what only the submitter knows."""
-    fields = SUBMIT_FIELDS
-    job: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    for key, value in settings.items():
-        if key.startswith("_"):
-            continue
-        if key in fields:
-            job[key] = value
-        else:
-            extra[key] = value
+    # Only the allow-listed fields go (schedd refuses any other); options kiln ignores were
+    # announced with a warning and are not sent.
+    job = {key: value for key, value in settings.items() if key in SUBMIT_FIELDS}
     job.setdefault("name", default_name)
     job.setdefault("workdir", os.getcwd())
     job["script"] = script
@@ -175,9 +168,8 @@ def build_job(settings: Settings, script: str, default_name: str, command: str,
     job["submit_host"] = os.uname().nodename
     job["environment"] = build_environment(settings.get("export", "ALL"), dict(os.environ))
     if script_args:
-        extra["script_args"] = script_args
-    extra["alloc_sid"] = os.getsid(0)
-    job["extra"] = extra
+        job["script_args"] = script_args
+    job["alloc_sid"] = os.getsid(0)
     return job
 
 

@@ -149,7 +149,7 @@ def select_locally(client: Client, body: dict[str, Any],
             continue
         if reservation and job.get("reservation") != reservation:
             continue
-        if wckey and (job.get("extra") or {}).get("wckey") != wckey:
+        if wckey and job.get("wckey") != wckey:
             continue
         if "interactive" in values and not confirm(job):
             continue

@@ -243,11 +243,10 @@ def _gres_spec(job: dict[str, Any], count: int) -> str:
 def job_lines(job: dict[str, Any], now: float) -> list[str]:
     """`scontrol show job` for one job, in Slurm 22.05's order."""
     state = job["state"]
-    extra = job.get("extra") or {}
     start = job.get("start_time") or 0
     limit = job.get("time_limit")
     if state == "PENDING":
-        start = extra.get("expected_start") or 0
+        start = job.get("expected_start") or 0
         run_time = 0
     else:
         end_ref = job.get("end_time") if state not in ("RUNNING", "SUSPENDED") else 0
@@ -284,11 +283,11 @@ def job_lines(job: dict[str, Any], now: float) -> list[str]:
         f"SuspendTime=None SecsPreSuspend=0 "
         f"LastSchedEval={fmt_time(start or job.get('submit_time'), 'Unknown')} Scheduler=Main",
         f"Partition={job.get('partition') or '(null)'} "
-        f"AllocNode:Sid={job.get('submit_host') or 'localhost'}:{extra.get('alloc_sid', 0)}",
+        f"AllocNode:Sid={job.get('submit_host') or 'localhost'}:{job.get('alloc_sid') or 0}",
         f"ReqNodeList={job.get('nodelist') or '(null)'} ExcNodeList={job.get('exclude') or '(null)'}",
     ]
     if state == "PENDING":
-        sched = extra.get("sched_nodes")
+        sched = job.get("sched_nodes")
         lines.append(f"NodeList= SchedNodeList={sched}" if sched else "NodeList=(null)")
     else:
         lines.append(f"NodeList={job.get('node_list') or '(null)'}")
@@ -313,7 +312,7 @@ def job_lines(job: dict[str, Any], now: float) -> list[str]:
         lines.append(f"Reservation={job['reservation']}")
     lines += [
         f"OverSubscribe={'NO' if job.get('exclusive') else 'OK'} Contiguous=0 "
-        f"Licenses={extra.get('licenses') or '(null)'} Network=(null)",
+        f"Licenses={job.get('licenses') or '(null)'} Network=(null)",
         f"Command={command_text(job)}",
         f"WorkDir={job.get('workdir') or '(null)'}",
     ]
@@ -323,7 +322,7 @@ def job_lines(job: dict[str, Any], now: float) -> list[str]:
     stdout = _expand_path(job.get("stdout") or "", job, default_out)
     lines += [
         f"StdErr={_expand_path(job['stderr'], job, '') if job.get('stderr') else stdout}",
-        f"StdIn={extra.get('stdin') or '/dev/null'}",
+        f"StdIn={job.get('stdin') or '/dev/null'}",
         f"StdOut={stdout}",
         "Power=",
     ]

@@ -274,7 +274,7 @@ def local_filters(jobs: list[dict[str, Any]], values: dict[str, str | None]
     if values.get("licenses"):
         wanted = {w.split(":")[0] for w in str(values["licenses"]).split(",")}
         jobs = [j for j in jobs if wanted & {w.split(":")[0] for w in str(
-            (j.get("extra") or {}).get("licenses") or "").split(",") if w}]
+            j.get("licenses") or "").split(",") if w}]
     return jobs
 
 
@@ -295,7 +295,7 @@ def wanted_fields(values: dict[str, str | None], columns: list[Column]) -> list[
     if values.get("reservation"):
         fields.append("reservation")
     if values.get("licenses"):
-        fields.append("extra")
+        fields.append("licenses")
     return list(dict.fromkeys(fields))
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from schedd.config import Config
     from schedd.domain.steps import StepTable
     from schedd.lifecycle.agents import AgentRegistry
+    from schedd.lifecycle.planner import Planner
     from schedd.lifecycle.preemption import Tracker
     from schedd.state import State
 
@@ -38,6 +39,7 @@ class Context(Protocol):
     agents: AgentRegistry
     steps: StepTable
     preemption: Tracker
+    planner: Planner
 
     def now(self) -> float: ...
 

@@ -105,6 +105,60 @@ class Partition:
     state: str = "UP"
 
 
+@dataclass(frozen=True, slots=True)
+class StopMark:
+    """schedd told the agent to stop one run (``generation``) of a job, and what that run's
+    end is then recorded as. Set by ``lifecycle.transitions.request_stop``; consumed by
+    ``end_run`` (every path that ends a run), so it never outlives the run it was set for.
+
+    ``cause``: why (``cancel``, ``requeue``, ``node_down``, ``time_limit``, ``budget``);
+    ``ended``: the state the run ends in whatever the agent saw (CANCELLED, REQUEUED,
+    NODE_FAIL, TIMEOUT); ``requeue``: back to PENDING once it has ended (``hold``: held)."""
+
+    generation: int
+    cause: str
+    ended: str
+    requeue: bool = False
+    hold: bool = False
+    actor: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"generation": self.generation, "cause": self.cause, "ended": self.ended,
+                "requeue": self.requeue, "hold": self.hold, "actor": self.actor}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> StopMark:
+        return cls(int(d["generation"]), str(d["cause"]), str(JobState(d["ended"])),
+                   bool(d.get("requeue")), bool(d.get("hold")),
+                   None if d.get("actor") is None else int(d["actor"]))
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptMark:
+    """This run (``generation``) of a job was chosen as a preemption victim for job ``by``: it
+    got its notice ``at``; after ``deadline`` (its GraceTime) it is terminated; ``mode`` is
+    ``requeue`` or ``cancel``. Consumed by ``end_run`` like ``StopMark``."""
+
+    generation: int
+    by: int
+    at: float
+    deadline: float
+    mode: str
+    cause: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"generation": self.generation, "by": self.by, "at": self.at,
+                "deadline": self.deadline, "mode": self.mode, "cause": self.cause}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> PreemptMark:
+        mode = str(d["mode"])
+        if mode not in ("requeue", "cancel"):
+            raise ValueError(f"preemption mode {mode!r}")
+        return cls(int(d["generation"]), int(d["by"]), float(d["at"]), float(d["deadline"]),
+                   mode, str(d.get("cause") or ""))
+
+
 @dataclass(slots=True)
 class Job:
     """A batch job: what the user asked for (every sbatch option, stored even where a later
@@ -178,7 +232,12 @@ class Job:
     command: str = ""  # the script path as given, or "(wrap)"/"(stdin)"
     script: str = ""
     environment: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # options stored for later features
+    script_args: list[str] = field(default_factory=list)  # after the script's name
+    alloc_sid: int = 0  # the submitting shell's session id (scontrol's AllocNode:Sid)
+    restart_cost: int | None = None  # --restart-cost, seconds (preemption's victim score)
+    stdin: str = ""  # --input, as given
+    wckey: str = ""
+    licenses: str = ""  # -L, as given (recorded)
 
     # what happened
     node_list: str = ""  # compressed hostlist of the allocation
@@ -189,6 +248,18 @@ class Job:
     restart_count: int = 0
     generation: int = 0  # bumped at every launch: fences stale agents
     cancelled_by: int | None = None
+
+    # --- server-owned: written by schedd code only, never from a request's fields ---------
+    admin_priority: int | None = None  # scontrol update Priority= (operators): factors ignored
+    launched_limit: int | None = None  # the time limit this run's agent enforces, seconds
+    stop: StopMark | None = None  # the agent was told to stop this run, and why
+    preempt: PreemptMark | None = None  # this run is a preemption victim
+    stats: dict[str, float] = field(default_factory=dict)  # the agent's samples (slurm.stats)
+    expected_start: float = 0.0  # the last plan's start for a pending job (squeue --start)
+    sched_nodes: str = ""  # ... and the nodes it was planned on
+    forecast_first: list[float] | None = None  # [expected start, when first published]
+    forecast_last: list[float] | None = None  # [expected start, when last published]
+    set_aside: str = ""  # why schedd could not load or schedule this job (held for an admin)
 
     @property
     def display_id(self) -> str:
@@ -207,18 +278,22 @@ class Job:
             return self.gpus_per_task * self.num_tasks
         return self.gpus_per_node * self.num_nodes
 
-    def to_wire(self, with_script: bool = False) -> dict[str, Any]:
-        """The dictionary the wire carries; script and environment only when asked for.
+    def to_wire(self, with_script: bool = False, private: bool = True) -> dict[str, Any]:
+        """The dictionary the wire carries. ``private``: what the job carries that only its
+        owner and operators may read (``PRIVATE_FIELDS``: export values, script arguments);
+        ``with_script`` (with ``private``) adds the script and the environment.
 
         Built field by field rather than with ``dataclasses.asdict`` (which deep-copies): squeue
         asks for every queued job, and this is most of the cost of answering it."""
-        names = JOB_FIELDS if with_script else _LIGHT_FIELDS
+        if not private:
+            names = PUBLIC_FIELDS
+        else:
+            names = JOB_FIELDS if with_script else _LIGHT_FIELDS
         d = {name: getattr(self, name) for name in names}
         d["state"] = self.state.value
-        d["allocation"] = [
-            {"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus)}
-            for a in self.allocation
-        ]
+        d["allocation"] = allocation_wire(self.allocation)
+        d["stop"] = self.stop.to_wire() if self.stop is not None else None
+        d["preempt"] = self.preempt.to_wire() if self.preempt is not None else None
         return d
 
     @classmethod
@@ -227,13 +302,21 @@ class Job:
         kw = {k: v for k, v in d.items() if k in names}
         kw["state"] = JobState(kw.get("state", "PENDING"))
         kw["allocation"] = [NodeAllocation(**a) for a in kw.get("allocation", [])]
+        if kw.get("stop") is not None:
+            kw["stop"] = StopMark.from_wire(kw["stop"])
+        if kw.get("preempt") is not None:
+            kw["preempt"] = PreemptMark.from_wire(kw["preempt"])
         return cls(**kw)
 
 
 JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Job))
+# What a job carries that only its owner and operators may read; script and environment go
+# only where asked for (scontrol show job --details, srun), to them too.
+PRIVATE_FIELDS = frozenset({"export", "script_args", "script", "environment"})
 _LIGHT_FIELDS = tuple(n for n in JOB_FIELDS if n not in ("script", "environment"))
-# What a query_jobs "fields" list may name: the light wire fields (never script or environment).
-ROW_FIELDS = frozenset(_LIGHT_FIELDS)
+PUBLIC_FIELDS = tuple(n for n in JOB_FIELDS if n not in PRIVATE_FIELDS)
+# What a query_jobs "fields" list may name (squeue): what anyone may see of any job.
+ROW_FIELDS = frozenset(PUBLIC_FIELDS) - {"stop", "preempt"}
 
 
 def allocation_wire(allocation: list[NodeAllocation]) -> list[dict[str, Any]]:

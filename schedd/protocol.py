@@ -24,6 +24,12 @@ MAX_STRING = 4096  # any other string field
 MAX_LIST = 100_000
 MAX_OUTPUT_DATA = 96 * 1024  # step_output's base64 chunk (the agent sends 48 KiB of output)
 MAX_ARRAY_SIZE = 1001  # Slurm's MaxArraySize default
+MAX_ENV_VARS = 4096  # variables in one environment
+MAX_KEY = 1024  # a variable's (or any map key's) name
+MAX_SCRIPT_ARGS = 4096
+MAX_JOB_REFS = 10_000  # ids in one request
+MAX_TASKS = 100_000
+NICE_LIMIT = 2147483645  # Slurm's NICE_OFFSET - 3: |--nice| at most this
 
 # Error codes: stable words a client can branch on. Messages are Slurm's texts where one exists.
 E_BAD_REQUEST = "bad_request"
@@ -42,184 +48,306 @@ class ProtocolError(Exception):
 
 
 # --- schemas -------------------------------------------------------------------------------
-# A body schema maps field -> (type or tuple of types, required). Unknown fields are refused:
-# a typo in a client must not be silently ignored.
-Schema = dict[str, tuple[Any, bool]]
+# The trust boundary is an allow-list: every field a client (or an agent) may send in every op
+# is named here, with its type and bounds. ``check`` refuses anything else with a one-line
+# error that names the field; nothing is silently dropped. State the server owns (admin
+# priority, the limit an agent enforces, lifecycle marks, restart counts, samples) is named in
+# no client schema, so no request can write it.
 
-_INT = int
-_NUM = (int, float)
-_STR = str
-_LIST = list
-_DICT = dict
-_BOOL = bool
-_OPT_INT = (int, type(None))
 
-# The Job fields (schedd.model.Job) a submission may set; everything else is schedd's to decide.
-# A literal, not derived from the data class: sbatch needs it without importing the model.
-SUBMIT_FIELDS = frozenset({
-    "account", "array_max_running", "array_spec", "begin_time", "command", "comment",
-    "constraint", "cpus_per_task", "dependency", "environment", "exclude", "exclusive", "export",
-    "extra", "gpu_type", "gpus", "gpus_per_node", "gpus_per_task", "held", "mail_type",
-    "mail_user", "mem_per_cpu_mb", "mem_per_gpu_mb", "mem_per_node_mb", "name", "nice",
-    "nodelist", "ntasks_per_node", "num_nodes", "num_nodes_max", "num_tasks", "open_mode",
-    "partition", "qos", "requeue", "reservation", "script", "signal", "stderr", "stdout",
-    "submit_host", "time_limit", "time_min", "workdir",
-})
+class Field:
+    """One field's type and bounds. ``kind``: str, int, num, bool, list, obj (fixed keys:
+    ``schema``), map (free string keys, values ``items``), tuple (fixed positions ``parts``).
+    ``nullable``: None is allowed; ``lo``/``hi`` bound numbers; ``size`` bounds a string's
+    length or a list's or map's items; ``choices`` lists the allowed strings."""
+
+    __slots__ = ("kind", "required", "nullable", "lo", "hi", "size", "items", "schema",
+                 "parts", "choices")
+
+    def __init__(self, kind: str, required: bool = False, nullable: bool = False,
+                 lo: float | None = None, hi: float | None = None, size: int = 0,
+                 items: Field | None = None, schema: Schema | None = None,
+                 parts: tuple[Field, ...] = (), choices: frozenset[str] | None = None):
+        self.kind, self.required, self.nullable = kind, required, nullable
+        self.lo, self.hi, self.size = lo, hi, size
+        self.items, self.schema, self.parts, self.choices = items, schema, parts, choices
+
+
+Schema = dict[str, Field]
+
+_BIG = 2**62  # any stored integer stays well inside 64 bits
+
+
+def Str(size: int = MAX_STRING, required: bool = False, nullable: bool = False,
+        choices: Any = None) -> Field:
+    return Field("str", required, nullable, size=size,
+                 choices=frozenset(choices) if choices is not None else None)
+
+
+def Int(lo: int = -_BIG, hi: int = _BIG, required: bool = False, nullable: bool = False) -> Field:
+    return Field("int", required, nullable, lo=lo, hi=hi)
+
+
+def Num(lo: float = -1e18, hi: float = 1e18, required: bool = False,
+        nullable: bool = False) -> Field:
+    return Field("num", required, nullable, lo=lo, hi=hi)
+
+
+def Bool(required: bool = False) -> Field:
+    return Field("bool", required)
+
+
+def List(items: Field, size: int = MAX_LIST, required: bool = False) -> Field:
+    return Field("list", required, size=size, items=items)
+
+
+def Obj(schema: Schema, required: bool = False, nullable: bool = False) -> Field:
+    return Field("obj", required, nullable, schema=schema)
+
+
+def Map(items: Field, size: int = MAX_LIST, required: bool = False) -> Field:
+    return Field("map", required, size=size, items=items)
+
+
+def Tuple(*parts: Field, required: bool = False) -> Field:
+    return Field("tuple", required, parts=parts)
+
+
+_ID = Str(64)  # a job id as a user writes it: "123", "123_4", "123_[1-5]"
+_NAME = Str(256)  # a user, account, partition, QOS, node or reservation name
+_NAMES = List(_NAME)
+_UINT = Int(0)
+_TIME = Num(0, 1e13)  # a POSIX time, seconds
+_LIMIT = Int(1, 2**31, nullable=True)  # a time limit, seconds; None = UNLIMITED
+_COUNT = Int(0, 2**31)  # a resource count (0 = not given)
+_MEM = Int(0, 2**42)  # MiB
+ENVIRONMENT = Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS)
+
+# What a submission may set: the Job fields (schedd.model.Job) sbatch parses, and nothing of
+# what schedd decides (owner, state, priority, marks, the allocation). A literal, not derived
+# from the data class: sbatch needs it without importing the model.
+SUBMIT_SCHEMA: Schema = {
+    "account": _NAME, "array_max_running": _COUNT, "array_spec": Str(),
+    "begin_time": _TIME, "command": Str(), "comment": Str(), "constraint": Str(),
+    "cpus_per_task": _COUNT, "dependency": Str(), "environment": ENVIRONMENT,
+    "exclude": Str(), "exclusive": Bool(), "export": Str(MAX_ENV_VALUE),
+    "gpu_type": Str(64), "gpus": _COUNT, "gpus_per_node": _COUNT, "gpus_per_task": _COUNT,
+    "held": Str(8, choices=("", "user")), "mail_type": Str(), "mail_user": Str(),
+    "mem_per_cpu_mb": _MEM, "mem_per_gpu_mb": _MEM, "mem_per_node_mb": _MEM,
+    "name": Str(), "nice": Int(-NICE_LIMIT, NICE_LIMIT), "nodelist": Str(),
+    "ntasks_per_node": _COUNT, "num_nodes": _COUNT, "num_nodes_max": _COUNT,
+    "num_tasks": _COUNT, "open_mode": Str(16, choices=("truncate", "append")),
+    "partition": _NAME, "qos": _NAME, "requeue": Bool(), "reservation": _NAME,
+    "script": Str(MAX_SCRIPT_BYTES), "signal": Str(64), "stderr": Str(), "stdout": Str(),
+    "submit_host": _NAME, "time_limit": _LIMIT, "time_min": _LIMIT, "workdir": Str(),
+    "script_args": List(Str(), size=MAX_SCRIPT_ARGS), "alloc_sid": Int(0, 2**31),
+    "restart_cost": Int(0, 2**31, nullable=True), "stdin": Str(), "wckey": _NAME,
+    "licenses": Str(),
+}
+SUBMIT_FIELDS = frozenset(SUBMIT_SCHEMA)
+
+# What scontrol update job may change (who may change what: handlers/jobcontrol.py).
+UPDATE_JOB_SCHEMA: Schema = {
+    "time_limit": _LIMIT, "time_min": _LIMIT, "nice": Int(-NICE_LIMIT, NICE_LIMIT),
+    "priority": Int(0, 2**32), "name": Str(), "comment": Str(), "requeue": Bool(),
+    "account": _NAME, "qos": _NAME, "partition": _NAME, "begin_time": _TIME,
+    "dependency": Str(), "num_nodes": _COUNT, "num_tasks": _COUNT, "cpus_per_task": _COUNT,
+    "mem_per_node_mb": _MEM, "nodelist": Str(), "exclude": Str(), "constraint": Str(),
+    "reservation": _NAME,
+}
+
+# scontrol create/update reservation (schedd.domain.reservation.Request; +=/-= on update)
+RESERVATION_SCHEMA: Schema = {
+    "name": _NAME, "start_time": Num(0, 1e13, nullable=True),
+    "end_time": Num(0, 1e13, nullable=True), "duration": Int(0, 2**40, nullable=True),
+    "nodes": _NAMES, "node_cnt": _COUNT, "gpus": _COUNT, "users": _NAMES,
+    "accounts": _NAMES, "flags": List(Str(64), size=64), "partition": _NAME,
+}
+RESERVATION_CHANGES: Schema = {
+    **RESERVATION_SCHEMA, "add_users": _NAMES, "remove_users": _NAMES,
+    "add_accounts": _NAMES, "remove_accounts": _NAMES,
+}
 
 JOB_FILTER: Schema = {
-    "job_ids": (_LIST, False),  # of str: "123", "123_4", "123_[1-5]"
-    "users": (_LIST, False),
-    "accounts": (_LIST, False),
-    "partitions": (_LIST, False),
-    "qos": (_LIST, False),
-    "states": (_LIST, False),
-    "names": (_LIST, False),
-    "nodes": (_LIST, False),
-    "all_states": (_BOOL, False),  # include finished jobs still within MinJobAge
+    "job_ids": List(_ID, size=MAX_JOB_REFS),  # "123", "123_4", "123_[1-5]"
+    "users": _NAMES,
+    "accounts": _NAMES,
+    "partitions": _NAMES,
+    "qos": _NAMES,
+    "states": List(Str(32), size=64),
+    "names": List(Str()),
+    "nodes": _NAMES,
+    "all_states": Bool(),  # include finished jobs still within MinJobAge
+}
+
+# What srun asks for when it starts a step inside its job (identity from the socket).
+STEP_START_FIELDS: Schema = {
+    "job_id": Int(0, required=True),
+    "argv": List(Str(MAX_ENV_VALUE), size=MAX_SCRIPT_ARGS, required=True),
+    "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
+    "cwd": Str(required=True),
+    "ntasks": _COUNT,  # 0/absent: the job's task count
+    "nodes": _COUNT,  # 0/absent: as many of the job's nodes as there are tasks
+    "ntasks_per_node": _COUNT,
+    "cpus_per_task": _COUNT,
+    "gpus": _COUNT,  # -G over the step
+    "gpus_per_node": _COUNT,
+    "gpus_per_task": _COUNT,
+    "stdout": Str(),  # --output pattern (%j %s %t %n %N %A %a %u %x %%); "" = forward
+    "stderr": Str(),
+    "forward": Bool(),  # streams without a pattern go to srun (step_output/step_wait)
+    "open_mode": Str(16, choices=("truncate", "append")),
+    "name": Str(),
 }
 
 CLIENT_OPS: dict[str, Schema] = {
     "ping": {},
     "submit": {
-        "job": (_DICT, True),  # Job fields (see schedd.model.Job) as sbatch parsed them
-        "test_only": (_BOOL, False),
+        "job": Obj(SUBMIT_SCHEMA, required=True),  # Job fields as sbatch parsed them
+        "test_only": Bool(),
     },
-    "query_jobs": {**JOB_FILTER, "with_script": (_BOOL, False), "start_estimates": (_BOOL, False),
+    "query_jobs": {**JOB_FILTER, "with_script": Bool(), "start_estimates": Bool(),
                    # Job attribute names: the reply is then {"columns", "values"}, not "jobs"
-                   "fields": (_LIST, False)},
-    "cancel": {**JOB_FILTER, "signal": (_STR, False), "batch_only": (_BOOL, False),
-               "full": (_BOOL, False)},
-    "hold": {"job_ids": (_LIST, True), "admin": (_BOOL, False)},
-    "release": {"job_ids": (_LIST, True)},
-    "update_job": {"job_ids": (_LIST, True), "changes": (_DICT, True)},
-    "requeue": {"job_ids": (_LIST, True), "hold": (_BOOL, False)},
-    "query_nodes": {"names": (_LIST, False)},
-    "query_partitions": {"names": (_LIST, False)},
-    "update_node": {"names": (_LIST, True), "changes": (_DICT, True)},
-    # advance reservations (schedd/handlers/reservations.py); fields: schedd.domain.reservation.Request
-    "create_reservation": {"reservation": (_DICT, True)},
-    "update_reservation": {"name": (_STR, True), "changes": (_DICT, True)},
-    "delete_reservation": {"name": (_STR, True)},
-    "query_reservations": {"names": (_LIST, False)},
+                   "fields": List(Str(64), size=200)},
+    "cancel": {**JOB_FILTER, "signal": Str(32), "batch_only": Bool(), "full": Bool()},
+    "hold": {"job_ids": List(_ID, size=MAX_JOB_REFS, required=True), "admin": Bool()},
+    "release": {"job_ids": List(_ID, size=MAX_JOB_REFS, required=True)},
+    "update_job": {"job_ids": List(_ID, size=MAX_JOB_REFS, required=True),
+                   "changes": Obj(UPDATE_JOB_SCHEMA, required=True)},
+    "requeue": {"job_ids": List(_ID, size=MAX_JOB_REFS, required=True), "hold": Bool()},
+    "query_nodes": {"names": _NAMES},
+    "query_partitions": {"names": _NAMES},
+    "update_node": {"names": List(_NAME, required=True),
+                    "changes": Obj({"state": Str(32), "reason": Str()}, required=True)},
+    # advance reservations (schedd/handlers/resv.py)
+    "create_reservation": {"reservation": Obj(RESERVATION_SCHEMA, required=True)},
+    "update_reservation": {"name": Str(256, required=True),
+                           "changes": Obj(RESERVATION_CHANGES, required=True)},
+    "delete_reservation": {"name": Str(256, required=True)},
+    "query_reservations": {"names": _NAMES},
     "show_config": {},
-    # sacct and sreport, answered from the ledger (schedd/handlers/accounting.py)
-    "acct_jobs": {**JOB_FILTER, "start": ((int, float, type(None)), False),
-                  "end": ((int, float, type(None)), False), "steps": (_BOOL, False),
-                  "fields": (_LIST, False),  # row keys wanted (schedd.accounting); all if absent
-                  "duplicates": (_BOOL, False)},  # sacct -D: a row per run of a requeued job
-    "acct_report": {"start": (_NUM, True), "end": (_NUM, True)},
-    # srun inside an allocation (job steps; see schedd/handlers/steps.py)
-    "step_start": {"step": (_DICT, True)},  # see STEP_START_FIELDS
+    # sacct and sreport, answered from the ledger (schedd/handlers/sacct.py)
+    "acct_jobs": {**JOB_FILTER, "start": Num(nullable=True), "end": Num(nullable=True),
+                  "steps": Bool(),
+                  "fields": List(Str(64), size=200),  # row keys wanted; all if absent
+                  "duplicates": Bool()},  # sacct -D: a row per run of a requeued job
+    "acct_report": {"start": Num(required=True), "end": Num(required=True)},
+    # srun inside an allocation (job steps; see schedd/handlers/srun.py)
+    "step_start": {"step": Obj(STEP_START_FIELDS, required=True)},
     # cursors: [[procid, "out"|"err", next offset wanted]] of forwarded output srun has written
-    "step_wait": {"job_id": (_INT, True), "step_id": (_INT, True), "cursors": (_LIST, False)},
+    "step_wait": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
+                  "cursors": List(Tuple(Int(0), Str(8, choices=("out", "err")), Int(0)),
+                                  size=MAX_TASKS * 2)},
     # detach: srun leaves without reading the rest (its output is then discarded)
-    "step_cancel": {"job_id": (_INT, True), "step_id": (_INT, True), "detach": (_BOOL, False)},
+    "step_cancel": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
+                    "detach": Bool()},
     # sacctmgr (verb add|modify|delete|show; entity account|user|qos|association) and sshare
-    "sacctmgr": {"verb": (_STR, True), "entity": (_STR, True), "names": (_LIST, False),
-                 "where": (_DICT, False), "set": (_DICT, False), "with_assoc": (_BOOL, False)},
+    "sacctmgr": {"verb": Str(16, required=True), "entity": Str(32, required=True),
+                 "names": _NAMES, "where": Map(Str(), size=64), "set": Map(Str(), size=64),
+                 "with_assoc": Bool()},
     "sshare": {},
     # kiln why / kiln stats (schedd/handlers/insight.py)
-    "job_why": {"job_id": (_STR, True)},
-    "forecast_stats": {"since": (_NUM, False)},
+    "job_why": {"job_id": Str(64, required=True)},
+    "forecast_stats": {"since": Num()},
 }
 
-# What srun asks for when it starts a step inside its job (identity from the socket).
-STEP_START_FIELDS: Schema = {
-    "job_id": (_INT, True),
-    "argv": (_LIST, True),  # of str: the command and its arguments
-    "environment": (_DICT, True),  # srun's own environment; schedd adds the per-task SLURM_*
-    "cwd": (_STR, True),
-    "ntasks": (_INT, False),  # 0/absent: the job's task count
-    "nodes": (_INT, False),  # 0/absent: as many of the job's nodes as there are tasks
-    "ntasks_per_node": (_INT, False),
-    "cpus_per_task": (_INT, False),
-    "gpus": (_INT, False),  # -G over the step
-    "gpus_per_node": (_INT, False),
-    "gpus_per_task": (_INT, False),
-    "stdout": (_STR, False),  # --output pattern (%j %s %t %n %N %A %a %u %x %%); "" = forward
-    "stderr": (_STR, False),
-    "forward": (_BOOL, False),  # streams without a pattern go to srun (step_output/step_wait)
-    "open_mode": (_STR, False),
-    "name": (_STR, False),
-}
+_GPU = Obj({"index": Int(0, 4096, required=True), "uuid": Str(128, required=True),
+            "model": Str(128, required=True), "memory_mb": _MEM, "island": Int(0, 4096)})
+_NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
+         "memory_mb": Int(0, 2**42, required=True), "gpus": List(_GPU, size=4096),
+         "features": List(Str(256), size=256), "address": Str(256), "boot_time": _TIME}
+# checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
+# preemption's victim scores
+_RUNNING = Obj({"job_id": Int(0, required=True), "generation": Int(0, required=True),
+                "checkpoint_age": Num(0)})
+_ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=True),
+                  "generation": Int(0, required=True), "state": Str(32, required=True),
+                  "exit_code": Int(0, 255, required=True),
+                  "exit_signal": Int(0, 128, required=True),
+                  "end_time": Num(0, 1e13, required=True),
+                  "stats": Map(Num(0), size=64)}
 
 AGENT_OPS: dict[str, Schema] = {
     # agent -> schedd
-    "register": {"node": (_DICT, True), "running": (_LIST, True), "finished": (_LIST, False)},
-    # running: [{"job_id", "generation", "checkpoint_age"?}]; checkpoint_age = seconds since
-    # the job touched $KILN_CHECKPOINT_FILE (absent: never), for preemption's victim scores
-    "heartbeat": {"node": (_STR, True), "running": (_LIST, False),
-                  "steps": (_LIST, False)},  # ids of jobs with step tasks alive here
-    "job_started": {"node": (_STR, True), "job_id": (_INT, True), "generation": (_INT, True),
-                    "start_time": (_NUM, True), "pid": (_INT, False)},
-    "job_ended": {"node": (_STR, True), "job_id": (_INT, True), "generation": (_INT, True),
-                  "state": (_STR, True), "exit_code": (_INT, True), "exit_signal": (_INT, True),
-                  "end_time": (_NUM, True), "stats": (_DICT, False)},
+    "register": {"node": Obj(_NODE, required=True), "running": List(_RUNNING, required=True),
+                 "finished": List(Obj(_ENDED))},
+    "heartbeat": {"node": Str(256, required=True), "running": List(_RUNNING),
+                  "steps": List(Int(0))},  # ids of jobs with step tasks alive here
+    "job_started": {"node": Str(256, required=True), "job_id": Int(0, required=True),
+                    "generation": Int(0, required=True), "start_time": Num(required=True),
+                    "pid": Int(0)},
+    "job_ended": _ENDED,
     # every task of a step on this node has ended; tasks: [[procid, exit_code, exit_signal]];
     # cpu: [user, system] seconds the node's tasks used, when the agent reaped them
-    "step_ended": {"node": (_STR, True), "job_id": (_INT, True), "step_id": (_INT, True),
-                   "state": (_STR, True), "tasks": (_LIST, True), "end_time": (_NUM, True),
-                   "cpu": (_LIST, False)},
+    "step_ended": {"node": Str(256, required=True), "job_id": Int(0, required=True),
+                   "step_id": Int(0, required=True), "state": Str(32, required=True),
+                   "tasks": List(Tuple(Int(0), Int(-1, 255), Int(0, 128)), size=MAX_TASKS,
+                                 required=True),
+                   "end_time": Num(required=True), "cpu": Tuple(Num(0), Num(0))},
     # a chunk of a task's forwarded stdout ("out") or stderr ("err") at byte offset `offset`,
     # data base64; the reply says the offset schedd expects next ({"expected": N}), or
     # {"gone": true} when schedd no longer holds the step (the agent then drops the output)
-    "step_output": {"node": (_STR, True), "job_id": (_INT, True), "step_id": (_INT, True),
-                    "procid": (_INT, True), "stream": (_STR, True), "offset": (_INT, True),
-                    "data": (_STR, True)},
+    "step_output": {"node": Str(256, required=True), "job_id": Int(0, required=True),
+                    "step_id": Int(0, required=True), "procid": Int(0, required=True),
+                    "stream": Str(8, required=True, choices=("out", "err")),
+                    "offset": Int(0, required=True), "data": Str(MAX_OUTPUT_DATA, required=True)},
 }
 
-SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
-    "launch": {"launch": (_DICT, True)},  # see LAUNCH_FIELDS
-    "signal": {"job_id": (_INT, True), "generation": (_INT, True), "signal": (_STR, True),
-               "batch_only": (_BOOL, False)},
-    "terminate": {"job_id": (_INT, True), "generation": (_INT, True), "state": (_STR, True)},
-    "launch_step": {"step": (_DICT, True)},  # see STEP_LAUNCH_FIELDS
-    # step_id absent: every step of the job on this node
-    "terminate_steps": {"job_id": (_INT, True), "step_id": (_INT, False),
-                        "state": (_STR, True)},
-}
-
-# One node's share of a step (agentd/steps.py runs it): its tasks, each with its own overlay
-# of the environment (SLURM_PROCID, ...) and its output files, already expanded by schedd.
+# One node's share of a step (agentd/step_tasks.py runs it): its tasks, each with its own
+# overlay of the environment (SLURM_PROCID, ...) and its output files, already expanded.
+_TASK = Obj({"procid": Int(0, required=True), "env": Map(Str(MAX_ENV_VALUE), size=64),
+             "stdout": Str(required=True), "stderr": Str(required=True),
+             "append": Bool(), "forward": List(Str(8, choices=("out", "err")), size=2)})
 STEP_LAUNCH_FIELDS: Schema = {
-    "job_id": (_INT, True),
-    "step_id": (_INT, True),
-    "user": (_STR, True),
-    "uid": (_INT, True),
-    "gid": (_INT, True),
-    "argv": (_LIST, True),
-    "cwd": (_STR, True),
-    "environment": (_DICT, True),  # common to the node's tasks
-    # of {"procid", "env", "stdout", "stderr", "append", "forward"?}; forward: the streams
-    # ("out", "err") the agent sends to schedd (step_output) instead of writing to a path
-    "tasks": (_LIST, True),
-    "time_limit": (_OPT_INT, True),  # the job's, seconds from job_start; None = unlimited
-    "job_start": (_NUM, True),
-    "kill_wait": (_INT, True),
+    "job_id": Int(0, required=True),
+    "step_id": Int(0, required=True),
+    "user": Str(256, required=True),
+    "uid": Int(0, 2**32, required=True),
+    "gid": Int(0, 2**32, required=True),
+    "argv": List(Str(MAX_ENV_VALUE), size=MAX_SCRIPT_ARGS, required=True),
+    "cwd": Str(required=True),
+    "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
+    "tasks": List(_TASK, size=MAX_TASKS, required=True),
+    "time_limit": Int(0, 2**31, required=True, nullable=True),  # from job_start; None = none
+    "job_start": Num(required=True),
+    "kill_wait": Int(-1, 2**31, required=True),
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job
 # without asking again (the agent keeps it in its spool, so it survives a restart).
 LAUNCH_FIELDS: Schema = {
-    "job_id": (_INT, True),
-    "generation": (_INT, True),
-    "name": (_STR, True),
-    "user": (_STR, True),
-    "uid": (_INT, True),
-    "gid": (_INT, True),
-    "script": (_STR, True),
-    "workdir": (_STR, True),
-    "stdout": (_STR, True),  # already expanded to absolute paths by schedd (%j %x %u %A %a %N)
-    "stderr": (_STR, True),
-    "open_mode": (_STR, True),
-    "environment": (_DICT, True),  # the full environment of the job, SLURM_* included
-    "gpus": (_LIST, True),  # indices on this node
-    "cpus": (_INT, True),
-    "memory_mb": (_INT, True),
-    "time_limit": (_OPT_INT, True),  # seconds, None = unlimited
-    "kill_wait": (_INT, True),  # seconds between SIGTERM and SIGKILL
-    "signal": (_STR, False),  # --signal as given, e.g. "B:USR1@120"
-    "start_time": (_NUM, True),  # schedd's decision time; the agent measures its own limit
+    "job_id": Int(0, required=True),
+    "generation": Int(0, required=True),
+    "name": Str(required=True),
+    "user": Str(256, required=True),
+    "uid": Int(0, 2**32, required=True),
+    "gid": Int(0, 2**32, required=True),
+    "script": Str(MAX_SCRIPT_BYTES, required=True),
+    "workdir": Str(required=True),
+    "stdout": Str(required=True),  # already expanded to absolute paths by schedd
+    "stderr": Str(required=True),
+    "open_mode": Str(16, required=True),
+    "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
+    "gpus": List(Int(0, 4096), size=4096, required=True),  # indices on this node
+    "cpus": Int(0, 2**20, required=True),
+    "memory_mb": Int(0, 2**42, required=True),
+    # the limit schedd admitted for this run (Job.launched_limit); None = unlimited
+    "time_limit": Int(0, 2**31, required=True, nullable=True),
+    "kill_wait": Int(-1, 2**31, required=True),  # seconds between SIGTERM and SIGKILL
+    "signal": Str(64),  # --signal as given, e.g. "B:USR1@120"
+    "start_time": Num(required=True),  # schedd's decision time; the agent measures its own
+}
+
+SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
+    "launch": {"launch": Obj(LAUNCH_FIELDS, required=True)},
+    "signal": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
+               "signal": Str(32, required=True), "batch_only": Bool()},
+    "terminate": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
+                  "state": Str(32, required=True)},
+    "launch_step": {"step": Obj(STEP_LAUNCH_FIELDS, required=True)},
+    # step_id absent: every step of the job on this node
+    "terminate_steps": {"job_id": Int(0, required=True), "step_id": Int(0),
+                        "state": Str(32, required=True)},
 }
 
 
@@ -273,47 +401,70 @@ def decode_request(frame: bytes, ops: dict[str, Schema]) -> tuple[Any, str, dict
 
 
 def check(body: Any, schema: Schema, where: str) -> None:
-    """Type-check and bound a body against its schema; raises ProtocolError."""
-    if not isinstance(body, dict):
-        raise ProtocolError(E_BAD_REQUEST, f"{where}: body is not an object")
-    for name in body:
+    """Type-check and bound a body against its schema; raises ProtocolError naming the field."""
+    _check_obj(body, schema, where)
+
+
+def _check_obj(value: Any, schema: Schema, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ProtocolError(E_BAD_REQUEST, f"{where}: not an object")
+    for name in value:
         if name not in schema:
             raise ProtocolError(E_BAD_REQUEST, f"{where}: unknown field {str(name)[:64]!r}")
-    for name, (typ, required) in schema.items():
-        if name not in body:
-            if required:
-                raise ProtocolError(E_BAD_REQUEST, f"{where}: missing field {name!r}")
-            continue
-        value = body[name]
-        if isinstance(value, bool) and typ in (_INT, _NUM, _OPT_INT):
-            raise ProtocolError(E_BAD_REQUEST, f"{where}: field {name!r} has the wrong type")
-        if not isinstance(value, typ):
-            raise ProtocolError(E_BAD_REQUEST, f"{where}: field {name!r} has the wrong type")
-        bound(value, f"{where}.{name}")
+    for name, spec in schema.items():
+        if name in value:
+            _check_value(value[name], spec, f"{where}.{name}")
+        elif spec.required:
+            raise ProtocolError(E_BAD_REQUEST, f"{where}: missing field {name!r}")
 
 
-def bound(value: Any, where: str, depth: int = 0) -> None:
-    """Refuse over-long strings, huge lists and deep nesting anywhere inside a value."""
-    if depth > 8:
-        raise ProtocolError(E_BAD_REQUEST, f"{where}: nested too deeply")
-    if isinstance(value, str):
-        if where.endswith(".script"):
-            limit = MAX_SCRIPT_BYTES
-        elif where == "step_output.data":
-            limit = MAX_OUTPUT_DATA
-        elif ".environment" in where:
-            limit = MAX_ENV_VALUE
-        else:
-            limit = MAX_STRING
-        if len(value) > limit:
-            raise ProtocolError(E_BAD_REQUEST, f"{where}: string longer than {limit}")
-    elif isinstance(value, list):
-        if len(value) > MAX_LIST:
-            raise ProtocolError(E_BAD_REQUEST, f"{where}: list longer than {MAX_LIST}")
+def _wrong(where: str, what: str) -> ProtocolError:
+    return ProtocolError(E_BAD_REQUEST, f"{where}: {what}")
+
+
+def _check_value(value: Any, spec: Field, where: str) -> None:
+    if value is None:
+        if spec.nullable:
+            return
+        raise _wrong(where, "may not be null")
+    kind = spec.kind
+    if kind == "str":
+        if not isinstance(value, str):
+            raise _wrong(where, "has the wrong type (a string is needed)")
+        if len(value) > spec.size:
+            raise _wrong(where, f"string longer than {spec.size}")
+        if spec.choices is not None and value not in spec.choices:
+            raise _wrong(where, f"{value[:64]!r} is not one of {', '.join(map(repr, sorted(spec.choices)))}")
+    elif kind in ("int", "num"):
+        if isinstance(value, bool) or not isinstance(value, int if kind == "int" else (int, float)):
+            raise _wrong(where, "has the wrong type (a number is needed)")
+        if value != value or not spec.lo <= value <= spec.hi:  # NaN fails the first test
+            raise _wrong(where, "is out of range")
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise _wrong(where, "has the wrong type (true or false is needed)")
+    elif kind == "list":
+        if not isinstance(value, list):
+            raise _wrong(where, "has the wrong type (a list is needed)")
+        if len(value) > spec.size:
+            raise _wrong(where, f"list longer than {spec.size}")
         for item in value:
-            bound(item, where, depth + 1)
-    elif isinstance(value, dict):
-        if len(value) > MAX_LIST:
-            raise ProtocolError(E_BAD_REQUEST, f"{where}: object too large")
-        for k, v in value.items():
-            bound(v, f"{where}.{k}", depth + 1)
+            _check_value(item, spec.items, where)  # type: ignore[arg-type]
+    elif kind == "obj":
+        _check_obj(value, spec.schema or {}, where)
+    elif kind == "map":
+        if not isinstance(value, dict):
+            raise _wrong(where, "has the wrong type (an object is needed)")
+        if len(value) > spec.size:
+            raise _wrong(where, f"more than {spec.size} entries")
+        for key, item in value.items():
+            if not key or len(key) > MAX_KEY or "\0" in key:
+                raise _wrong(where, f"bad key {str(key)[:64]!r}")
+            _check_value(item, spec.items, f"{where}.{key[:64]}")  # type: ignore[arg-type]
+    elif kind == "tuple":
+        if not isinstance(value, list) or len(value) != len(spec.parts):
+            raise _wrong(where, f"has the wrong type (a list of {len(spec.parts)} is needed)")
+        for item, part in zip(value, spec.parts, strict=True):
+            _check_value(item, part, where)
+    else:  # pragma: no cover - a schema written wrong
+        raise _wrong(where, f"unknown kind {kind}")

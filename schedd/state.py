@@ -1,8 +1,11 @@
-"""schedd's in-memory picture of the cluster, kept in step with the ledger.
+"""schedd's in-memory picture of the cluster, kept in step with the ledger: the one door for writes.
 
-Every change goes through ``commit``: written to the ledger first (one transaction), then applied
-here, so what a client is told has always been committed. Requests and the scheduling cycle read
-from memory only; the ledger is read once, at start-up.
+Every change goes through a method here: written to the ledger first (one transaction, through
+``Store``), then applied in memory, so what a client is told has always been committed and the
+two never disagree on the order. Jobs change through ``commit`` (field changes, their events and
+step rows); nodes through ``save_node``; accounts, reservations, steps and the audit trail
+through their own methods. Requests and the scheduling cycle read from memory only; the ledger
+is read once, at start-up (and by the accounting queries, which read history).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from schedd.config import Config
 from schedd.domain.accounts import Accounts
 from schedd.domain.reservation import Reservation
 from schedd.domain.usage import UsageMeter
-from schedd.ledger.records import JobEvent, StepRecord
+from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepRecord
 from schedd.ledger.store import Store
 from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot, pending_from_job
@@ -106,6 +109,55 @@ class State:
             for key, value in fields.items():
                 setattr(job, key, value)
 
+    def set_aside(self, job: Job, why: str, now: float) -> None:
+        """Hold a job schedd cannot schedule (its fields make the core fail) for an
+        administrator, with the reason (``scontrol show job``, ``kiln why``); never a crash."""
+        log.error("job %d is set aside: %s", job.id, why)
+        fields: dict[str, Any] = {"set_aside": why[:1000]}
+        if job.state == JobState.PENDING:
+            fields.update(held="admin", reason="JobHeldAdmin")
+        try:
+            self.commit([(job, fields)], [JobEvent(job.id, now, job.state.value,
+                                                   reason="JobHeldAdmin",
+                                                   detail=f"set aside: {why}"[:1000])])
+        except LedgerError:
+            for key, value in fields.items():  # the ledger refuses the row too: memory only
+                setattr(job, key, value)
+
+    def save_node(self, node: Node) -> None:
+        """Store a node as registered or changed (its GPU list replaced), then keep it."""
+        self.store.upsert_node(node)
+        self.nodes[node.name] = node
+
+    def audit(self, actor_uid: int, action: str, target: str, detail: str, now: float) -> None:
+        self.store.audit(actor_uid, action, target, detail, now)
+
+    def write_accounting(self, change: AccountingChange) -> None:
+        """One sacctmgr command's rows and deletions; the caller updates ``accounts`` after."""
+        self.store.write_accounting(change)
+
+    def save_reservation(self, resv: Reservation, actor_uid: int, action: str,
+                         now: float) -> None:
+        self.store.save_reservation(resv.to_row(), actor_uid, action, now)
+        self.reservations[resv.name] = resv
+
+    def delete_reservation(self, name: str, actor_uid: int | None, now: float) -> None:
+        self.store.delete_reservation(name, actor_uid, now)
+        self.reservations.pop(name, None)
+
+    def save_steps(self, rows: list[StepRecord]) -> None:
+        self.store.save_steps(rows)
+
+    def end_step(self, live: Any) -> None:
+        """Record a step's end (a ``domain.steps.LiveStep``); a ledger failure is logged, not
+        raised: the step has ended whatever the ledger says."""
+        try:
+            self.store.end_step(live.job_id, str(live.step_id), live.state, live.exit_code,
+                                live.exit_signal, live.end_time, live.stats)
+        except LedgerError as exc:
+            log.warning("cannot record the end of step %d.%d: %s", live.job_id, live.step_id,
+                        exc)
+
     def purge(self, now: float) -> None:
         """Forget finished jobs older than MinJobAge (they stay in the ledger for sacct)."""
         horizon = now - self.cfg.min_job_age
@@ -116,8 +168,7 @@ class State:
         if len(self._finished_cache) > 100_000:
             self._finished_cache.clear()
         for name in [r.name for r in self.reservations.values() if r.end_time <= now]:
-            self.store.delete_reservation(name, None, now)  # ended: Slurm forgets it too
-            del self.reservations[name]
+            self.delete_reservation(name, None, now)  # ended: Slurm forgets it too
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -238,16 +289,28 @@ class State:
                 running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id, 0) + 1
         pending: list[PendingJob] = []
         blocked: dict[int, str] = {}
+        broken: list[tuple[Job, str]] = []
         for job in self.pending():
-            reason = self.ineligible_reason(job, now, running_per_array)
+            if job.set_aside:
+                blocked[job.id] = "JobHeldAdmin"
+                continue
+            try:
+                reason = self.ineligible_reason(job, now, running_per_array)
+                view = None if reason else self.pending_view(job)
+            except Exception as exc:  # noqa: BLE001 - one bad job must not stop the cycle
+                broken.append((job, f"cannot be scheduled: {type(exc).__name__}: {exc}"))
+                continue
             if reason:
                 blocked[job.id] = reason
                 continue
-            pending.append(self.pending_view(job))
+            pending.append(view)
             if job.array_max_running and job.array_job_id is not None:
                 # %N: a task offered to the core takes a slot, or one cycle starts them all
                 running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id,
                                                                             0) + 1
+        for job, why in broken:
+            self.set_aside(job, why, now)
+            blocked[job.id] = "JobHeldAdmin"
         limits = (self.accounts.limit_table(self.usage.tres_mins)
                   if self.accounts.has_limits() else None)
         return Snapshot(now=now, nodes=nodes, running=running, pending=pending,

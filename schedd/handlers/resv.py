@@ -14,7 +14,6 @@ from typing import Any
 from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.reservation import (
-    ACCESS_DENIED,
     IN_USE,
     INVALID_RESERVATION,
     INVALID_USER,
@@ -171,12 +170,3 @@ def query_reservations(ctx: Context, caller: Caller, body: dict[str, Any]) -> di
     return {"reservations": out, "now": now}
 
 
-def check_submit(ctx: Context, job: Job) -> None:
-    """sbatch --reservation=: the reservation must exist and admit the job's user or account."""
-    if not job.reservation:
-        return
-    resv = ctx.state.reservations.get(job.reservation)
-    if resv is None:
-        raise RequestError("Requested reservation is invalid")
-    if not resv.admits(job.user, job.account):
-        raise RequestError(ACCESS_DENIED)

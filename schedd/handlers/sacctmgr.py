@@ -15,7 +15,6 @@ from typing import Any
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import (
     ADMIN_LEVELS,
-    POLICY,
     QOS,
     ROOT,
     Accounts,
@@ -24,51 +23,13 @@ from schedd.domain.accounts import (
     User,
     account_row,
     association_row,
-    deny_on_limit_reason,
     qos_row,
     uid_of,
     user_row,
 )
 from schedd.identity import Caller, is_operator
 from schedd.ledger.records import AccountingChange, AuditRecord
-from schedd.model import Job, JobState
 from schedd.slurm import tres
-
-# --- submission ---------------------------------------------------------------------------
-
-
-def admit(ctx: Context, job: Job, spec: dict[str, Any]) -> None:
-    """Settle the job's account and QOS (Slurm's submit errors otherwise) and, with the QOS
-    flag DenyOnLimit, refuse a job over a per-job limit."""
-    accounts = ctx.state.accounts
-    try:
-        account, qos, change = accounts.resolve(job.user, spec.get("account") or "",
-                                                spec.get("qos") or "")
-    except AccountsError as exc:
-        raise RequestError(str(exc)) from None
-    if change is not None:
-        ctx.state.store.write_accounting(change)
-        ctx.state.usage.sync(accounts)
-    job.account, job.qos = account, qos
-    reason = deny_on_limit_reason(accounts, ctx.state.pending_view(job))
-    if reason:
-        raise RequestError(f"{reason}\n{POLICY}")
-
-
-def check_submit_limits(ctx: Context, job: Job, new_jobs: int) -> None:
-    """MaxSubmitJobs and GrpSubmitJobs (association and QOS): pending and running jobs count,
-    every array task as one job. Slurm rejects with the limit's name, then the policy line."""
-    accounts = ctx.state.accounts
-    if not accounts.has_limits():
-        return
-    active = ((j.account, j.user, j.qos) for j in ctx.state.jobs.values()
-              if j.state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
-                             JobState.SUSPENDED))
-    reason = accounts.submit_violation(job.account, job.user, job.qos, new_jobs,
-                                       accounts.count_jobs(active))
-    if reason:
-        raise RequestError(f"{reason}\n{POLICY}")
-
 
 # --- settings -----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ and ``BEGIN`` is emitted by us, so SQLite DDL (migrations) is transactional too.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -57,7 +58,11 @@ from schedd.model import (
     NodeAllocation,
     NodeState,
     Partition,
+    PreemptMark,
+    StopMark,
 )
+
+log = logging.getLogger("schedd.ledger")
 
 META_MAX_JOB_ID = "max_job_id"  # high-water mark kept when finished jobs are purged
 
@@ -85,6 +90,8 @@ def _job_value(name: str, value: Any) -> Any:
         return _state_name(value)
     if name == "allocation":
         return _allocation_to_json(value)
+    if name in ("stop", "preempt"):
+        return value.to_wire() if value is not None else None
     return value
 
 
@@ -97,18 +104,136 @@ def _state_name(state: JobState | str) -> str:
 
 def job_to_row(job: Job) -> dict[str, Any]:
     row = {name: getattr(job, name) for name in JOB_FIELDS}
-    row["state"] = _state_name(job.state)
-    row["allocation"] = _allocation_to_json(job.allocation)
+    for name in ("state", "allocation", "stop", "preempt"):
+        row[name] = _job_value(name, row[name])
     return row
 
 
 def row_to_job(row: Mapping[str, Any]) -> Job:
-    kw = dict(row)
-    kw["state"] = JobState(kw["state"])
-    kw["allocation"] = [NodeAllocation(**a) for a in kw["allocation"] or []]
-    kw["environment"] = kw["environment"] or {}
-    kw["extra"] = kw["extra"] or {}
+    """A ledger row as a Job, every field checked against its type; ValueError names the
+    fields that are not what schedd wrote (a row edited by hand, or written by a bug)."""
+    kw: dict[str, Any] = {}
+    bad: list[str] = []
+    for name in JOB_FIELDS:
+        try:
+            kw[name] = _load_field(name, row.get(name, _DEFAULTS[name]))
+        except (KeyError, TypeError, ValueError):
+            bad.append(name)
+    if bad:
+        raise ValueError(", ".join(bad))
     return Job(**kw)
+
+
+def set_aside_job(row: Mapping[str, Any], bad: str) -> Job:
+    """A job whose row cannot be read whole: what can be read, the rest at its default, and
+    held for an administrator with the reason (``scontrol show job``, ``kiln why``), so one bad
+    row never stops schedd from starting or scheduling (SPEC §6: no input crashes a daemon)."""
+    kw: dict[str, Any] = {}
+    for name in JOB_FIELDS:
+        try:
+            kw[name] = _load_field(name, row.get(name, _DEFAULTS[name]))
+        except (KeyError, TypeError, ValueError):
+            kw[name] = _default(name)
+    job = Job(**kw)
+    job.set_aside = f"unreadable ledger field(s): {bad}"
+    if job.state == JobState.PENDING:
+        job.held, job.reason = "admin", "JobHeldAdmin"
+    return job
+
+
+def _default(name: str) -> Any:
+    f = _JOB_DATACLASS_FIELDS[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+_JOB_DATACLASS_FIELDS = {f.name: f for f in dataclasses.fields(Job)}
+_DEFAULTS = {name: (None if f.default is dataclasses.MISSING and f.default_factory is
+                    dataclasses.MISSING else _default(name))
+             for name, f in _JOB_DATACLASS_FIELDS.items()}
+_NULLABLE_INT = frozenset({"time_limit", "time_min", "array_job_id", "array_task_id",
+                           "cancelled_by", "admin_priority", "launched_limit", "restart_cost"})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _load_field(name: str, value: Any) -> Any:
+    """One column's value as the Job field holds it; raises for a value of the wrong type."""
+    if name == "state":
+        return JobState(value)
+    if name == "allocation":
+        return [NodeAllocation(node=str(a["node"]), cpus=_checked_int(a["cpus"]),
+                               memory_mb=_checked_int(a["memory_mb"]),
+                               gpus=[_checked_int(g) for g in a.get("gpus") or []])
+                for a in value or []]
+    if name == "environment":
+        env = value or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in env.items()):
+            raise ValueError(name)
+        return env
+    if name == "script_args":
+        args = value or []
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ValueError(name)
+        return args
+    if name == "stats":
+        stats = value or {}
+        if not isinstance(stats, dict) or not all(_is_num(v) for v in stats.values()):
+            raise ValueError(name)
+        return {str(k): float(v) for k, v in stats.items()}
+    if name in ("forecast_first", "forecast_last"):
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) != 2 or not all(map(_is_num, value)):
+            raise ValueError(name)
+        return [float(v) for v in value]
+    if name == "stop":
+        return None if value is None else StopMark.from_wire(value)
+    if name == "preempt":
+        return None if value is None else PreemptMark.from_wire(value)
+    if name in _NULLABLE_INT:
+        return None if value is None else _checked_int(value)
+    default = _DEFAULTS[name]
+    if name == "id" or isinstance(default, bool):
+        if name == "id":
+            return _checked_int(value)
+        if not isinstance(value, bool):
+            if value in (0, 1):  # SQLite hands booleans back as integers in raw reads
+                return bool(value)
+            raise ValueError(name)
+        return value
+    if isinstance(default, int):
+        return _checked_int(value)
+    if isinstance(default, float):
+        if not _is_num(value):
+            raise ValueError(name)
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ValueError(name)
+        return value
+    raise ValueError(name)
+
+
+def _checked_int(value: Any) -> int:
+    if not _is_int(value):
+        raise ValueError("not an integer")
+    return value
+
+
+def _tolerant_job(row: Mapping[str, Any]) -> Job:
+    try:
+        return row_to_job(row)
+    except ValueError as exc:
+        log.error("job %s: %s in the ledger cannot be read; the job is set aside (held for "
+                  "an administrator)", row.get("id"), exc)
+        return set_aside_job(row, str(exc))
 
 
 def _event_row(ev: JobEvent) -> dict[str, Any]:
@@ -287,7 +412,7 @@ class Store:
                 cond = or_(cond, t.jobs.c.end_time >= finished_since)
             stmt = stmt.where(cond)
         with self._read("loading jobs") as conn:
-            return [row_to_job(r) for r in conn.execute(stmt).mappings()]
+            return [_tolerant_job(r) for r in conn.execute(stmt).mappings()]
 
     def query_jobs(
         self,
@@ -327,7 +452,7 @@ class Store:
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._read("querying jobs") as conn:
-            return [row_to_job(r) for r in conn.execute(stmt).mappings()]
+            return [_tolerant_job(r) for r in conn.execute(stmt).mappings()]
 
     def job_events(self, job_id: int) -> list[JobEvent]:
         """A job's history, oldest first."""

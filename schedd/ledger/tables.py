@@ -3,7 +3,7 @@
 The ``jobs`` table has one column per field of :class:`schedd.model.Job`, with the same names,
 so a row and a ``Job`` convert into each other by name (``store.job_to_row``/``row_to_job``).
 Every sbatch option is kept even where no feature acts on it yet: ``sacct`` and later issues
-read them back. Lists and dictionaries (environment, extra options, the allocation, node
+read them back. Lists and dictionaries (environment, script arguments, marks, the allocation, node
 features) are JSON columns, portable between SQLite and PostgreSQL.
 
 The store writes through SQLAlchemy Core (executemany) for speed; these classes give the schema
@@ -110,7 +110,12 @@ class JobRow(Base):
     command: Mapped[str] = mapped_column(String, default="")
     script: Mapped[str] = mapped_column(Text, default="")
     environment: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    script_args: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    alloc_sid: Mapped[int] = mapped_column(BigInteger, default=0)
+    restart_cost: Mapped[int | None] = mapped_column(Integer)
+    stdin: Mapped[str] = mapped_column(String, default="")
+    wckey: Mapped[str] = mapped_column(String, default="")
+    licenses: Mapped[str] = mapped_column(String, default="")
 
     node_list: Mapped[str] = mapped_column(String, default="")
     allocation: Mapped[list[Any]] = mapped_column(JSON, default=list)
@@ -120,6 +125,18 @@ class JobRow(Base):
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
     generation: Mapped[int] = mapped_column(Integer, default=0)
     cancelled_by: Mapped[int | None] = mapped_column(BigInteger)
+
+    # server-owned state (schedd.model.Job's typed fields; marks as JSON of their to_wire)
+    admin_priority: Mapped[int | None] = mapped_column(BigInteger)
+    launched_limit: Mapped[int | None] = mapped_column(Integer)
+    stop: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    preempt: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    expected_start: Mapped[float] = mapped_column(Float, default=0.0)
+    sched_nodes: Mapped[str] = mapped_column(String, default="")
+    forecast_first: Mapped[list[Any] | None] = mapped_column(JSON)
+    forecast_last: Mapped[list[Any] | None] = mapped_column(JSON)
+    set_aside: Mapped[str] = mapped_column(String, default="")
 
     # what squeue and sacct filter on
     __table_args__ = (

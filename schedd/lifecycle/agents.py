@@ -46,10 +46,15 @@ class AgentRegistry:
             "open_mode": job.open_mode,
             "environment": job_environment(job, alloc, 0, self.cfg.cluster_name, array_ids),
             "gpus": list(alloc.gpus), "cpus": alloc.cpus, "memory_mb": alloc.memory_mb,
-            "time_limit": job.extra.get("run_limit", job.time_limit),
+            "time_limit": job.launched_limit,
             "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,
         }
         self._tell(alloc.node, "launch", {"launch": spec})
+
+    def forget_run(self, job_id: int, generation: int) -> None:
+        """A run has ended: its confirmation and checkpoint reports are of no more use."""
+        self.confirmed.discard((job_id, generation))
+        self.checkpoints.pop(job_id, None)
 
     def terminate(self, job: Job, state: str) -> None:
         if job.allocation:

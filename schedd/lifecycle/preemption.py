@@ -4,15 +4,15 @@ A victim's life, once chosen:
 
 1. **Notice, at once** (unlike Slurm 22.05, which stays silent until GraceTime ends): its
    ``--signal`` (``B:`` = the batch shell only), else SIGTERM, goes to its process group so it
-   can checkpoint. The mark (preemptor, deadline, mode) is committed in ``Job.extra["preempt"]``,
-   so a restarted schedd carries on.
+   can checkpoint. The mark (``Job.preempt``: preemptor, deadline, mode, stamped with the
+   run's generation) is committed, so a restarted schedd carries on.
 2. **After GraceTime** (of the *victim's* QOS, as in Slurm): schedd tells its agent to terminate
    it as PREEMPTED: the usual SIGTERM, SIGKILL after KillWait, and the ``DUE TO PREEMPTION``
    banner. The agent is kept simple: schedd keeps the grace time itself.
-3. **Its end** (``handlers/agent.py`` asks ``ended_state`` and ``after_end``): recorded as
-   PREEMPTED whatever the script did with the signal; then with PreemptMode REQUEUE (and a job
-   that may be requeued) it goes back to PENDING with its id and submit time, restart count + 1;
-   with CANCEL it stays PREEMPTED.
+3. **Its end** (``transitions.end_run``, through this module's judge and after-hook): recorded
+   as PREEMPTED whatever the script did with the signal; then with PreemptMode REQUEUE (and a
+   job that may be requeued) it goes back to PENDING with its id and submit time, restart
+   count + 1; with CANCEL it stays PREEMPTED.
 
 While a preemptor's victims are ending, and a moment after, it is *in flight*: planned first in
 the walk (what was freed is its) and not given more victims.
@@ -23,19 +23,16 @@ from __future__ import annotations
 import logging
 import signal as _signal
 from dataclasses import dataclass, field
-from typing import Any
 
 from schedd.config import Config
 from schedd.context import Context
-from schedd.ledger.records import JobEvent
-from schedd.lifecycle import health
-from schedd.model import Job, JobState
+from schedd.lifecycle.transitions import RunEnd, Verdict, after, judge
+from schedd.model import Job, JobState, PreemptMark
 from schedd.scheduler.snapshot import Preemption, PreemptPolicy, Snapshot
 from schedd.state import RUNNING_STATES, State
 
-log = logging.getLogger("schedd.lifecycle.preemption")
+log = logging.getLogger("schedd.preemption")
 
-MARK = "preempt"  # the Job.extra key of a victim
 SETTLE = 5.0  # seconds a preemptor stays in flight after its last victim ended
 RESEND = 5.0  # seconds between terminate messages to a victim that has not ended
 REQUEUE, CANCEL, OFF = "requeue", "cancel", "off"
@@ -46,7 +43,7 @@ class Tracker:
     """The victims still running and the preemptors waiting for them (memory only; the marks
     in the ledger rebuild it at start-up)."""
 
-    victims: dict[int, dict[str, Any]] = field(default_factory=dict)  # job id -> its mark
+    victims: dict[int, PreemptMark] = field(default_factory=dict)  # job id -> its mark
     told: dict[int, float] = field(default_factory=dict)  # victim -> when terminate went out
     settled: dict[int, float] = field(default_factory=dict)  # preemptor -> last victim's end
 
@@ -63,7 +60,7 @@ class Tracker:
         for by, when in list(self.settled.items()):
             if now - when > SETTLE:
                 del self.settled[by]
-        return frozenset({int(m["by"]) for m in self.victims.values()} | set(self.settled))
+        return frozenset({m.by for m in self.victims.values()} | set(self.settled))
 
 
 # --- the snapshot ------------------------------------------------------------------------------
@@ -96,14 +93,13 @@ def annotate(snapshot: Snapshot, cfg: Config, state: State, checkpoints: dict[in
             continue
         seen = checkpoints.get(run.job_id)
         run.checkpoint_age = None if seen is None else max(now - seen, 0.0)
-        cost = job.extra.get("restart_cost")
-        run.restart_cost = int(cost) if isinstance(cost, (int, float)) else None
+        run.restart_cost = job.restart_cost
         mark = tracker.victims.get(run.job_id)
         run.preempting = mark is not None
         if mark is not None:  # planned to end with its grace: the walk then reserves what it
             # frees for its preemptor, and no other job (its requeued fellow victims above
             # all) may take it meanwhile
-            end = max(float(mark.get("deadline", now)), now) + cfg.kill_wait
+            end = max(mark.deadline, now) + cfg.kill_wait
             run.end_time = min(run.end_time, end)
             if run.predicted_end is not None:
                 run.predicted_end = min(run.predicted_end, end)
@@ -134,9 +130,8 @@ def start(ctx: Context, tracker: Tracker, preemptions: list[Preemption], now: fl
             mode = mode_of(ctx.cfg, qos.preempt_mode if qos else "cluster")
             if mode != REQUEUE or not job.requeue:
                 mode = CANCEL
-            mark = {"by": p.job_id, "at": now, "deadline": now + grace, "mode": mode,
-                    "cause": p.cause, "generation": job.generation}
-            changes.append((job, {"extra": {**job.extra, MARK: mark}}))
+            mark = PreemptMark(job.generation, p.job_id, now, now + grace, mode, p.cause)
+            changes.append((job, {"preempt": mark}))
             tracker.victims[victim_id] = mark
             log.info("preempted JobId=%d (%s, GraceTime %d s) to reclaim resources for "
                      "JobId=%d (%s)", victim_id, mode, grace, p.job_id, p.cause)
@@ -169,7 +164,7 @@ def tick(ctx: Context, tracker: Tracker, now: float) -> None:
     """Terminate victims whose grace time is over (again every RESEND seconds until they end:
     a message to an agent may be lost)."""
     for victim_id, mark in list(tracker.victims.items()):
-        if now < float(mark.get("deadline", 0.0)):
+        if now < mark.deadline:
             continue
         job = ctx.state.jobs.get(victim_id)
         if job is None or job.state not in RUNNING_STATES:
@@ -184,41 +179,32 @@ def forget(tracker: Tracker, victim_id: int, now: float) -> None:
     mark = tracker.victims.pop(victim_id, None)
     tracker.told.pop(victim_id, None)
     if mark is not None:
-        tracker.settled[int(mark["by"])] = now
+        tracker.settled[mark.by] = now
 
 
-# --- a victim's end (called from handlers/agent.py) ----------------------------------------------
+# --- a victim's end (judged in transitions.end_run) ------------------------------------------------
 
 
-def mark_of(job: Job) -> dict[str, Any] | None:
+def mark_of(job: Job) -> PreemptMark | None:
     """The job's victim mark, if this run (launch generation) of it is a victim."""
-    mark = job.extra.get(MARK)
-    if isinstance(mark, dict) and mark.get("generation") == job.generation:
-        return mark
-    return None
+    mark = job.preempt
+    return mark if mark is not None and mark.generation == job.generation else None
 
 
-def ended_state(job: Job, state: str) -> str:
-    """A marked victim ends PREEMPTED however its script took the notice (unless cancelled)."""
-    if mark_of(job) is not None and job.cancelled_by is None:
-        return JobState.PREEMPTED.value
-    return state
-
-
-def after_end(ctx: Context, job: Job, now: float) -> None:
-    """Requeue a victim preempted in REQUEUE mode; forget it either way."""
-    if MARK not in job.extra:
+@judge(20, "preemption")
+def _preempted(job: Job, end: RunEnd, verdict: Verdict) -> None:
+    """A marked victim ends PREEMPTED however its script took the notice; with PreemptMode
+    REQUEUE it goes back to the queue."""
+    mark = job.preempt
+    if verdict.final or mark is None or mark.generation != end.generation:
         return
-    mark = mark_of(job) or {}
-    tracker = getattr(ctx, "preemption", None)
-    if tracker is not None:
-        forget(tracker, job.id, now)
-    extra = {k: v for k, v in job.extra.items() if k != MARK}
-    if job.state != JobState.PREEMPTED or mark.get("mode") != REQUEUE:
-        ctx.state.commit([(job, {"extra": extra})])
-        return
-    fields = {**health.requeue_fields(job, now), "extra": extra}
-    why = f"preempted for job {mark.get('by')}"
-    ctx.state.commit([(job, fields)], [JobEvent(job.id, now, JobState.REQUEUED.value,
-                                                detail=why)])
-    ctx.wake_scheduler()
+    verdict.state = JobState.PREEMPTED
+    verdict.requeue = mark.mode == REQUEUE and job.requeue
+    verdict.why = f"preempted for job {mark.by}"
+    verdict.final = True
+
+
+@after(30, "preemption")
+def _release(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+    """A victim's end frees its preemptor (in flight a moment more: SETTLE)."""
+    forget(ctx.preemption, job.id, now)

@@ -3,15 +3,15 @@
 Every cycle the backfill plan gives each pending job it could place an expected start
 (``squeue --start``). A promise is only worth as much as its record, so kiln keeps, per job:
 
-- ``extra["forecast_first"]``: ``[expected start, when it was first published]``;
-- ``extra["forecast_last"]``: ``[expected start, when it was last published]``;
+- ``Job.forecast_first``: ``[expected start, when it was first published]``;
+- ``Job.forecast_last``: ``[expected start, when it was last published]``;
 
-and, once the job starts, writes both to the ledger with the start itself (``start_extra``),
+and, once the job starts, writes both to the ledger with the start itself,
 where ``kiln stats`` finds them next to the actual ``start_time``. The error of a forecast is
 ``actual start - expected start`` in seconds (positive: the job started later than promised).
 
-Pure functions over ``Job``: the daemon calls ``publish`` and ``start_extra``; the stats
-handler calls ``errors_of`` and ``summarise``.
+Pure functions over ``Job``: the daemon calls ``publish``; the stats handler calls
+``errors_of`` and ``summarise``.
 """
 
 from __future__ import annotations
@@ -21,23 +21,13 @@ from dataclasses import dataclass
 
 from schedd.model import Job
 
-EXPECTED = "expected_start"  # the current forecast, what squeue --start shows
-FIRST = "forecast_first"
-LAST = "forecast_last"
-
-
 def publish(job: Job, when: float, now: float) -> None:
-    """Record this cycle's expected start of a pending job (in memory until it starts)."""
-    job.extra[EXPECTED] = when
-    if FIRST not in job.extra:
-        job.extra[FIRST] = [when, now]
-    job.extra[LAST] = [when, now]
-
-
-def start_extra(job: Job) -> dict:
-    """The job's ``extra`` as it is committed with its start: the live forecast dropped, the
-    first and last forecasts kept for the ledger."""
-    return {k: v for k, v in job.extra.items() if k != EXPECTED}
+    """Record this cycle's expected start of a pending job (in memory until it starts, when
+    ``transitions.start_runs`` commits the job with its first and last forecasts)."""
+    job.expected_start = when
+    if job.forecast_first is None:
+        job.forecast_first = [when, now]
+    job.forecast_last = [when, now]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +42,7 @@ def errors_of(jobs: Iterable[Job]) -> list[ForecastError]:
     """One record per started job that had a published forecast."""
     out = []
     for job in jobs:
-        first, last = job.extra.get(FIRST), job.extra.get(LAST)
+        first, last = job.forecast_first, job.forecast_last
         if not job.start_time or not _pair(first) or not _pair(last):
             continue
         out.append(ForecastError(job.id, job.start_time - first[0], job.start_time - last[0],

@@ -309,6 +309,6 @@ def pending_from_job(job: Job, time_limit: int, qos_priority: int = 0,
         nice=job.nice,
         qos_priority=qos_priority,
         partition_priority=partition_priority,
-        admin_priority=job.extra.get("admin_priority"),
+        admin_priority=job.admin_priority,
         reservation=job.reservation,
     )

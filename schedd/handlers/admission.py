@@ -1,0 +1,173 @@
+"""Admission: whether a job may be submitted (or changed) as asked, and what schedd fills in.
+
+Shared by ``submit`` (sbatch), ``update_job`` (scontrol update) and ``--test-only``; no handler.
+The fields were typed and bounded by ``schedd.protocol`` before any of this runs; what is
+checked here is what needs the cluster's state: partitions and their limits, whether any node
+could ever hold the job, accounts and QOS (with Slurm's messages), dependencies, reservations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from schedd import protocol
+from schedd.context import Context, RequestError
+from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
+from schedd.domain.reservation import ACCESS_DENIED
+from schedd.identity import Caller
+from schedd.model import Job, JobState
+from schedd.slurm import arrayspec, dependency
+
+INVALID_TIME = "Requested time limit is invalid (missing or exceeds some limit)"
+INVALID_PARTITION = "Invalid partition name specified"
+NODE_CONFIG = "Requested node configuration is not available"
+_FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
+
+
+def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) -> Job:
+    """Validate a submission and fill in what schedd decides: owner, partition, account."""
+    if caller.uid == 0 and not ctx.cfg.allow_root_jobs:
+        raise RequestError("Access/permission denied: jobs of root are not allowed on this "
+                           "cluster (set allow_root_jobs = true in kiln.toml)",
+                           protocol.E_PERMISSION)
+    # protocol.SUBMIT_SCHEMA has typed and bounded every field; only the allow-listed ones
+    # are here, and none of them is state schedd owns
+    fields = {key: float(value) if key in _FLOATS else value for key, value in spec.items()
+              if key in protocol.SUBMIT_FIELDS}
+    job = Job(id=0, **fields)
+    job.user, job.uid, job.gid = caller.user, caller.uid, caller.gid
+    job.submit_time = job.eligible_time = now
+    job.state, job.reason = JobState.PENDING, "None"
+    if not job.script.startswith("#!"):
+        raise RequestError("This does not look like a batch script")
+    if not job.workdir or not os.path.isabs(job.workdir):
+        raise RequestError("working directory must be an absolute path")
+    job.name = job.name or "sbatch"
+    _check_partition(ctx, job)
+    _check_shape(ctx, job)
+    if job.dependency:
+        _check_dependency(ctx, job.dependency)
+    admit(ctx, job, spec)  # account, QOS and DenyOnLimit
+    check_reservation(ctx, job)  # --reservation: exists and admits the job
+    return job
+
+
+def _check_dependency(ctx: Context, expr: str) -> None:
+    """Slurm's "Job dependency problem" for bad syntax and for a job id that never existed.
+    A job that has left memory is still found in the ledger, so, unlike Slurm after MinJobAge,
+    depending on a long-finished job works."""
+    try:
+        parsed = dependency.parse(expr)
+    except dependency.DependencyError as exc:
+        raise RequestError(str(exc)) from None
+    for term in parsed.terms:
+        for job_id, task in term.job_ids:
+            if not ctx.state.states_of(job_id, task):
+                raise RequestError("Job dependency problem")
+
+
+def _check_partition(ctx: Context, job: Job) -> None:
+    partitions = ctx.state.partitions
+    if job.partition:
+        if "," in job.partition:
+            job.partition = job.partition.split(",")[0]
+        if job.partition not in partitions:
+            raise RequestError(INVALID_PARTITION)
+    else:
+        job.partition = ctx.cfg.default_partition.name
+    part = partitions[job.partition]
+    limit = job.time_limit if job.time_limit is not None else part.default_time
+    if job.time_limit is not None and job.time_limit <= 0:
+        raise RequestError(INVALID_TIME)
+    if part.max_time is not None and (limit is None or limit > part.max_time):
+        raise RequestError(INVALID_TIME)
+
+
+def _check_shape(ctx: Context, job: Job) -> None:
+    """Refuse what no node of the partition could ever hold (Slurm does so at submit)."""
+    for name in ("num_nodes", "num_tasks", "cpus_per_task"):
+        if getattr(job, name) < 1:
+            raise RequestError(NODE_CONFIG)
+    for name in ("gpus", "gpus_per_node", "gpus_per_task", "mem_per_node_mb", "mem_per_cpu_mb",
+                 "mem_per_gpu_mb", "ntasks_per_node"):
+        if getattr(job, name) < 0:
+            raise RequestError(NODE_CONFIG)
+    view = ctx.state.pending_view(job)
+    nodes = [n for n in ctx.state.nodes.values() if job.partition in n.partitions]
+    if not nodes:
+        return  # no node has registered yet: the job waits for one
+    fitting = [
+        n for n in nodes
+        if n.cpus >= view.cpus_per_node and n.memory_mb >= view.mem_per_node_mb
+        and len(n.gpus) >= view.gpus_per_node
+        and (not view.gpu_type or n.gpu_model == view.gpu_type.lower())
+        and view.features <= set(n.features)
+    ]
+    if len(fitting) < view.num_nodes:
+        raise RequestError(NODE_CONFIG)
+
+
+def expand_array(ctx: Context, template: Job) -> list[Job]:
+    """One Job per array task; the last task keeps the array's own id, as in Slurm."""
+    if not template.array_spec:
+        template.id = ctx.state.next_job_id
+        return [template]
+    try:
+        spec = arrayspec.parse(template.array_spec, ctx.cfg.max_array_size)
+    except arrayspec.ArraySpecError as exc:
+        raise RequestError(str(exc)) from None
+    base = ctx.state.next_job_id
+    ids = list(range(base + 1, base + len(spec.task_ids))) + [base]
+    jobs = []
+    for job_id, task in zip(ids, spec.task_ids, strict=True):
+        job = dataclasses.replace(template, id=job_id, array_job_id=base, array_task_id=task,
+                                  array_max_running=spec.max_running,
+                                  environment=template.environment, extra=dict(template.extra))
+        jobs.append(job)
+    return jobs
+
+
+def admit(ctx: Context, job: Job, spec: dict[str, Any]) -> None:
+    """Settle the job's account and QOS (Slurm's submit errors otherwise) and, with the QOS
+    flag DenyOnLimit, refuse a job over a per-job limit."""
+    accounts = ctx.state.accounts
+    try:
+        account, qos, change = accounts.resolve(job.user, spec.get("account") or "",
+                                                spec.get("qos") or "")
+    except AccountsError as exc:
+        raise RequestError(str(exc)) from None
+    if change is not None:
+        ctx.state.write_accounting(change)
+        ctx.state.usage.sync(accounts)
+    job.account, job.qos = account, qos
+    reason = deny_on_limit_reason(accounts, ctx.state.pending_view(job))
+    if reason:
+        raise RequestError(f"{reason}\n{POLICY}")
+
+
+def check_submit_limits(ctx: Context, job: Job, new_jobs: int) -> None:
+    """MaxSubmitJobs and GrpSubmitJobs (association and QOS): pending and running jobs count,
+    every array task as one job. Slurm rejects with the limit's name, then the policy line."""
+    accounts = ctx.state.accounts
+    if not accounts.has_limits():
+        return
+    active = ((j.account, j.user, j.qos) for j in ctx.state.jobs.values()
+              if j.state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
+                             JobState.SUSPENDED))
+    reason = accounts.submit_violation(job.account, job.user, job.qos, new_jobs,
+                                       accounts.count_jobs(active))
+    if reason:
+        raise RequestError(f"{reason}\n{POLICY}")
+
+
+def check_reservation(ctx: Context, job: Job) -> None:
+    """sbatch --reservation=: the reservation must exist and admit the job's user or account."""
+    if not job.reservation:
+        return
+    resv = ctx.state.reservations.get(job.reservation)
+    if resv is None:
+        raise RequestError("Requested reservation is invalid")
+    if not resv.admits(job.user, job.account):
+        raise RequestError(ACCESS_DENIED)

@@ -1,0 +1,279 @@
+"""The one door of a job's life: every run starts in ``start_runs`` and ends in ``end_run``.
+
+A run is one launch of a job (``Job.generation``). Whatever ends it — its agent's report, a
+node gone silent, a cancel, a time limit, a preemption, a requeue, a spent budget — ends it
+here, through the same steps:
+
+1. a report for another run (a stale generation) or for a job that is not running is dropped;
+2. the *judges* decide what the run is recorded as and whether the job goes back to the queue
+   (``Verdict``), in their order: a cancel wins, then a preemption mark, then a stop mark,
+   then a node failure's requeue (each registers itself with ``@judge``);
+3. one commit records the end (state, exit, samples, the ``.batch`` step row and the event) and,
+   when the verdict says so, the requeue (PENDING, same id, restarts + 1), and clears every mark
+   of the run: a mark never outlives the run it was set for;
+4. the *after* hooks act on what was decided (stop the job's srun steps, forget the agent's
+   confirmation and checkpoint, release a preemptor), in their order (``@after``).
+
+Marks are set only by ``request_stop`` (and the preemption module's ``mark_victims``), always
+stamped with the run's generation. Handlers call these functions; they never call a hook by
+name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedd.context import Context
+from schedd.domain.steps import in_nodelist_order
+from schedd.ledger.records import JobEvent, StepRecord
+from schedd.model import Job, JobState, NodeAllocation, StopMark
+from schedd.slurm.hostlist import compress
+from schedd.state import RUNNING_STATES
+
+log = logging.getLogger("schedd.lifecycle")
+
+# What an agent may report a run ended as; anything else is taken as FAILED.
+REPORTABLE = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED,
+                        JobState.TIMEOUT, JobState.OUT_OF_MEMORY, JobState.NODE_FAIL,
+                        JobState.PREEMPTED, JobState.REQUEUED})
+# Slurm's Reason= of a job that ended badly (scontrol show job, squeue %r)
+END_REASONS = {JobState.TIMEOUT: "TimeLimit", JobState.FAILED: "NonZeroExitCode",
+               JobState.OUT_OF_MEMORY: "OutOfMemory", JobState.NODE_FAIL: "NodeDown"}
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How one run ended, as whoever saw it says: the agent (its report), health (a node
+    gone silent: NODE_FAIL) or enforcement (a stalled stop)."""
+
+    generation: int
+    state: str
+    end_time: float
+    exit_code: int = 0
+    exit_signal: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What the judges made of a run's end."""
+
+    state: JobState
+    requeue: bool = False  # back to PENDING (same id, restart count + 1)
+    hold: bool = False  # ... held by its user
+    why: str = ""  # the REQUEUED event's detail
+    final: bool = False  # a judge has spoken for good (later judges leave it be)
+    end_time: float = 0.0  # when the run ended (set by end_run before the after-hooks)
+
+
+Judge = Callable[[Job, RunEnd, Verdict], None]
+After = Callable[[Context, Job, Verdict, float], None]
+_JUDGES: list[tuple[int, str, Judge]] = []
+_AFTER: list[tuple[int, str, After]] = []
+
+
+def judge(order: int, name: str) -> Callable[[Judge], Judge]:
+    """Register a judge of run ends; lower ``order`` runs first."""
+    def register(fn: Judge) -> Judge:
+        _JUDGES[:] = sorted([*(j for j in _JUDGES if j[1] != name), (order, name, fn)],
+                            key=lambda j: j[0])
+        return fn
+    return register
+
+
+def after(order: int, name: str) -> Callable[[After], After]:
+    """Register a hook run after a run's end was committed; lower ``order`` runs first."""
+    def register(fn: After) -> After:
+        _AFTER[:] = sorted([*(a for a in _AFTER if a[1] != name), (order, name, fn)],
+                           key=lambda a: a[0])
+        return fn
+    return register
+
+
+def hooks() -> tuple[list[str], list[str]]:
+    """The registered judges and after-hooks, in order (for the docs and the tests)."""
+    return [name for _, name, _ in _JUDGES], [name for _, name, _ in _AFTER]
+
+
+# --- starting ---------------------------------------------------------------------------------
+
+
+def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
+               now: float) -> list[Job]:
+    """Commit the starts the cycle decided (state, allocation, a new generation, the limit the
+    agent will enforce, the ``.batch`` row), then tell the agents."""
+    changes, events, rows = [], [], []
+    for job, allocation in starts:
+        allocation = in_nodelist_order(allocation)  # batch host first
+        nodes = compress([a.node for a in allocation])
+        changes.append((job, {
+            "state": JobState.RUNNING, "reason": "None", "start_time": now,
+            "allocation": allocation, "batch_host": allocation[0].node, "node_list": nodes,
+            "generation": job.generation + 1, "launched_limit": ctx.state.time_limit(job),
+            "stop": None, "preempt": None, "expected_start": 0.0, "sched_nodes": "",
+            # the forecasts published while it waited go to the ledger with the start
+            "forecast_first": job.forecast_first, "forecast_last": job.forecast_last,
+        }))
+        events.append(JobEvent(job.id, now, JobState.RUNNING.value, detail=nodes))
+        rows.append(StepRecord(job_id=job.id, step_id="batch", name="batch",
+                               node_list=allocation[0].node, num_nodes=1, num_tasks=1,
+                               cpus=allocation[0].cpus, state="RUNNING", start_time=now))
+    ctx.state.commit(changes, events, rows)
+    started = [job for job, _ in changes]
+    for job in started:
+        ctx.agents.launch(job, _array_ids(ctx, job))
+    return started
+
+
+def _array_ids(ctx: Context, job: Job) -> tuple[int, ...]:
+    return ctx.state.array_task_ids(job.array_job_id) if job.array_job_id is not None else ()
+
+
+def relaunch(ctx: Context, job: Job) -> None:
+    """Send a running job's launch again (an agent that never confirmed it)."""
+    ctx.agents.launch(job, _array_ids(ctx, job))
+
+
+# --- stopping ---------------------------------------------------------------------------------
+
+
+def request_stop(ctx: Context, jobs: Iterable[Job], cause: str, ended: JobState, now: float,
+                 requeue: bool = False, hold: bool = False, actor: int | None = None,
+                 detail: str = "") -> list[Job]:
+    """Have the agents stop running jobs (state COMPLETING, a stop mark stamped with the run's
+    generation); ``end_run`` records each end, as ``ended``, once its agent reports it."""
+    changes, events = [], []
+    for job in jobs:
+        if job.state not in RUNNING_STATES:
+            continue
+        mark = StopMark(job.generation, cause, ended.value, requeue, hold, actor)
+        fields: dict[str, Any] = {"state": JobState.COMPLETING, "stop": mark}
+        if cause == "cancel":
+            fields["cancelled_by"] = actor
+        changes.append((job, fields))
+        events.append(JobEvent(job.id, now, JobState.COMPLETING.value, actor_uid=actor,
+                               detail=detail or cause))
+    ctx.state.commit(changes, events)
+    stopped = [job for job, _ in changes]
+    for job in stopped:
+        ctx.agents.terminate(job, ended.value)
+    return stopped
+
+
+def cancel_pending(ctx: Context, jobs: Iterable[Job], actor: int, now: float) -> None:
+    """scancel of jobs that never started (or wait to start again): CANCELLED at once."""
+    changes, events = [], []
+    for job in jobs:
+        if job.state != JobState.PENDING:
+            continue
+        changes.append((job, {"state": JobState.CANCELLED, "end_time": now, "reason": "None",
+                              "cancelled_by": actor, "expected_start": 0.0}))
+        events.append(JobEvent(job.id, now, JobState.CANCELLED.value, actor_uid=actor,
+                               detail="scancel"))
+    ctx.state.commit(changes, events)
+
+
+# --- ending -----------------------------------------------------------------------------------
+
+
+def end_run(ctx: Context, job: Job, end: RunEnd) -> bool:
+    """Record the end of a job's run (see the module's docstring); False when the report was
+    not for the job's current run (a stale generation, or the run already ended)."""
+    if job.generation != end.generation or job.state not in RUNNING_STATES:
+        return False
+    try:
+        observed = JobState(end.state)
+    except ValueError:
+        observed = JobState.FAILED
+    verdict = Verdict(observed if observed in REPORTABLE else JobState.FAILED)
+    for _, _, fn in list(_JUDGES):
+        fn(job, end, verdict)
+    end_time = max(end.end_time, job.start_time)
+    fields: dict[str, Any] = {
+        "state": verdict.state, "reason": END_REASONS.get(verdict.state, "None"),
+        "end_time": end_time, "exit_code": end.exit_code, "exit_signal": end.exit_signal,
+        "stop": None, "preempt": None,
+    }
+    if end.stats:
+        fields["stats"] = dict(end.stats)
+    events = [JobEvent(job.id, end_time, verdict.state.value, detail=end.detail)]
+    batch = _batch_row(job, verdict.state, end_time, end.exit_code, end.exit_signal)
+    if verdict.requeue:
+        fields.update(requeue_fields(job, end_time, verdict.hold))
+        events.append(JobEvent(job.id, end_time, JobState.REQUEUED.value, detail=verdict.why))
+    ctx.state.commit([(job, fields)], events, [batch])
+    verdict.end_time = end_time
+    now = ctx.now()
+    for _, _, fn in list(_AFTER):
+        try:
+            fn(ctx, job, verdict, now)
+        except Exception:  # a hook's failure must not undo or repeat the committed end
+            log.exception("after-end hook failed for job %d", job.id)
+    ctx.wake_scheduler()
+    return True
+
+
+def requeue_fields(job: Job, now: float, hold: bool = False) -> dict[str, Any]:
+    """A job back to PENDING for another run: its id and submit time stay (age keeps counting)."""
+    return {
+        "state": JobState.PENDING, "reason": "JobHeldUser" if hold else "None",
+        "held": "user" if hold else job.held, "restart_count": job.restart_count + 1,
+        "start_time": 0.0, "end_time": 0.0, "allocation": [], "node_list": "",
+        "batch_host": "", "exit_code": 0, "exit_signal": 0, "eligible_time": now,
+        "launched_limit": None,
+    }
+
+
+def _batch_row(job: Job, state: JobState, end: float, exit_code: int,
+               exit_signal: int) -> StepRecord:
+    """The ``JOBID.batch`` row of the run that ended (slurmstepd records a batch shell killed
+    at the time limit as CANCELLED)."""
+    alloc = job.allocation[0] if job.allocation else None
+    shown = JobState.CANCELLED if state == JobState.TIMEOUT else state
+    return StepRecord(job_id=job.id, step_id="batch", name="batch",
+                      node_list=alloc.node if alloc else job.batch_host, num_nodes=1,
+                      num_tasks=1, cpus=alloc.cpus if alloc else 0, state=shown.value,
+                      exit_code=exit_code, exit_signal=exit_signal, start_time=job.start_time,
+                      end_time=end)
+
+
+# --- the judges everyone shares ------------------------------------------------------------------
+
+
+@judge(10, "cancel")
+def _cancelled(job: Job, end: RunEnd, verdict: Verdict) -> None:
+    """A cancelled job ends CANCELLED whatever its run did, and stays ended."""
+    if job.cancelled_by is not None:
+        verdict.state, verdict.requeue, verdict.final = JobState.CANCELLED, False, True
+
+
+@judge(30, "stop")
+def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
+    """A run schedd asked to stop ends as the stop said (a node that failed under it ends
+    NODE_FAIL); a requeue stop sends the job back to the queue."""
+    mark = job.stop
+    if verdict.final or mark is None or mark.generation != end.generation:
+        return
+    if verdict.state != JobState.NODE_FAIL:
+        verdict.state = JobState(mark.ended)
+    node_down = mark.cause == "node_down"
+    verdict.requeue = mark.requeue and (job.requeue or not node_down)
+    verdict.hold = mark.hold
+    verdict.why = "node set DOWN" if node_down else "scontrol requeue"
+    verdict.final = True
+
+
+@judge(40, "node_fail")
+def _node_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
+    """A run lost with its node is requeued when the job allows it (--requeue, the default)."""
+    if not verdict.final and verdict.state == JobState.NODE_FAIL and job.requeue:
+        verdict.requeue, verdict.why = True, end.detail or "node failure"
+
+
+@after(20, "agents")
+def _forget_run(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+    ctx.agents.forget_run(job.id, job.generation)
