@@ -17,7 +17,7 @@ the larger is kept.
 
 When the job ends the agent sends them as ``stats`` in ``job_ended``; schedd keeps them in
 ``job.extra["stats"]`` and sacct prints them as GPUUtil, GPUMemMax, MaxRSS, AveRSS, TotalCPU,
-UserCPU and SystemCPU. The key names are ``schedd.accounting``'s ``STAT_*``.
+UserCPU and SystemCPU. The key names are ``schedd/slurm/stats.py``'s ``STAT_*``.
 
 GPU figures come from a backend: NVML on a real node (utilisation of the job's devices, memory
 of the job's processes on them, else the device's used memory), or, with ``--fake-gpus``, a
@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 import psutil
 
 from schedd.model import GPU
-from schedd.reports import accounting as keys
+from schedd.slurm import stats as keys
 
 log = logging.getLogger("agentd.sampler")
 

@@ -16,59 +16,14 @@ Slurm's sequence, which kiln keeps:
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 
-DEFAULT_SIGNAL_SECONDS = 60  # Slurm's default when --signal has no @secs
-MAX_SIGNAL_SECONDS = 0xFFFF  # Slurm keeps sig_time in 16 bits
+# The signal vocabulary is Slurm's, shared with the CLI and schedd: one parser for them all.
+# agentd/launcher.py and the tests use these names from here.
+from schedd.slurm.signals import SignalError as SignalSpecError
+from schedd.slurm.signals import SignalSpec, parse_signal
 
-
-class SignalSpecError(ValueError):
-    """A signal name or ``--signal`` value that cannot be used; the message is one line."""
-
-
-def parse_signal(text: str) -> int:
-    """'USR1', 'SIGUSR1', 'usr1' or '10' -> the signal number, as scancel -s and --signal take it."""
-    word = str(text).strip()
-    if word.isdigit():
-        number = int(word)
-        if number in signal.valid_signals() and number != 0:
-            return number
-        raise SignalSpecError(f"invalid signal number {word!r}")
-    name = word.upper()
-    if not name.startswith("SIG"):
-        name = "SIG" + name
-    try:
-        return int(signal.Signals[name])
-    except KeyError:
-        raise SignalSpecError(f"invalid signal name {word!r}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class SignalSpec:
-    """A parsed ``--signal``: which signal, how many seconds before the limit, to whom."""
-
-    signum: int
-    seconds: int = DEFAULT_SIGNAL_SECONDS
-    batch_only: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> SignalSpec:
-        """'[B:]SIG[@secs]' (Slurm also takes an 'R:' flag, for reservations; it is ignored)."""
-        rest = text.strip()
-        batch_only = False
-        if ":" in rest:
-            flags, rest = rest.split(":", 1)
-            if not flags or any(f not in "BR" for f in flags.upper()):
-                raise SignalSpecError(f"invalid --signal flags {flags!r} in {text!r}")
-            batch_only = "B" in flags.upper()
-        seconds = DEFAULT_SIGNAL_SECONDS
-        if "@" in rest:
-            rest, when = rest.split("@", 1)
-            if not when.strip().isdigit() or int(when) > MAX_SIGNAL_SECONDS:
-                raise SignalSpecError(f"invalid --signal time {when!r} in {text!r}")
-            seconds = int(when)
-        return cls(parse_signal(rest), seconds, batch_only)
+__all__ = ["Ending", "SignalSpec", "SignalSpecError", "Walltime", "parse_signal"]
 
 
 @dataclass(slots=True)

@@ -344,32 +344,23 @@ def _next_clock(now: float, today: time.struct_time, h: int, mi: int, s: int) ->
 
 
 def signal_name(text: str) -> str | None:
-    """'USR1', 'SIGUSR1', 'usr1', '10' -> 'USR1'; None if no such signal."""
-    import signal  # builtin module: cheap, and only paid when a signal is named
+    """'USR1', 'SIGUSR1', 'usr1', '10' -> 'USR1'; None if no such signal (schedd.slurm.signals)."""
+    from schedd.slurm import signals  # only paid when a signal is named
 
-    s = text.strip().upper()
-    if s.isdigit():
-        try:
-            return signal.Signals(int(s)).name[3:]
-        except ValueError:
-            return None
-    s = s[3:] if s.startswith("SIG") else s
-    return s if hasattr(signal, "SIG" + s) and not s.startswith("_") else None
+    try:
+        return signals.signal_name(signals.parse_signal(text))
+    except signals.SignalError:
+        return None
 
 
 def parse_signal_spec(text: str) -> str:
     """--signal=[{R|B}:]SIG[@secs] -> normalised 'B:USR1@90' (time default 60 like Slurm)."""
-    s = text.strip()
-    flags, colon, rest = s.partition(":")
-    if colon and flags.upper() in ("B", "R", "BR", "RB"):
-        prefix = flags.upper() + ":"
-    else:
-        prefix, rest = "", s
-    sig, at, secs = rest.partition("@")
-    name = signal_name(sig)
-    if name is None or (at and (not secs.isdigit() or int(secs) > 0xFFFF)):
-        raise OptionError("Invalid --signal specification")
-    return f"{prefix}{name}@{secs if at else 60}"
+    from schedd.slurm import signals
+
+    try:
+        return signals.normalize_signal_option(text)
+    except signals.SignalError:
+        raise OptionError("Invalid --signal specification") from None
 
 
 def build_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
@@ -398,30 +389,18 @@ def build_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _state_names() -> dict[str, str]:
-    from schedd.slurm.states import JobState
-
-    names = {s.compact: str(s) for s in JobState}
-    names.update({str(s): str(s) for s in JobState})
-    names.update({"CANCELED": "CANCELLED", "OOM": "OUT_OF_MEMORY"})
-    return names
-
-
 def parse_states(text: str) -> tuple[list[str], bool]:
     """-t PD,R / pending,running / all -> (long state names, whether finished jobs are wanted)."""
-    from schedd.slurm.states import FINISHED_STATES
+    from schedd.slurm.states import JobState, StateError
+    from schedd.slurm.states import parse_states as parse
 
-    names = _state_names()
-    states: list[str] = []
-    for word in text.split(","):
-        key = word.strip().upper()
-        if key == "ALL":
-            return [], True
-        if key not in names:
-            raise OptionError(f"Invalid job state specified: {word}")
-        states.append(names[key])
-    finished = {str(s) for s in FINISHED_STATES}
-    return states, any(s in finished for s in states)
+    try:
+        wanted = parse(text.split(","))
+    except StateError as exc:
+        raise OptionError(str(exc)) from None
+    if wanted is None:
+        return [], True
+    return [str(s) for s in JobState if s in wanted], any(s.finished for s in wanted)
 
 
 # --- sbatch's option table -------------------------------------------------------------------

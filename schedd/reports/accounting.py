@@ -16,7 +16,7 @@ Conventions, as Slurm's accounting has them:
   the states and exit codes Slurm's slurmstepd would have written (see e_sacct.txt).
 
 Sampled statistics come from the agent (``agentd/sampler.py``) in ``job.extra["stats"]``; the
-key names below are the contract between the two.
+key names, the contract between the two, are in ``schedd/slurm/stats.py``.
 """
 
 from __future__ import annotations
@@ -28,17 +28,16 @@ from typing import Any
 from schedd.model import Job, JobState
 from schedd.scheduler.fairshare import billing
 from schedd.slurm.hostlist import HostlistError, expand
+from schedd.slurm.stats import (
+    STAT_CPU_SYSTEM,
+    STAT_CPU_USER,
+    STAT_GPU_MEM_MAX,
+    STAT_GPU_UTIL_MAX,
+    STAT_GPU_UTIL_MEAN,
+    STAT_RSS_MAX,
+    STAT_RSS_MEAN,
+)
 from schedd.slurm.tres import to_string, unit_text
-
-# job.extra["stats"] keys written by agentd/sampler.py
-STAT_SAMPLES = "samples"
-STAT_GPU_UTIL_MEAN = "gpu_util_mean"  # percent, mean over samples and the job's GPUs
-STAT_GPU_UTIL_MAX = "gpu_util_max"
-STAT_GPU_MEM_MAX = "gpu_mem_max_mb"  # MiB, the most the job's GPUs held together
-STAT_RSS_MAX = "rss_max_kb"  # KiB, the process tree's largest resident set
-STAT_RSS_MEAN = "rss_mean_kb"
-STAT_CPU_USER = "cpu_user_s"  # seconds of user CPU time: the batch shell's tree (agentd/sampler.py)
-STAT_CPU_SYSTEM = "cpu_system_s"
 
 # States whose job row prints ExitCode 0:0 whatever the batch shell got (Slurm's rule)
 _SIGNALLED_BY_SLURM = {JobState.CANCELLED, JobState.TIMEOUT, JobState.PREEMPTED,

@@ -6,6 +6,7 @@ paying for the data classes (standard library only).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 
@@ -59,6 +60,39 @@ FINISHED_STATES = frozenset(
     }
 )
 ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED})
+
+
+class StateError(ValueError):
+    """A job state name that is none; the message is Slurm's line."""
+
+
+# Every spelling squeue -t, scancel -t and sacct -s take, upper case: long, compact, and the
+# American CANCELED that Slurm also accepts.
+_STATE_NAMES: dict[str, JobState] = {
+    **{str(s): s for s in JobState},
+    **{c: s for s, c in COMPACT_STATES.items()},
+    "CANCELED": JobState.CANCELLED,
+}
+
+
+def parse_state(name: object) -> JobState:
+    """'PENDING', 'pd', ' Running ', 'OOM', 'canceled' -> the JobState; StateError otherwise."""
+    state = _STATE_NAMES.get(str(name).strip().upper())
+    if state is None:
+        shown = str(name)[:64]
+        shown = shown if shown.isprintable() else repr(shown)
+        raise StateError(f"Invalid job state specified: {shown}")
+    return state
+
+
+def parse_states(names: Iterable[object]) -> set[JobState] | None:
+    """A list of state names -> the states; None when one of them is 'all' (every state)."""
+    wanted: set[JobState] = set()
+    for name in names:
+        if str(name).strip().upper() == "ALL":
+            return None
+        wanted.add(parse_state(name))
+    return wanted
 
 
 class NodeState(StrEnum):

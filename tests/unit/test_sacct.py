@@ -11,6 +11,7 @@ import pytest
 from cli import sacct
 from schedd.model import Job, JobState, NodeAllocation
 from schedd.reports import accounting
+from schedd.slurm import stats as keys
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 T0 = 1_795_938_899.0
@@ -175,8 +176,8 @@ def test_timeout_job_and_its_batch_step() -> None:
 
 
 def test_kiln_fields_gpu_hours_billing_and_samples() -> None:
-    stats = {accounting.STAT_GPU_UTIL_MEAN: 62.5, accounting.STAT_GPU_MEM_MAX: 20480,
-             accounting.STAT_RSS_MAX: 5000}
+    stats = {keys.STAT_GPU_UTIL_MEAN: 62.5, keys.STAT_GPU_MEM_MAX: 20480,
+             keys.STAT_RSS_MAX: 5000}
     job = ran(7, "train", "COMPLETED", 1800, gpus=2, extra={"stats": stats})
     policy = accounting.BillingPolicy({"cpu": 1.0, "gres/gpu": 4.0, "gres/gpu:h100": 10.0})
     rc = accounting.RowContext(T0 + 4000, policy, {"vm": "h100"}, "kiln")

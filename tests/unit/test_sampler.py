@@ -13,7 +13,7 @@ import pytest
 
 from agentd import sampler
 from schedd.model import GPU
-from schedd.reports import accounting
+from schedd.slurm import stats as keys
 
 
 def gpus(n: int = 4, memory_mb: int = 81920) -> list[GPU]:
@@ -46,21 +46,21 @@ def test_sampler_samples_new_jobs_at_once_then_on_the_interval() -> None:
     stats = s.finish(7, 1)
     u1, m1 = sampler.fake_gpu_sample(7, 1, 81920)
     u3, m3 = sampler.fake_gpu_sample(7, 3, 81920)
-    assert stats == {accounting.STAT_SAMPLES: 2, accounting.STAT_RSS_MAX: 2048,
-                     accounting.STAT_RSS_MEAN: 2048,
-                     accounting.STAT_GPU_UTIL_MEAN: round((u1 + u3) / 2, 2),
-                     accounting.STAT_GPU_UTIL_MAX: round((u1 + u3) / 2, 2),
-                     accounting.STAT_GPU_MEM_MAX: int(m1 + m3),
-                     accounting.STAT_CPU_USER: 1.5, accounting.STAT_CPU_SYSTEM: 0.25}
+    assert stats == {keys.STAT_SAMPLES: 2, keys.STAT_RSS_MAX: 2048,
+                     keys.STAT_RSS_MEAN: 2048,
+                     keys.STAT_GPU_UTIL_MEAN: round((u1 + u3) / 2, 2),
+                     keys.STAT_GPU_UTIL_MAX: round((u1 + u3) / 2, 2),
+                     keys.STAT_GPU_MEM_MAX: int(m1 + m3),
+                     keys.STAT_CPU_USER: 1.5, keys.STAT_CPU_SYSTEM: 0.25}
     assert s.finish(7, 1) == {}  # forgotten
 
 
 def test_jobs_without_gpus_or_already_gone() -> None:
     s = sampler.Sampler(None, interval=1, probe=fixed_tree(512.0))
     s.tick(5.0, [{"job_id": 3, "generation": 2, "pid": 9}])  # adopted: never tracked
-    assert s.finish(3, 2) == {accounting.STAT_SAMPLES: 1, accounting.STAT_RSS_MAX: 512,
-                              accounting.STAT_RSS_MEAN: 512, accounting.STAT_CPU_USER: 1.5,
-                              accounting.STAT_CPU_SYSTEM: 0.25}
+    assert s.finish(3, 2) == {keys.STAT_SAMPLES: 1, keys.STAT_RSS_MAX: 512,
+                              keys.STAT_RSS_MEAN: 512, keys.STAT_CPU_USER: 1.5,
+                              keys.STAT_CPU_SYSTEM: 0.25}
     gone = sampler.Sampler(None, interval=1, probe=lambda pid: sampler.GONE)
     gone.tick(5.0, [{"job_id": 4, "generation": 1, "pid": 9}])
     assert gone.finish(4, 1) == {}
@@ -71,11 +71,11 @@ def test_reaped_cpu_time_wins_over_a_smaller_sample_and_stands_alone() -> None:
     s.track({"job_id": 5, "generation": 1, "gpus": []})
     s.tick(1.0, [{"job_id": 5, "generation": 1, "pid": 9}])
     stats = s.finish(5, 1, cpu=(4.0, 1.0))  # wait4's figure; the sample saw more system time
-    assert (stats[accounting.STAT_CPU_USER], stats[accounting.STAT_CPU_SYSTEM]) == (4.0, 3.0)
+    assert (stats[keys.STAT_CPU_USER], stats[keys.STAT_CPU_SYSTEM]) == (4.0, 3.0)
     # a job that ended before its first sample still has its CPU time, and nothing else
     s.track({"job_id": 6, "generation": 1, "gpus": []})
-    assert s.finish(6, 1, cpu=(0.5, 0.125)) == {accounting.STAT_CPU_USER: 0.5,
-                                                 accounting.STAT_CPU_SYSTEM: 0.125}
+    assert s.finish(6, 1, cpu=(0.5, 0.125)) == {keys.STAT_CPU_USER: 0.5,
+                                                 keys.STAT_CPU_SYSTEM: 0.125}
 
 
 def test_tree_rss_counts_children() -> None:
