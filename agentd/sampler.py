@@ -16,7 +16,7 @@ shell, and a floor where a job's processes escaped the shell (double fork). Of t
 the larger is kept.
 
 When the job ends the agent sends them as ``stats`` in ``job_ended``; schedd keeps them in
-``job.extra["stats"]`` and sacct prints them as GPUUtil, GPUMemMax, MaxRSS, AveRSS, TotalCPU,
+``Job.stats`` and sacct prints them as GPUUtil, GPUMemMax, MaxRSS, AveRSS, TotalCPU,
 UserCPU and SystemCPU. The key names are ``schedd/slurm/stats.py``'s ``STAT_*``.
 
 GPU figures come from a backend: NVML on a real node (utilisation of the job's devices, memory

@@ -4,7 +4,7 @@ The lines and their order are those of Slurm's contrib ``seff`` (Job ID, Cluster
 State, Nodes/Cores, CPU Utilized/Efficiency, Job Wall-clock time, Memory Utilized/Efficiency),
 followed by kiln's GPU lines: the GPUs allocated, their mean (and peak) utilisation and the
 most GPU memory the job held against what its GPUs have. The figures come from ``sacct``'s
-records (schedd's ``acct_jobs``): the agents' samples in ``job.extra["stats"]`` (GPUUtil,
+records (schedd's ``acct_jobs``): the agents' samples in ``Job.stats`` (GPUUtil,
 GPUMemMax, MaxRSS), the CPU time the agent reaped with the batch shell plus that of its srun
 steps (TotalCPU), and the allocation.
 

@@ -27,19 +27,16 @@ import zmq
 from schedd import config as kconfig
 from schedd import keys, leader, protocol
 from schedd.context import RequestError
-from schedd.domain.steps import StepTable, in_nodelist_order
-from schedd.handlers import jobcontrol
-from schedd.handlers import srun as job_steps
+from schedd.domain.steps import StepTable
 from schedd.identity import from_peer_address, set_admin_lookup
-from schedd.ledger.records import JobEvent, SchemaError
+from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
-from schedd.lifecycle import health, preemption
+from schedd.lifecycle import enforcement, health, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
+from schedd.lifecycle.planner import Planner
 from schedd.logs import setup_logging
-from schedd.model import JobState
 from schedd.reports import forecast, metrics
 from schedd.routes import AGENT_HANDLERS, CLIENT_HANDLERS
-from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import Decisions
 from schedd.slurm.hostlist import compress
 from schedd.state import State
@@ -68,14 +65,18 @@ class Daemon:
         self.agents = AgentRegistry(cfg, self._send_to_agent)
         self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/steps.py)
         self.preemption = preemption.Tracker.from_state(self.state)  # victims in GraceTime
+        self.planner = Planner(cfg, self.state, self.agents, self.preemption)
         self.metrics = metrics.start(cfg, self.state, self.now)  # None unless metrics_listen
         self._cycle_due = True
         self._last_cycle = 0.0
-        self._last_purge = 0.0
-        self._last_health = 0.0
-        self._promised: dict[int, float] = {}
         self._last_cycle_seconds = 0.0
-        self._promised_nodes: dict[int, list[str]] = {}
+        # named timers of the loop: (name, seconds between runs, what runs)
+        self.timers: list[tuple[str, float, Callable[[float], None]]] = [
+            ("preemption", 0.0, lambda now: preemption.tick(self, self.preemption, now)),
+            ("health", 1.0, self._health),
+            ("purge", 5.0, self.state.purge),
+        ]
+        self._timer_last = {name: 0.0 for name, _, _ in self.timers}
         self._stopping = False
         self.lease: leader.LeaderLease | None = None  # held while this schedd leads (HA)
 
@@ -134,19 +135,21 @@ class Daemon:
             now = self.now()
             if self._until_next_cycle(now) <= 0:
                 self.run_cycle(now)
-            preemption.tick(self, self.preemption, now)  # victims whose GraceTime is over
-            if now - self._last_health >= 1.0:
-                if self.lease is not None and not self.lease.held():
-                    log.error("lost the leader lease (database session ended): stopping so "
-                              "that a standby can lead")
-                    break
-                health.check_nodes(self, now)
-                jobcontrol.tick(self, now)  # lowered time limits, stalled requeues
-                self._last_health = now
-            if now - self._last_purge >= 5.0:
-                self.state.purge(now)
-                self._last_purge = now
+            for name, every, fn in self.timers:
+                if now - self._timer_last[name] >= every:
+                    self._timer_last[name] = now
+                    fn(now)
         self.close()
+
+    def _health(self, now: float) -> None:
+        """Every second: the leader lease, silent nodes, what schedd enforces itself."""
+        if self.lease is not None and not self.lease.held():
+            log.error("lost the leader lease (database session ended): stopping so that a "
+                      "standby can lead")
+            self._stopping = True
+            return
+        health.check_nodes(self, now)
+        enforcement.tick(self, now)  # lowered time limits, spent budgets, stalled stops
 
     def _until_next_cycle(self, now: float) -> float:
         """Seconds to the next cycle: on the interval, or sooner when something changed — but
@@ -222,22 +225,21 @@ class Daemon:
     # --- scheduling ------------------------------------------------------------------------------
 
     def run_cycle(self, now: float) -> Decisions:
+        """One scheduling cycle: 1. charge usage; 2. the snapshot (``planner``); 3. the pure
+        core; 4. apply its decisions (reasons, priorities, forecasts, starts, preemptions)."""
         self._cycle_due = False
         self._last_cycle = now
         cycle_started = time.perf_counter()
         self.state.accrue_usage(now)
-        snapshot, blocked = self.state.snapshot(now)
-        preemption.annotate(snapshot, self.cfg, self.state, self.agents.checkpoints,
-                            self.preemption, now)
-        # promises of the last cycle: promised jobs are planned first, on their nodes, so a
-        # newcomer never takes a slot somebody was shown in `squeue --start`
-        pending = {p.job_id for p in snapshot.pending}
-        snapshot.promised = {j: t for j, t in self._promised.items() if j in pending}
-        snapshot.promised_nodes = {j: n for j, n in self._promised_nodes.items() if j in pending}
+        snapshot, blocked = self.planner.snapshot(now)
         started = time.perf_counter()
-        decisions = schedule(snapshot, self.cfg.scheduler)
-        self._promised = decisions.expected_start
-        self._promised_nodes = decisions.reserved_nodes
+        try:
+            decisions = self.planner.decide(snapshot)
+        except Exception:  # noqa: BLE001 - a job the core cannot take must not stop the loop
+            log.exception("scheduling cycle failed: finding the job(s) it cannot take")
+            self._set_aside_culprits(snapshot, now)
+            return Decisions()
+        self.planner.remember(decisions)
         self._last_cycle_seconds = time.perf_counter() - cycle_started
         elapsed = time.perf_counter() - started
         if self.metrics is not None:
@@ -249,6 +251,21 @@ class Daemon:
         if decisions.preemptions:
             preemption.start(self, self.preemption, decisions.preemptions, now)
         return decisions
+
+    def _set_aside_culprits(self, snapshot: Any, now: float) -> None:
+        """The core raised: schedule each pending job alone to find those it cannot take, and
+        set them aside (held for an administrator, with the error), so the next cycle runs."""
+        pending = list(snapshot.pending)
+        for view in pending:
+            snapshot.pending = [view]
+            try:
+                self.planner.decide(snapshot)
+            except Exception as exc:  # noqa: BLE001
+                job = self.state.jobs.get(view.job_id)
+                if job is not None:
+                    self.state.set_aside(job, f"the scheduler cannot take it: "
+                                              f"{type(exc).__name__}: {exc}", now)
+        self._cycle_due = True
 
     def _apply(self, decisions: Decisions, blocked: dict[int, str], now: float) -> None:
         jobs = self.state.jobs
@@ -263,28 +280,13 @@ class Daemon:
         for job_id, when in decisions.expected_start.items():
             if job_id in jobs:
                 forecast.publish(jobs[job_id], when, now)  # squeue --start; kiln stats
-        changes, events = [], []
-        for start in decisions.starts:
-            job = jobs[start.job_id]
-            start.allocation[:] = in_nodelist_order(start.allocation)  # batch host first
-            changes.append((job, {
-                "state": JobState.RUNNING, "reason": "None", "start_time": now,
-                "extra": forecast.start_extra(job),
-                "allocation": start.allocation, "batch_host": start.allocation[0].node,
-                "node_list": compress([a.node for a in start.allocation]),
-                "generation": job.generation + 1,
-            }))
+        for job_id, nodes in decisions.reserved_nodes.items():
+            if job_id in jobs:
+                jobs[job_id].sched_nodes = compress(nodes)
+        starts = [(jobs[s.job_id], s.allocation) for s in decisions.starts]
+        for job in transitions.start_runs(self, starts, now):
             if self.metrics is not None:
                 self.metrics.job_started(job, now)
-            events.append(JobEvent(job.id, now, "RUNNING", detail=compress(
-                [a.node for a in start.allocation])))
-        batch = job_steps.batch_started([job for job, _ in changes],
-                                         [fields["allocation"] for _, fields in changes], now)
-        self.state.commit(changes, events, batch)
-        for job, _ in changes:
-            array_ids = (self.state.array_task_ids(job.array_job_id)
-                         if job.array_job_id is not None else ())
-            self.agents.launch(job, array_ids)
 
 
 def _lead(cfg: kconfig.Config) -> leader.LeaderLease | None:

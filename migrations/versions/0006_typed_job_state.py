@@ -102,34 +102,35 @@ def convert(extra: Any, generation: int, state: str) -> dict[str, Any]:
     }
 
 
-_COLUMNS = [
-    sa.Column("script_args", sa.JSON(), nullable=True),
-    sa.Column("alloc_sid", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("restart_cost", sa.Integer(), nullable=True),
-    sa.Column("stdin", sa.String(), nullable=False, server_default=""),
-    sa.Column("wckey", sa.String(), nullable=False, server_default=""),
-    sa.Column("licenses", sa.String(), nullable=False, server_default=""),
-    sa.Column("admin_priority", sa.BigInteger(), nullable=True),
-    sa.Column("launched_limit", sa.Integer(), nullable=True),
-    sa.Column("stop", sa.JSON(), nullable=True),
-    sa.Column("preempt", sa.JSON(), nullable=True),
-    sa.Column("stats", sa.JSON(), nullable=True),
-    sa.Column("expected_start", sa.Float(), nullable=False, server_default="0"),
-    sa.Column("sched_nodes", sa.String(), nullable=False, server_default=""),
-    sa.Column("forecast_first", sa.JSON(), nullable=True),
-    sa.Column("forecast_last", sa.JSON(), nullable=True),
-    sa.Column("set_aside", sa.String(), nullable=False, server_default=""),
-]
+def _columns() -> list[sa.Column]:
+    return [
+        sa.Column("script_args", sa.JSON(), nullable=True),
+        sa.Column("alloc_sid", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("restart_cost", sa.Integer(), nullable=True),
+        sa.Column("stdin", sa.String(), nullable=False, server_default=""),
+        sa.Column("wckey", sa.String(), nullable=False, server_default=""),
+        sa.Column("licenses", sa.String(), nullable=False, server_default=""),
+        sa.Column("admin_priority", sa.BigInteger(), nullable=True),
+        sa.Column("launched_limit", sa.Integer(), nullable=True),
+        sa.Column("stop", sa.JSON(), nullable=True),
+        sa.Column("preempt", sa.JSON(), nullable=True),
+        sa.Column("stats", sa.JSON(), nullable=True),
+        sa.Column("expected_start", sa.Float(), nullable=False, server_default="0"),
+        sa.Column("sched_nodes", sa.String(), nullable=False, server_default=""),
+        sa.Column("forecast_first", sa.JSON(), nullable=True),
+        sa.Column("forecast_last", sa.JSON(), nullable=True),
+        sa.Column("set_aside", sa.String(), nullable=False, server_default=""),
+    ]
 
 
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
-        for column in _COLUMNS:
-            batch.add_column(column.copy())
+        for column in _columns():
+            batch.add_column(column)
     conn = op.get_bind()
     jobs = sa.table("jobs", sa.column("id", sa.Integer), sa.column("extra", sa.JSON),
                     sa.column("generation", sa.Integer), sa.column("state", sa.String),
-                    *[sa.column(c.name, c.type) for c in _COLUMNS])
+                    *[sa.column(c.name, c.type) for c in _columns()])
     rows = conn.execute(sa.select(jobs.c.id, jobs.c.extra, jobs.c.generation,
                                   jobs.c.state)).all()
     for job_id, extra, generation, state in rows:
@@ -149,7 +150,7 @@ def downgrade() -> None:
         batch.add_column(sa.Column("extra", sa.JSON(), nullable=True))
     conn = op.get_bind()
     jobs = sa.table("jobs", sa.column("id", sa.Integer), sa.column("extra", sa.JSON),
-                    *[sa.column(c.name, c.type) for c in _COLUMNS])
+                    *[sa.column(c.name, c.type) for c in _columns()])
     for row in conn.execute(sa.select(jobs)).mappings().all():
         extra = {k: row[k] for k in ("script_args", "alloc_sid", "restart_cost", "stdin",
                                      "wckey", "licenses", "admin_priority", "expected_start",
@@ -157,5 +158,5 @@ def downgrade() -> None:
                  if row[k] not in (None, "", [], {}, 0)}
         conn.execute(sa.update(jobs).where(jobs.c.id == row["id"]).values(extra=extra))
     with op.batch_alter_table("jobs") as batch:
-        for column in reversed(_COLUMNS):
+        for column in reversed(_columns()):
             batch.drop_column(column.name)

@@ -46,7 +46,7 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
         raise RequestError("working directory must be an absolute path")
     job.name = job.name or "sbatch"
     _check_partition(ctx, job)
-    _check_shape(ctx, job)
+    check_shape(ctx, job)
     if job.dependency:
         _check_dependency(ctx, job.dependency)
     admit(ctx, job, spec)  # account, QOS and DenyOnLimit
@@ -85,7 +85,7 @@ def _check_partition(ctx: Context, job: Job) -> None:
         raise RequestError(INVALID_TIME)
 
 
-def _check_shape(ctx: Context, job: Job) -> None:
+def check_shape(ctx: Context, job: Job) -> None:
     """Refuse what no node of the partition could ever hold (Slurm does so at submit)."""
     for name in ("num_nodes", "num_tasks", "cpus_per_task"):
         if getattr(job, name) < 1:
@@ -124,7 +124,8 @@ def expand_array(ctx: Context, template: Job) -> list[Job]:
     for job_id, task in zip(ids, spec.task_ids, strict=True):
         job = dataclasses.replace(template, id=job_id, array_job_id=base, array_task_id=task,
                                   array_max_running=spec.max_running,
-                                  environment=template.environment, extra=dict(template.extra))
+                                  environment=template.environment,
+                                  script_args=list(template.script_args))
         jobs.append(job)
     return jobs
 

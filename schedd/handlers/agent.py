@@ -9,21 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers import jobcontrol
-from schedd.handlers import srun as job_steps
-from schedd.ledger.records import JobEvent
-from schedd.lifecycle import health, preemption
-from schedd.model import GPU, Job, JobState, Node, NodeState
+from schedd.lifecycle import health, transitions
+from schedd.model import GPU, JobState, Node, NodeState
+from schedd.slurm.stats import clean_stats
 from schedd.state import RUNNING_STATES
-
-_FINAL = {s.value for s in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED,
-                            JobState.TIMEOUT, JobState.OUT_OF_MEMORY, JobState.NODE_FAIL,
-                            JobState.PREEMPTED)}
-
-
-# Slurm's Reason= of a job that ended badly (scontrol show job, squeue %r)
-_END_REASONS = {JobState.TIMEOUT.value: "TimeLimit", JobState.FAILED.value: "NonZeroExitCode",
-                JobState.OUT_OF_MEMORY.value: "OutOfMemory", JobState.NODE_FAIL.value: "NodeDown"}
 
 
 def _same_node(caller: str, name: Any) -> str:
@@ -50,11 +39,9 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
             node.state, node.reason = NodeState.IDLE, ""
     node.partitions = ctx.state.partitions_of(name)
     node.last_heartbeat = now
-    ctx.state.store.upsert_node(node)
-    ctx.state.nodes[name] = node
+    ctx.state.save_node(node)
     for report in body.get("finished") or []:
-        if isinstance(report, dict):
-            _finish(ctx, name, report)
+        _finish(ctx, name, report)
     _reconcile(ctx, name, body["running"], now, fresh=True)
     ctx.wake_scheduler()
     return {"heartbeat_interval": ctx.cfg.heartbeat_interval, "kill_wait": ctx.cfg.kill_wait}
@@ -70,19 +57,15 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
         ctx.wake_scheduler()
     health.node_heard(ctx, node, now)
     _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
-    job_steps.reconcile(ctx, name, body.get("steps") or [])
+    _reconcile_steps(ctx, name, body.get("steps") or [])
     return {}
 
 
 def _reconcile(ctx: Context, node: str, running: list[Any], now: float, fresh: bool) -> None:
     """Fence what the agent runs but should not; resend launches it never confirmed."""
     reported: set[tuple[int, int]] = set()
-    for item in running:
-        if not isinstance(item, dict):
-            continue
-        job_id, gen = item.get("job_id"), item.get("generation")
-        if not isinstance(job_id, int) or not isinstance(gen, int):
-            continue
+    for item in running:  # typed by protocol.AGENT_OPS
+        job_id, gen = item["job_id"], item["generation"]
         reported.add((job_id, gen))
         job = ctx.state.jobs.get(job_id)
         ours = (job is not None and job.generation == gen and job.state in RUNNING_STATES
@@ -92,10 +75,11 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float, fresh: b
             continue
         ctx.agents.confirmed.add((job_id, gen))
         age = item.get("checkpoint_age")
-        if isinstance(age, (int, float)) and not isinstance(age, bool):
-            ctx.agents.checkpoints[job_id] = now - max(float(age), 0.0)
-        if job.state == JobState.COMPLETING:
-            ctx.agents.terminate(job, "CANCELLED")
+        if age is not None:
+            ctx.agents.checkpoints[job_id] = now - float(age)
+        if job.state == JobState.COMPLETING:  # told to stop: say it again (it may be lost)
+            ctx.agents.terminate(job, job.stop.ended if job.stop is not None else
+                                 JobState.CANCELLED.value)
     grace = 2 * ctx.cfg.heartbeat_interval
     for job in list(ctx.state.running()):
         key = (job.id, job.generation)
@@ -104,11 +88,15 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float, fresh: b
         if key in ctx.agents.confirmed and not fresh:
             continue  # ended just now; its job_ended report is on its way
         if now - job.start_time >= grace or fresh:
-            ctx.agents.launch(job, _array_ids(ctx, job))
+            transitions.relaunch(ctx, job)
 
 
-def _array_ids(ctx: Context, job: Job) -> tuple[int, ...]:
-    return ctx.state.array_task_ids(job.array_job_id) if job.array_job_id is not None else ()
+def _reconcile_steps(ctx: Context, node: str, job_ids: list[int]) -> None:
+    """Fence step tasks an agent runs for jobs schedd no longer runs (from its heartbeat)."""
+    for job_id in job_ids:
+        job = ctx.state.jobs.get(job_id)
+        if job is None or job.state not in RUNNING_STATES:
+            ctx.agents.terminate_steps(node, job_id, None, JobState.CANCELLED.value)
 
 
 def job_started(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -124,34 +112,13 @@ def job_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
 
 
 def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
-    """Record a job's end as its agent saw it; stale reports (old generation) are dropped."""
-    job = ctx.state.jobs.get(report.get("job_id"))  # type: ignore[arg-type]
-    if job is None or job.generation != report.get("generation") or job.batch_host != node:
+    """A run's end as its agent saw it, to the lifecycle's one door; a report about another
+    node's job or an older run (generation) is dropped there or here."""
+    job = ctx.state.jobs.get(report["job_id"])
+    if job is None or job.batch_host != node:
         return
-    if job.state not in RUNNING_STATES:
-        return
-    state = str(report.get("state", "FAILED"))
-    if state not in _FINAL:
-        state = JobState.FAILED.value
-    if job.cancelled_by is not None:
-        state = JobState.CANCELLED.value
-    state = preemption.ended_state(job, state)  # a preemption victim ends PREEMPTED
-    state = jobcontrol.ended_state(job, state)  # a run stopped by scontrol requeue
-    end = report.get("end_time")
-    end = float(end) if isinstance(end, (int, float)) else ctx.now()
-    fields = {
-        "state": JobState(state), "reason": _END_REASONS.get(state, "None"),
-        "end_time": max(end, job.start_time),
-        "exit_code": int(report.get("exit_code") or 0),
-        "exit_signal": int(report.get("exit_signal") or 0),
-    }
-    stats = report.get("stats")
-    if isinstance(stats, dict) and stats:
-        fields["extra"] = {**job.extra, "stats": stats}
-    ctx.state.commit([(job, fields)], [JobEvent(job.id, end, state, detail=f"on {node}")])
-    job_steps.job_finished(ctx, job)
-    ctx.agents.confirmed.discard((job.id, job.generation))
-    ctx.agents.checkpoints.pop(job.id, None)
-    preemption.after_end(ctx, job, ctx.now())  # requeue a victim (PreemptMode REQUEUE)
-    jobcontrol.after_end(ctx, job, ctx.now())  # scontrol requeue: back to the queue
-    ctx.wake_scheduler()
+    transitions.end_run(ctx, job, transitions.RunEnd(
+        generation=report["generation"], state=report["state"],
+        end_time=float(report["end_time"]), exit_code=report["exit_code"],
+        exit_signal=report["exit_signal"], stats=clean_stats(report.get("stats")),
+        detail=f"on {node}"))

@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import signal as _signal
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.query import INVALID_JOB_ID, select_jobs, select_jobs_reporting
+from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs, select_jobs_reporting
 from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
+from schedd.lifecycle import transitions
 from schedd.model import Job, JobState
-
-DENIED = "Access/permission denied"
+from schedd.slurm.signals import SignalError
+from schedd.slurm.signals import parse_signal as _parse_signal
 
 
 def parse_signal(name: str) -> int:
-    text = name.strip().upper()
-    if text.isdigit():
-        number = int(text)
-        if 0 < number < 65:
-            return number
-        raise RequestError(f"Invalid signal name: {name}")
-    if not text.startswith("SIG"):
-        text = "SIG" + text
     try:
-        return int(_signal.Signals[text])
-    except KeyError:
+        return _parse_signal(name)
+    except SignalError:
         raise RequestError(f"Invalid signal name: {name}") from None
 
 
@@ -39,9 +31,8 @@ def cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
     now = ctx.now()
     cancelled: list[str] = []
     errors = [{"job_id": t, "message": INVALID_JOB_ID} for t in unmatched]
-    changes: list[tuple[Job, dict[str, Any]]] = []
-    events: list[JobEvent] = []
-    terminate: list[Job] = []
+    pending: list[Job] = []
+    running: list[Job] = []
     for job in jobs:
         if not _owned(caller, job):
             errors.append({"job_id": job.display_id, "message": DENIED})
@@ -60,17 +51,11 @@ def cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
             cancelled.append(job.display_id)
             continue
         cancelled.append(job.display_id)
-        events.append(JobEvent(job.id, now, "CANCELLED", actor_uid=caller.uid, detail="scancel"))
-        if job.state == JobState.PENDING:
-            changes.append((job, {"state": JobState.CANCELLED, "end_time": now,
-                                  "reason": "None", "cancelled_by": caller.uid}))
-        else:
-            changes.append((job, {"state": JobState.COMPLETING, "cancelled_by": caller.uid}))
-            terminate.append(job)
-    ctx.state.commit(changes, events)
-    for job in terminate:
-        ctx.agents.terminate(job, "CANCELLED")
-    if changes:
+        (pending if job.state == JobState.PENDING else running).append(job)
+    transitions.cancel_pending(ctx, pending, caller.uid, now)
+    transitions.request_stop(ctx, running, "cancel", JobState.CANCELLED, now,
+                             actor=caller.uid, detail="scancel")
+    if pending or running:
         ctx.wake_scheduler()
     return {"cancelled": cancelled, "errors": errors}
 

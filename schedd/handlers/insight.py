@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.query import INVALID_JOB_ID, select_jobs
+from schedd.handlers.selection import INVALID_JOB_ID, select_jobs
 from schedd.identity import Caller
 from schedd.model import Job, JobState
 from schedd.reports import explain, forecast
@@ -40,7 +40,7 @@ def _summary(job: Job) -> dict[str, Any]:
     return {"job_id": job.display_id, "user": job.user, "account": job.account,
             "partition": job.partition, "priority": job.priority, "state": str(job.state),
             "reason": job.reason or "None", "submit_time": job.submit_time,
-            "expected_start": job.extra.get(forecast.EXPECTED)}
+            "expected_start": job.expected_start or None, "set_aside": job.set_aside}
 
 
 def job_why(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
@@ -123,32 +123,15 @@ def _ending(ctx: Context, job: Job, now: float) -> list[dict[str, Any]]:
             for end, r in ends[:ENDING_SHOWN]]
 
 
-def started_since(store: Any, since: float, limit: int = MAX_JOBS) -> list[Job]:
-    """The last ``limit`` jobs started at or after ``since``, with only what forecasts need
-    (id, start, extra): this runs on schedd's thread, so it reads a bounded sample (about
-    80 ms for 5,000 jobs on SQLite) rather than a busy week's tens of thousands of rows."""
-    from sqlalchemy import select
-
-    from schedd.ledger.store import tables
-
-    c = tables.jobs.c
-    stmt = (select(c.id, c.start_time, c.extra)
-            .where(c.start_time >= since, c.start_time > 0)
-            .order_by(c.start_time.desc()).limit(limit))
-    with store.engine.connect() as conn:
-        return [Job(id=row.id, start_time=row.start_time, extra=row.extra or {})
-                for row in conn.execute(stmt)]
-
-
 def forecast_stats(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     now = ctx.now()
     since = float(body["since"]) if "since" in body else now - DEFAULT_WINDOW
     if since > now:
         raise RequestError("the window starts in the future")
-    jobs = started_since(ctx.state.store, since)
+    jobs = ctx.state.store.started_since(since, MAX_JOBS)
     errors = forecast.errors_of(jobs)
     tolerance = float(ctx.cfg.scheduler.bf_resolution)
-    waiting = [j for j in ctx.state.pending() if forecast.EXPECTED in j.extra]
+    waiting = [j for j in ctx.state.pending() if j.expected_start]
     return {
         "now": now, "since": since, "started": len(jobs), "tolerance": tolerance,
         "capped": len(jobs) >= MAX_JOBS,

@@ -21,15 +21,12 @@ from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import AccountsError
 from schedd.domain.reservation import ACCESS_DENIED, INVALID_RESERVATION
-from schedd.handlers import srun as job_steps
-from schedd.handlers.control import DENIED
-from schedd.handlers.query import INVALID_JOB_ID, select_jobs_reporting
-from schedd.handlers.submit import INVALID_PARTITION, INVALID_TIME, _check_shape, _checked
+from schedd.handlers.admission import INVALID_PARTITION, INVALID_TIME, check_shape
+from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs_reporting
 from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
-from schedd.lifecycle import health
+from schedd.lifecycle import transitions
 from schedd.model import Job, JobState, NodeState
-from schedd.scheduler import limits
 from schedd.slurm import dependency
 from schedd.slurm.hostlist import HostlistError, expand
 
@@ -43,8 +40,6 @@ RUNNING_LIMIT = ("the time limit of a running job can only be lowered in kiln "
                  "(its agent enforces the limit it was launched with)")
 INVALID_NODE = "Invalid node name specified"
 INVALID_NODE_STATE = "Invalid node state specified"
-REQUEUE_KEY = "requeue_on_end"  # Job.extra: the run is being stopped for a requeue
-LAUNCHED_KEY = "launched_limit"  # Job.extra: the limit the agent runs a job under, if lowered
 
 # fields only a pending job may change (what it asks for, where and under whom it runs)
 PENDING_ONLY = frozenset({
@@ -65,7 +60,7 @@ def update_job(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     for key in changes:
         if key not in PENDING_ONLY | ANY_STATE:
             raise RequestError(f"Update of this parameter is not supported: {key}")
-    typed = {k: _checked(k, v) for k, v in changes.items()}
+    typed = dict(changes)  # typed and bounded by protocol.UPDATE_JOB_SCHEMA
     jobs, unmatched = select_jobs_reporting(ctx, {"job_ids": body["job_ids"]})
     if not jobs:
         raise RequestError(INVALID_JOB_ID, protocol.E_INVALID_JOB)
@@ -98,12 +93,11 @@ def job_changes(ctx: Context, caller: Caller, job: Job, changes: dict[str, Any])
     if job.state != JobState.PENDING and PENDING_ONLY & changes.keys():
         raise RequestError(NOT_PENDING)
     fields: dict[str, Any] = {}
-    extra = dict(job.extra)
     for key, value in changes.items():
         if key == "time_limit":
+            # a running job's agent keeps the limit it was launched with (launched_limit);
+            # a lowered one is enforced by schedd (lifecycle/enforcement.py)
             fields[key] = _time_limit(ctx, job, value, operator)
-            if job.state == JobState.RUNNING:
-                extra.setdefault(LAUNCHED_KEY, job.time_limit)
         elif key == "nice":
             if value < 0 and not operator:
                 raise RequestError(DENIED)
@@ -111,7 +105,7 @@ def job_changes(ctx: Context, caller: Caller, job: Job, changes: dict[str, Any])
         elif key == "priority":
             if not operator:
                 raise RequestError(DENIED)
-            extra["admin_priority"] = value
+            fields["admin_priority"] = value
         elif key in ("account", "qos"):
             fields.update(_association(ctx, job, changes))
         elif key == "partition":
@@ -131,10 +125,10 @@ def job_changes(ctx: Context, caller: Caller, job: Job, changes: dict[str, Any])
             fields[key] = value
         else:
             fields[key] = value
-    if extra != job.extra:
-        fields["extra"] = extra
+    if "begin_time" in fields:
+        fields["begin_time"] = float(fields["begin_time"])
     if SHAPE & changes.keys():
-        _check_shape(ctx, dataclasses.replace(job, **{k: fields[k] for k in SHAPE & fields.keys()}))
+        check_shape(ctx, dataclasses.replace(job, **{k: fields[k] for k in SHAPE & fields.keys()}))
     return fields
 
 
@@ -163,7 +157,7 @@ def _association(ctx: Context, job: Job, changes: dict[str, Any]) -> dict[str, A
     if "qos" not in changes and qos != job.qos:
         qos = job.qos if job.qos in ctx.state.accounts.allowed_qos(account, job.user) else qos
     if change is not None:
-        ctx.state.store.write_accounting(change)
+        ctx.state.write_accounting(change)
         ctx.state.usage.sync(ctx.state.accounts)
     return {"account": account, "qos": qos}
 
@@ -196,20 +190,6 @@ def _reservation(ctx: Context, job: Job, name: str, account: str) -> None:
         raise RequestError(ACCESS_DENIED)
 
 
-def enforce_limits(ctx: Context, now: float) -> None:
-    """End running jobs whose lowered time limit has passed (their agent still holds the old
-    one): TIMEOUT, as the agent would have done."""
-    for job in list(ctx.state.running()):
-        if (job.state != JobState.RUNNING or job.time_limit is None
-                or LAUNCHED_KEY not in job.extra):
-            continue
-        if now >= job.start_time + job.time_limit:
-            ctx.state.commit([(job, {"state": JobState.COMPLETING})],
-                             [JobEvent(job.id, now, JobState.COMPLETING.value,
-                                       detail="time limit lowered by scontrol")])
-            ctx.agents.terminate(job, JobState.TIMEOUT.value)
-
-
 # --- requeue ---------------------------------------------------------------------------------
 
 
@@ -226,8 +206,9 @@ def requeue(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any
         if problem:
             errors.append({"job_id": job.display_id, "message": problem})
             continue
-        stop_for_requeue(ctx, job, now, caller.uid, hold, JobState.REQUEUED,
-                         "scontrol requeuehold" if hold else "scontrol requeue")
+        transitions.request_stop(ctx, [job], "requeue", JobState.REQUEUED, now, requeue=True,
+                                 hold=hold, actor=caller.uid,
+                                 detail="scontrol requeuehold" if hold else "scontrol requeue")
     return {"errors": errors}
 
 
@@ -241,86 +222,6 @@ def _requeue_problem(caller: Caller, job: Job) -> str:
     if not job.requeue:
         return DISABLED
     return ""
-
-
-def stop_for_requeue(ctx: Context, job: Job, now: float, actor: int | None, hold: bool,
-                     ended: JobState, detail: str) -> None:
-    """Have the agent stop a running job; ``after_end`` queues it again once it has ended, so
-    its next run never overlaps the old one on the node. ``ended``: the state the stopped run
-    is recorded with (REQUEUED, or NODE_FAIL for a node set DOWN)."""
-    ctx.state.commit([(job, {"state": JobState.COMPLETING, "extra": {
-                         **job.extra, REQUEUE_KEY: {"hold": hold, "state": ended.value}}})],
-                     [JobEvent(job.id, now, JobState.COMPLETING.value, actor_uid=actor,
-                               detail=detail)])
-    ctx.agents.terminate(job, ended.value)
-
-
-def ended_state(job: Job, state: str) -> str:
-    """The state a run stopped for a requeue ends in, whatever the agent reported."""
-    asked = job.extra.get(REQUEUE_KEY)
-    if asked is not None and job.cancelled_by is None:
-        return str(asked.get("state") or JobState.REQUEUED.value)
-    return state
-
-
-def after_end(ctx: Context, job: Job, now: float) -> None:
-    """Once a run stopped for a requeue has ended: back to PENDING, same id, restarts + 1
-    (a NODE_FAIL run of a --no-requeue job stays ended)."""
-    asked = job.extra.get(REQUEUE_KEY)
-    if asked is None:
-        return
-    extra = {k: v for k, v in job.extra.items() if k != REQUEUE_KEY}
-    failed = asked.get("state") == JobState.NODE_FAIL.value
-    if job.cancelled_by is not None or (failed and not job.requeue):
-        ctx.state.commit([(job, {"extra": extra})])
-        return
-    fields = health.requeue_fields(job, now, bool(asked.get("hold")))
-    fields["extra"] = extra
-    why = "node set DOWN" if failed else "scontrol requeue"
-    ctx.state.commit([(job, fields)],
-                     [JobEvent(job.id, now, JobState.REQUEUED.value, detail=why)])
-    ctx.wake_scheduler()
-
-
-def settle_stalled(ctx: Context, now: float) -> None:
-    """A job being stopped for a requeue whose node has gone silent will never be reported:
-    record its end now (the agent's stale report is fenced by generation later)."""
-    for job in list(ctx.state.running()):
-        if job.state != JobState.COMPLETING or REQUEUE_KEY not in job.extra:
-            continue
-        node = ctx.state.nodes.get(job.batch_host)
-        if node is not None and ctx.state.node_alive(node, now):
-            continue
-        state = JobState(ended_state(job, JobState.REQUEUED.value))
-        ctx.state.commit([(job, {"state": state, "end_time": now})],
-                         [JobEvent(job.id, now, state.value, detail="node not responding")])
-        job_steps.job_finished(ctx, job)
-        after_end(ctx, job, now)
-
-
-def enforce_budgets(ctx: Context, now: float) -> None:
-    """End running jobs under a spent GrpTRESMins budget: TIMEOUT, as Slurm's
-    acct_policy_job_time_out does (``limits.spent_budgets`` says which and why)."""
-    state = ctx.state
-    if not any(a.limits.grp_tres_mins for a in state.accounts.assocs.values()):
-        return  # no budget anywhere: nothing to spend (the usual case, checked every second)
-    table = state.accounts.limit_table(state.usage.tres_mins)
-    spent = limits.spent_budgets(table, state.running_views(now), state.gpu_types())
-    for job_id, why in spent.items():
-        job = state.jobs[job_id]
-        if job.state != JobState.RUNNING:
-            continue  # already ending
-        log.info("job %d timed out: %s", job.id, why)
-        state.commit([(job, {"state": JobState.COMPLETING})],
-                     [JobEvent(job.id, now, JobState.COMPLETING.value, detail=why)])
-        ctx.agents.terminate(job, JobState.TIMEOUT.value)
-
-
-def tick(ctx: Context, now: float) -> None:
-    """Every second from the daemon's loop: lowered limits, spent budgets, stalled requeues."""
-    enforce_limits(ctx, now)
-    enforce_budgets(ctx, now)
-    settle_stalled(ctx, now)
 
 
 # --- update node -----------------------------------------------------------------------------
@@ -359,17 +260,18 @@ def update_node(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
 
 def _set_node(ctx: Context, caller: Caller, name: str, target: NodeState | None, reason: str,
               now: float) -> None:
-    node = ctx.state.nodes[name]
+    node = dataclasses.replace(ctx.state.nodes[name])  # memory changes once the ledger has it
     if target is not None:
         node.state = target
         node.reason = "" if target == NodeState.IDLE else reason
     elif reason:
         node.reason = reason
-    ctx.state.store.upsert_node(node)
-    ctx.state.store.audit(caller.uid, "update_node", f"node {name}",
-                          f"state={node.state.value} reason={node.reason}", now)
+    ctx.state.save_node(node)
+    ctx.state.audit(caller.uid, "update_node", f"node {name}",
+                    f"state={node.state.value} reason={node.reason}", now)
     if target == NodeState.DOWN:
-        for job in [j for j in ctx.state.running() if name in {a.node for a in j.allocation}
-                    and j.state == JobState.RUNNING]:
-            stop_for_requeue(ctx, job, now, caller.uid, False, JobState.NODE_FAIL,
-                             f"node {name} set DOWN by scontrol")
+        doomed = [j for j in ctx.state.running() if name in {a.node for a in j.allocation}
+                  and j.state == JobState.RUNNING]
+        transitions.request_stop(ctx, doomed, "node_down", JobState.NODE_FAIL, now,
+                                 requeue=True, actor=caller.uid,
+                                 detail=f"node {name} set DOWN by scontrol")

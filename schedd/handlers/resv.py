@@ -83,8 +83,7 @@ def _build(ctx: Context, req: Request, name: str, now: float, caller: Caller) ->
 
 
 def _save(ctx: Context, caller: Caller, resv: Reservation, action: str, now: float) -> None:
-    ctx.state.store.save_reservation(resv.to_row(), caller.uid, action, now)
-    ctx.state.reservations[resv.name] = resv
+    ctx.state.save_reservation(resv, caller.uid, action, now)
     ctx.wake_scheduler()
 
 
@@ -153,8 +152,7 @@ def delete_reservation(ctx: Context, caller: Caller, body: dict[str, Any]) -> di
     if any(j.reservation == name for j in ctx.state.running()):
         raise RequestError(IN_USE)
     now = ctx.now()
-    ctx.state.store.delete_reservation(name, caller.uid, now)
-    del ctx.state.reservations[name]
+    ctx.state.delete_reservation(name, caller.uid, now)
     ctx.wake_scheduler()
     return {"name": name}
 

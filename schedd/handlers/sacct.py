@@ -13,7 +13,7 @@ import pwd
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.query import JobRef, parse_job_ref, parse_states
+from schedd.handlers.selection import JobRef, parse_job_ref, parse_states
 from schedd.identity import Caller
 from schedd.ledger.records import JobEvent
 from schedd.model import Job, JobState

@@ -201,7 +201,7 @@ def commit(ctx: Context, caller: Caller, change: AccountingChange, action: str,
            target: str, accounts: Accounts) -> None:
     """Ledger first, then memory: ``accounts`` is the changed copy that replaces the live one."""
     change.audit.append(AuditRecord(ctx.now(), caller.uid, action, target[:200]))
-    ctx.state.store.write_accounting(change)
+    ctx.state.write_accounting(change)
     ctx.state.accounts = accounts
     ctx.state.usage.sync(accounts)
     ctx.wake_scheduler()

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.model import ACTIVE_STATES, COMPACT_STATES, Job, JobState
+from schedd.model import ACTIVE_STATES, Job, JobState
 from schedd.slurm import arrayspec
+from schedd.slurm.states import StateError
+from schedd.slurm.states import parse_states as _parse_states
 
 INVALID_JOB_ID = "Invalid job id specified"
 DENIED = "Access/permission denied"
 _JOB_ID = re.compile(r"^(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?(?:\.\w+)?$")
-_FROM_COMPACT = {v: k for k, v in COMPACT_STATES.items()}
 _BY_ID = operator.attrgetter("id")
 
 
@@ -50,20 +51,11 @@ def parse_job_ref(text: str) -> JobRef:
 
 
 def parse_states(names: list[Any]) -> set[JobState] | None:
-    """Long or compact names, any case; 'all' means every state."""
-    wanted: set[JobState] = set()
-    for raw in names:
-        name = str(raw).strip().upper()
-        if name == "ALL":
-            return None
-        if name in _FROM_COMPACT:
-            wanted.add(_FROM_COMPACT[name])
-            continue
-        try:
-            wanted.add(JobState(name))
-        except ValueError:
-            raise RequestError(f"Invalid job state specified: {raw}") from None
-    return wanted
+    """Long or compact names, any case; 'all' means every state (None)."""
+    try:
+        return _parse_states(names)
+    except StateError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def select_jobs(ctx: Context, body: dict[str, Any]) -> list[Job]:

@@ -12,11 +12,11 @@ The flow of one ``srun`` inside a batch job::
                          release what it has), then, once the step ended and every byte was
                          delivered, the worst task's exit; srun exits with it
 
-The batch step (``JOBID.batch``) gets its row here too, when a job starts and ends, so sacct
-shows both kinds. When a job ends, every step of it still running is told to stop on every
-node, and its row is closed with the job's fate; agents list the jobs they run steps for in
-their heartbeats, so a step whose job schedd no longer runs is fenced even if that message was
-lost.
+The batch step (``JOBID.batch``) gets its row from the lifecycle, when a run starts and ends
+(``lifecycle/transitions.py``); when a run ends, every step of it still running is stopped
+(``lifecycle/step_cleanup.py``); agents list the jobs they run steps for in their heartbeats,
+so a step whose job schedd no longer runs is fenced even if that message was lost
+(``handlers/agent.py``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from schedd.domain.jobenv import expand_output_pattern, step_environment, task_o
 from schedd.domain.stepoutput import STREAMS, parse_cursors
 from schedd.domain.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
 from schedd.identity import Caller
-from schedd.ledger.records import LedgerError, StepRecord
-from schedd.model import Job, JobState, NodeAllocation
+from schedd.ledger.records import StepRecord
+from schedd.model import Job, JobState
 from schedd.slurm.hostlist import compress
 from schedd.state import RUNNING_STATES
 
@@ -50,7 +50,6 @@ _SHAPE_FIELDS = ("ntasks", "nodes", "ntasks_per_node", "cpus_per_task", "gpus", 
 
 def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     spec = body["step"]
-    protocol.check(spec, protocol.STEP_START_FIELDS, "step_start.step")
     job = _own_job(ctx, caller, spec["job_id"])
     if job.state != JobState.RUNNING:
         raise RequestError(NOT_RUNNING)
@@ -67,7 +66,7 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     counts = [len(s.procids) for s in shares]
     nodes = [s.node for s in shares]
     tasks = _task_files(job, spec, step_id, shares, cwd)
-    ctx.state.store.save_steps([StepRecord(
+    ctx.state.save_steps([StepRecord(
         job_id=job.id, step_id=str(step_id), name=str(spec.get("name") or os.path.basename(
             argv[0]))[:200], node_list=compress(nodes), num_nodes=len(nodes),
         num_tasks=sum(counts), cpus=sum(s.cpus for s in shares), state="RUNNING",
@@ -81,7 +80,7 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
             "job_id": job.id, "step_id": step_id, "user": job.user, "uid": job.uid,
             "gid": job.gid, "argv": argv, "cwd": cwd, "environment": node_env,
             "tasks": [tasks[p] for p in share.procids],
-            "time_limit": job.extra.get("run_limit", ctx.state.time_limit(job)),
+            "time_limit": job.launched_limit,  # the job's run, as its agent enforces it
             "job_start": job.start_time, "kill_wait": ctx.cfg.kill_wait,
         })
     return {"step_id": step_id, "nodes": nodes, "node_list": compress(nodes),
@@ -232,7 +231,7 @@ def step_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any
         _close_unknown(ctx, job_id, step_id, caller, str(body["state"]), exits, end, cpu)
         return {}
     if live.node_ended(caller, str(body["state"]), exits, end, cpu):
-        _store_end(ctx, live)
+        ctx.state.end_step(live)
     return {}
 
 
@@ -270,69 +269,6 @@ def _close_unknown(ctx: Context, job_id: int, step_id: int, node: str, state: st
     node says, as if the step had run there alone."""
     live = LiveStep(job_id, step_id, [node], len(exits), end, waiting={node})
     live.node_ended(node, state, exits, end, cpu)
-    _store_end(ctx, live)
+    ctx.state.end_step(live)
 
 
-def _store_end(ctx: Context, live: LiveStep) -> None:
-    try:
-        ctx.state.store.end_step(live.job_id, str(live.step_id), live.state, live.exit_code,
-                                 live.exit_signal, live.end_time, live.stats)
-    except LedgerError as exc:
-        log.warning("cannot record the end of step %d.%d: %s", live.job_id, live.step_id, exc)
-
-
-def reconcile(ctx: Context, node: str, job_ids: list[Any]) -> None:
-    """Fence step tasks an agent runs for jobs schedd no longer runs (from its heartbeat)."""
-    for job_id in job_ids:
-        if not isinstance(job_id, int) or isinstance(job_id, bool):
-            continue
-        job = ctx.state.jobs.get(job_id)
-        if job is None or job.state not in RUNNING_STATES:
-            ctx.agents.terminate_steps(node, job_id, None, JobState.CANCELLED.value)
-
-
-# --- the batch step, and the end of a job ----------------------------------------------------
-
-
-def batch_row(job: Job, state: str, start: float, end: float = 0.0) -> StepRecord:
-    """The ``JOBID.batch`` row of a job's current run."""
-    alloc = job.allocation[0] if job.allocation else None
-    return StepRecord(job_id=job.id, step_id="batch", name="batch",
-                      node_list=alloc.node if alloc else job.batch_host, num_nodes=1,
-                      num_tasks=1, cpus=alloc.cpus if alloc else 0, state=state,
-                      exit_code=job.exit_code, exit_signal=job.exit_signal,
-                      start_time=start, end_time=end)
-
-
-def batch_started(jobs: list[Job], allocations: list[list[NodeAllocation]],
-                  now: float) -> list[StepRecord]:
-    """``JOBID.batch`` rows for jobs about to start on these allocations, to be committed with
-    the start itself (a requeued job's replaces its old one)."""
-    rows = []
-    for job, alloc in zip(jobs, allocations, strict=True):
-        rows.append(StepRecord(job_id=job.id, step_id="batch", name="batch",
-                               node_list=alloc[0].node, num_nodes=1, num_tasks=1,
-                               cpus=alloc[0].cpus, state="RUNNING", start_time=now))
-    return rows
-
-
-def job_finished(ctx: Context, job: Job) -> None:
-    """A job ended: close its batch step, and stop and close every step still running."""
-    state = job.state.value
-    batch_state = JobState.CANCELLED.value if state == JobState.TIMEOUT.value else state
-    try:  # the whole row: present even when a crash lost the one written at the start
-        ctx.state.store.save_steps([batch_row(job, batch_state, job.start_time, job.end_time)])
-    except LedgerError as exc:
-        log.warning("cannot record the end of %d.batch: %s", job.id, exc)
-    if not ctx.steps.known(job.id):
-        return
-    fate = state if state in (JobState.TIMEOUT.value, JobState.NODE_FAIL.value) \
-        else JobState.CANCELLED.value
-    stragglers = [s for s in ctx.steps.of_job(job.id) if not s.done]
-    nodes = {n for s in stragglers for n in s.waiting}
-    for live in stragglers:
-        live.abandon(fate, job.end_time)
-        _store_end(ctx, live)
-    for node in sorted(nodes):
-        ctx.agents.terminate_steps(node, job.id, None, fate)
-    ctx.steps.forget(job.id)

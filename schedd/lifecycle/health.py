@@ -8,6 +8,7 @@ one, schedd fences it (``handlers/agent.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from schedd.context import Context
@@ -27,8 +28,8 @@ def check_nodes(ctx: Context, now: float) -> None:
             continue
         log.warning("node %s is not responding (last heartbeat %.0f s ago): DOWN", node.name,
                     now - node.last_heartbeat)
-        node.state, node.reason = NodeState.DOWN, NOT_RESPONDING
-        ctx.state.save_node(node)
+        ctx.state.save_node(dataclasses.replace(node, state=NodeState.DOWN,
+                                                reason=NOT_RESPONDING))
         for job in [j for j in ctx.state.running() if node.name in _nodes_of(j)]:
             fail_run(ctx, job, now, f"node {node.name} not responding")
         ctx.wake_scheduler()
@@ -42,11 +43,10 @@ def fail_run(ctx: Context, job: Job, now: float, why: str) -> None:
 def node_heard(ctx: Context, node: Node, now: float) -> None:
     """A heartbeat or registration: a node DOWN only for silence is back in service (a DOWN or
     DRAIN an administrator set stays)."""
-    node.last_heartbeat = now
+    node.last_heartbeat = now  # memory only: heartbeats are not history
     if node.state == NodeState.DOWN and node.reason in ("", NOT_RESPONDING):
         log.info("node %s is responding again", node.name)
-        node.state, node.reason = NodeState.IDLE, ""
-        ctx.state.save_node(node)
+        ctx.state.save_node(dataclasses.replace(node, state=NodeState.IDLE, reason=""))
         ctx.wake_scheduler()
 
 

@@ -21,7 +21,6 @@ the walk (what was freed is its) and not given more victims.
 from __future__ import annotations
 
 import logging
-import signal as _signal
 from dataclasses import dataclass, field
 
 from schedd.config import Config
@@ -29,6 +28,7 @@ from schedd.context import Context
 from schedd.lifecycle.transitions import RunEnd, Verdict, after, judge
 from schedd.model import Job, JobState, PreemptMark
 from schedd.scheduler.snapshot import Preemption, PreemptPolicy, Snapshot
+from schedd.slurm.signals import notice_signal
 from schedd.state import RUNNING_STATES, State
 
 log = logging.getLogger("schedd.preemption")
@@ -140,24 +140,6 @@ def start(ctx: Context, tracker: Tracker, preemptions: list[Preemption], now: fl
         signum, batch_only = notice_signal(job.signal)
         ctx.agents.signal(job, signum, batch_only)
     tick(ctx, tracker, now)
-
-
-def notice_signal(spec: str) -> tuple[int, bool]:
-    """The job's ``--signal=[B:]SIG[@secs]`` as (signal number, batch shell only); SIGTERM to
-    the whole group when it has none (or one that is no signal)."""
-    text, batch_only = spec.strip(), False
-    if ":" in text:
-        flags, text = text.split(":", 1)
-        batch_only = "B" in flags.upper()
-    name = text.split("@", 1)[0].strip().upper()
-    if name.isdigit() and 0 < int(name) < _signal.NSIG:
-        return int(name), batch_only
-    if name and not name.startswith("SIG"):
-        name = "SIG" + name
-    try:
-        return int(_signal.Signals[name]), batch_only
-    except KeyError:
-        return int(_signal.SIGTERM), False
 
 
 def tick(ctx: Context, tracker: Tracker, now: float) -> None:

@@ -15,7 +15,7 @@ Conventions, as Slurm's accounting has them:
 - a job that ran gets ``.batch`` and ``.extern`` step rows even when no step was recorded, with
   the states and exit codes Slurm's slurmstepd would have written (see e_sacct.txt).
 
-Sampled statistics come from the agent (``agentd/sampler.py``) in ``job.extra["stats"]``; the
+Sampled statistics come from the agent (``agentd/sampler.py``) in ``Job.stats``; the
 key names, the contract between the two, are in ``schedd/slurm/stats.py``.
 """
 
@@ -277,7 +277,7 @@ def job_row(job: Job, steps: list[dict[str, Any]], rc: RowContext) -> dict[str, 
         "gpu_hours": gpu_hours(job, rc.now), "billing": bill,
         "cancelled_by": job.cancelled_by,
     }
-    row.update(_stats_fields(job.extra.get("stats") if isinstance(job.extra, dict) else None))
+    row.update(_stats_fields(job.stats or None))
     row.update(_job_cpu(row, steps))
     return row
 
@@ -340,8 +340,8 @@ def step_rows(job: Job, steps: list[dict[str, Any]], parent: dict[str, Any],
              **stored.get("batch", {}),
              # the batch shell's fate is the job's: Slurm's spelling of it wins
              "state": state, "exit_code": code, "exit_signal": sig}
-    if not batch.get("stats") and isinstance(job.extra, dict):
-        batch["stats"] = job.extra.get("stats")
+    if not batch.get("stats") and job.stats:
+        batch["stats"] = job.stats
     rows.append(_stored_step(job, batch, parent, rc))
     extern = stored.get("extern") or {
         "step_id": "extern", "name": "extern", "node_list": job.node_list,

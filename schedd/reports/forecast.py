@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from schedd.model import Job
 
+
 def publish(job: Job, when: float, now: float) -> None:
     """Record this cycle's expected start of a pending job (in memory until it starts, when
     ``transitions.start_runs`` commits the job with its first and last forecasts)."""

@@ -41,7 +41,7 @@ def test_backfill_fills_the_hole_before_the_head_job(cluster: Cluster, workdir: 
         assert _settled(cluster, head, "Resources")["state"] == "PENDING"
         job40 = _settled(cluster, j40, "Priority")
         assert (job40["state"], job40["reason"]) == ("PENDING", "Priority")
-        expected = cluster.job(head)["extra"].get("expected_start")
+        expected = cluster.job(head)["expected_start"]
         assert expected is not None
         assert abs(expected - (started_at + 30 * 60)) <= 120
         res = cluster.run("squeue", "--start", "-h", "-j", str(head), "-o", "%i %S")

@@ -46,7 +46,7 @@ def test_time_limit_down_by_owner_up_only_by_operator(cluster: Cluster, other_us
         assert prio.returncode == 1 and "Access/permission denied" in prio.stderr
         assert update(cluster, mine, "Priority=4242").returncode == 0
         job = cluster.job(mine)
-        assert (job["nice"], job["extra"]["admin_priority"]) == (10, 4242)
+        assert (job["nice"], job["admin_priority"]) == (10, 4242)
 
         assert update(cluster, mine, "Partition=short", "StartTime=now+1hour",
                       user=other_user).returncode == 0

@@ -12,9 +12,9 @@ from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 JOBS = [
     {"id": 1, "state": "RUNNING", "reservation": "maint", "partition": "gpu", "name": "a",
-     "user": "u", "extra": {"wckey": "w1"}, "array_job_id": None, "array_task_id": None},
+     "user": "u", "wckey": "w1", "array_job_id": None, "array_task_id": None},
     {"id": 2, "state": "PENDING", "reservation": "", "partition": "gpu", "name": "b",
-     "user": "u", "extra": {"licenses": "matlab:1"}, "array_job_id": 2, "array_task_id": 3},
+     "user": "u", "licenses": "matlab:1", "array_job_id": 2, "array_task_id": 3},
 ]
 
 

@@ -205,6 +205,6 @@ def test_directive_quotes_and_escapes() -> None:
         directive_tokens('#!/bin/sh\n#SBATCH --comment="open\n')
 
 
-def test_unknown_option_lands_in_extra_when_sbatch_knows_it() -> None:
+def test_unknown_option_is_kept_in_settings_when_sbatch_knows_it() -> None:
     s = settings_of(["--wckey=w", "--reboot", "--gpu-bind=closest"])
     assert s == {"wckey": "w", "reboot": True, "gpu_bind": "closest"}

@@ -70,7 +70,7 @@ def test_command_line_overrides_directives_and_env(submitted, tmp_path, monkeypa
     job = submitted()
     assert job["partition"] == "from-env" and job["time_limit"] == 540
     assert job["account"] == "acct" and job["gpus_per_node"] == 2 and job["gpu_type"] == "a100"
-    assert job["name"] == "job.sh" and job["extra"]["script_args"] == ["arg1"]
+    assert job["name"] == "job.sh" and job["script_args"] == ["arg1"]
 
 
 def test_script_from_stdin(submitted, monkeypatch, capsys) -> None:
@@ -105,7 +105,7 @@ def test_options_become_job_fields(submitted) -> None:
         "environment": {},
     }
     assert {k: job[k] for k in expected} == expected
-    assert job["extra"]["wckey"] == "w" and job["begin_time"] > 0
+    assert job["wckey"] == "w" and job["begin_time"] > 0
 
 
 def test_test_only_prints_the_plan_on_stderr(submitted, capsys) -> None:

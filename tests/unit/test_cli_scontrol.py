@@ -55,7 +55,7 @@ def runner() -> dict[str, Any]:
         eligible_time=START, start_time=START, time_limit=600, gpus_per_node=2,
         node_list="vm", batch_host="vm", submit_host="localhost", command="(wrap)",
         allocation=[NodeAllocation("vm", 1, 0, [0, 1])], stdout="/dev/null",
-        stderr="/dev/null", workdir="/home/schedbench/jobs", extra={"alloc_sid": 24504},
+        stderr="/dev/null", workdir="/home/schedbench/jobs", alloc_sid=24504,
     ).to_wire()
 
 
@@ -105,7 +105,7 @@ def test_unknown_job(jobs_schedd, capsys) -> None:
 def test_pending_job_spellings() -> None:
     job = Job(id=5, state=JobState.PENDING, reason="ReqNodeNotAvail, May be reserved for other job",
               time_limit=1800, submit_time=START, reservation="biores",
-              extra={"expected_start": START + 600, "sched_nodes": "vm"}).to_wire()
+              expected_start=START + 600, sched_nodes="vm").to_wire()
     lines = scontrol.job_lines(job, START)
     assert "JobState=PENDING Reason=ReqNodeNotAvail,_May_be_reserved_for_other_job " \
            "Dependency=(null)" in lines

@@ -176,7 +176,7 @@ def test_pending_array_tasks_fold_unless_r(fake_schedd, capsys) -> None:  # noqa
 
 def test_sort_and_start(fake_schedd, capsys) -> None:  # noqa: F811
     jobs = [job(1, "a", "PENDING", priority=5, reason="Priority",
-                extra={"expected_start": NOW + 600, "sched_nodes": "vm"}),
+                expected_start=NOW + 600, sched_nodes="vm"),
             job(2, "b", "PENDING", priority=9, reason="Resources")]
     fake = serve(fake_schedd, jobs)
     assert squeue.main(["-h", "-o", "%i", "-S", "-Q"]) == 0

@@ -12,22 +12,17 @@ def test_first_forecast_is_kept_and_last_follows_each_cycle() -> None:
     job = Job(id=1)
     forecast.publish(job, 1000.0, now=10.0)
     forecast.publish(job, 1300.0, now=20.0)
-    assert job.extra[forecast.EXPECTED] == 1300.0
-    assert job.extra[forecast.FIRST] == [1000.0, 10.0]
-    assert job.extra[forecast.LAST] == [1300.0, 20.0]
-    kept = forecast.start_extra(job)
-    assert forecast.EXPECTED not in kept and kept[forecast.FIRST] == [1000.0, 10.0]
-    assert forecast.EXPECTED in job.extra  # the live copy is the daemon's to replace
+    assert job.expected_start == 1300.0
+    assert job.forecast_first == [1000.0, 10.0]
+    assert job.forecast_last == [1300.0, 20.0]
 
 
 def test_errors_are_actual_minus_expected_for_started_jobs_only() -> None:
-    late = Job(id=1, start_time=1100.0, extra={"forecast_first": [1000.0, 50.0],
-                                                "forecast_last": [1090.0, 900.0]})
-    never = Job(id=2, start_time=0.0, extra={"forecast_first": [1.0, 0.0],
-                                              "forecast_last": [1.0, 0.0]})
+    late = Job(id=1, start_time=1100.0, forecast_first=[1000.0, 50.0],
+               forecast_last=[1090.0, 900.0])
+    never = Job(id=2, start_time=0.0, forecast_first=[1.0, 0.0], forecast_last=[1.0, 0.0])
     unforecast = Job(id=3, start_time=500.0)
-    broken = Job(id=4, start_time=5.0, extra={"forecast_first": "x", "forecast_last": [1, 2]})
-    errors = forecast.errors_of([late, never, unforecast, broken])
+    errors = forecast.errors_of([late, never, unforecast])
     assert errors == [forecast.ForecastError(1, 100.0, 10.0, 1050.0)]
 
 

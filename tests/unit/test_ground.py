@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from schedd import protocol
 from schedd.domain.jobenv import expand_output_pattern, job_environment
 from schedd.identity import from_peer_address
-from schedd.model import Job, JobState, NodeAllocation
+from schedd.model import Job, JobState, NodeAllocation, StopMark
 from schedd.slurm import arrayspec, dependency, hostlist
 
 
@@ -143,7 +143,11 @@ def test_submit_fields_are_job_fields() -> None:
     from schedd.model import JOB_FIELDS
 
     assert protocol.SUBMIT_FIELDS <= set(JOB_FIELDS)
-    owned_by_schedd = {"id", "user", "uid", "gid", "state", "generation", "allocation"}
+    owned_by_schedd = {"id", "user", "uid", "gid", "state", "generation", "allocation",
+                       "admin_priority", "launched_limit", "stop", "preempt", "stats",
+                       "restart_count", "cancelled_by", "priority", "expected_start",
+                       "sched_nodes", "forecast_first", "forecast_last", "set_aside",
+                       "reason", "exit_code", "exit_signal", "start_time", "end_time"}
     assert not protocol.SUBMIT_FIELDS & owned_by_schedd
 
 
@@ -151,9 +155,11 @@ def test_job_wire_round_trip() -> None:
     import dataclasses
 
     job = Job(id=5, name="n", state=JobState.RUNNING, environment={"A": "1"}, script="#!/bin/sh",
-              allocation=[NodeAllocation("n1", 2, 100, [0, 1])], extra={"k": [1, 2]})
+              allocation=[NodeAllocation("n1", 2, 100, [0, 1])], script_args=["a"],
+              stop=StopMark(3, "requeue", "REQUEUED", True), stats={"samples": 2.0})
     full = job.to_wire(with_script=True)
-    assert full == {**dataclasses.asdict(job), "state": "RUNNING"}
+    assert full == {**dataclasses.asdict(job), "state": "RUNNING",
+                    "stop": job.stop.to_wire(), "preempt": None}
     assert Job.from_wire(full) == job
     light = job.to_wire()
     assert "script" not in light and "environment" not in light

@@ -34,6 +34,8 @@ from schedd.model import (
     NodeAllocation,
     NodeState,
     Partition,
+    PreemptMark,
+    StopMark,
 )
 from tests.pgutil import PostgresUnavailable, fresh_database, fresh_schema
 
@@ -136,7 +138,12 @@ def full_job(job_id: int = 42) -> Job:
         command="/home/alice/train.sh",
         script="#!/bin/bash\n#SBATCH -G 16\nsrun python train.py ü\n",
         environment={"PATH": "/usr/bin", "LANG": "C.UTF-8", "EMPTY": ""},
-        extra={"licenses": "matlab:1", "nested": {"a": [1, 2.5, None, True]}},
+        licenses="matlab:1", script_args=["--lr", "0.1"], wckey="w", stdin="/dev/null",
+        alloc_sid=4242, restart_cost=300, admin_priority=77, launched_limit=3600,
+        stop=StopMark(2, "requeue", "REQUEUED", True, True, 0),
+        preempt=PreemptMark(2, 9, 100.0, 130.0, "requeue", "qos"),
+        stats={"samples": 3.0, "rss_max_kb": 2048.0}, expected_start=5.0, sched_nodes="node01",
+        forecast_first=[1.0, 2.0], forecast_last=[3.0, 4.0], set_aside="held for a test",
         node_list="node[01-02]",
         allocation=[
             NodeAllocation("node01", 32, 64000, [0, 1, 2, 3, 4, 5, 6, 7]),
@@ -293,7 +300,7 @@ def test_insert_rolls_back_when_an_event_fails(store):
 
 def test_bad_values_fail_the_whole_call(store):
     with pytest.raises(LedgerError):
-        store.insert_jobs([Job(id=1), Job(id=2, extra={"not json": object()})])
+        store.insert_jobs([Job(id=1), Job(id=2, stats={"not json": object()})])
     with pytest.raises(LedgerError, match="'DONE' is not a job state"):
         store.insert_jobs([Job(id=3), Job(id=4, state="DONE")])
     assert store.load_jobs(active_only=False) == []
@@ -318,14 +325,14 @@ def test_update_jobs_groups_fields_and_converts_types(store):
         [
             (1, {"state": JobState.RUNNING, "start_time": 10.0, "allocation": alloc}),
             (2, {"state": "RUNNING", "start_time": 11.0, "allocation": []}),
-            (3, {"priority": 99, "time_limit": None, "extra": {"k": [1]}}),
+            (3, {"priority": 99, "time_limit": None, "script_args": ["k"]}),
         ],
         [ev(1, 10.0, "RUNNING", actor_uid=0), ev(2, 11.0, "RUNNING")],
     )
     jobs = {j.id: j for j in store.load_jobs()}
     assert jobs[1].state is JobState.RUNNING and jobs[1].allocation == alloc
     assert jobs[2].start_time == 11.0 and jobs[2].allocation == []
-    assert jobs[3].priority == 99 and jobs[3].extra == {"k": [1]}
+    assert jobs[3].priority == 99 and jobs[3].script_args == ["k"]
     assert jobs[3].state is JobState.PENDING
     assert store.job_events(1) == [ev(1, 10.0, "RUNNING", actor_uid=0)]
 

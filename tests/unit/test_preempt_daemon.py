@@ -13,8 +13,9 @@ from schedd.config import Config
 from schedd.domain.accounts import QOS, Accounts, Association
 from schedd.handlers.sacct import earlier_runs
 from schedd.ledger.records import JobEvent
-from schedd.lifecycle import preemption
-from schedd.model import Job, JobState, NodeAllocation
+from schedd.lifecycle import preemption, transitions
+from schedd.lifecycle.transitions import RunEnd, Verdict
+from schedd.model import Job, JobState, NodeAllocation, PreemptMark
 from schedd.scheduler.snapshot import RunningJob, Snapshot
 
 NOW = 5_000_000.0
@@ -48,9 +49,9 @@ def state_with(jobs: list[Job]) -> SimpleNamespace:
 
 def test_annotate_carries_checkpoints_costs_and_grace_ends() -> None:
     cfg = Config(home="/tmp", kill_wait=10)
-    victim = Job(1, qos="low", extra={"restart_cost": 120})
+    victim = Job(1, qos="low", restart_cost=120)
     other = Job(2, qos="low")
-    tracker = preemption.Tracker(victims={1: {"by": 9, "deadline": NOW + 30}})
+    tracker = preemption.Tracker(victims={1: PreemptMark(0, 9, NOW, NOW + 30, "requeue")})
     snap = Snapshot(NOW, [], [RunningJob(1, [NodeAllocation("n", 1, 0, [0])], NOW - 100,
                                          NOW + 3600, qos="low"),
                               RunningJob(2, [], NOW - 50, NOW + 3600, qos="low")])
@@ -74,14 +75,20 @@ def test_no_policy_no_preemption() -> None:
     assert snap.preemption is None
 
 
+def _judged(job: Job, generation: int, state: str) -> str:
+    verdict = Verdict(JobState(state))
+    for name, fn in [("cancel", transitions._cancelled), ("preemption", preemption._preempted)]:
+        fn(job, RunEnd(generation, state, NOW), verdict)
+    return verdict.state.value
+
+
 def test_marks_hold_for_their_run_only_and_preemptors_settle() -> None:
-    job = Job(1, generation=3, extra={"preempt": {"by": 9, "generation": 3}})
-    assert preemption.ended_state(job, "FAILED") == "PREEMPTED"
-    job.generation = 4  # a later run (requeued some other way): no longer a victim
-    assert preemption.ended_state(job, "FAILED") == "FAILED"
-    job.generation, job.cancelled_by = 3, 0  # scancel during the grace wins
-    assert preemption.ended_state(job, "CANCELLED") == "CANCELLED"
-    tracker = preemption.Tracker(victims={1: {"by": 9}})
+    job = Job(1, generation=3, preempt=PreemptMark(3, 9, NOW, NOW, "requeue"))
+    assert _judged(job, 3, "FAILED") == "PREEMPTED"
+    assert _judged(job, 4, "FAILED") == "FAILED"  # a later run's report: not a victim
+    job.cancelled_by = 0  # scancel during the grace wins
+    assert _judged(job, 3, "CANCELLED") == "CANCELLED"
+    tracker = preemption.Tracker(victims={1: PreemptMark(3, 9, NOW, NOW, "requeue")})
     preemption.forget(tracker, 1, NOW)
     assert tracker.in_flight(NOW + 1) == {9}
     assert tracker.in_flight(NOW + preemption.SETTLE + 1) == frozenset()

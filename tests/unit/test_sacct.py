@@ -178,7 +178,7 @@ def test_timeout_job_and_its_batch_step() -> None:
 def test_kiln_fields_gpu_hours_billing_and_samples() -> None:
     stats = {keys.STAT_GPU_UTIL_MEAN: 62.5, keys.STAT_GPU_MEM_MAX: 20480,
              keys.STAT_RSS_MAX: 5000}
-    job = ran(7, "train", "COMPLETED", 1800, gpus=2, extra={"stats": stats})
+    job = ran(7, "train", "COMPLETED", 1800, gpus=2, stats=stats)
     policy = accounting.BillingPolicy({"cpu": 1.0, "gres/gpu": 4.0, "gres/gpu:h100": 10.0})
     rc = accounting.RowContext(T0 + 4000, policy, {"vm": "h100"}, "kiln")
     data = accounting.sacct_rows(job, [], rc, with_steps=False)
@@ -285,7 +285,7 @@ def test_command_with_nothing_found_prints_the_header(fake_schedd,  # noqa: F811
 
 
 def test_stored_steps_are_closed_with_the_job_and_batch_follows_slurm() -> None:
-    job = ran(11, "sig", "FAILED", 5, exit_signal=9, extra={"stats": {"rss_max_kb": 4096}})
+    job = ran(11, "sig", "FAILED", 5, exit_signal=9, stats={"rss_max_kb": 4096})
     stored = [
         {**step(11, "batch", "batch", "RUNNING"), "end_time": 0},
         {**step(11, "0", "train", "RUNNING"), "end_time": 0},

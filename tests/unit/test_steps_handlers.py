@@ -13,11 +13,16 @@ import pytest
 from schedd import protocol
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
+from schedd.handlers import agent
 from schedd.handlers import srun as h
 from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
+from schedd.ledger.records import StepRecord
 from schedd.ledger.store import Store
+from schedd.lifecycle import transitions
+from schedd.lifecycle.preemption import Tracker
 from schedd.model import Job, JobState, NodeAllocation
+from schedd.state import State
 from tests.pgutil import PostgresUnavailable, fresh_database, fresh_schema
 
 OWNER, STRANGER, ROOT = Caller(1000, 1000), Caller(1001, 1001), Caller(0, 0)
@@ -62,6 +67,9 @@ class Agents:
         self.sent.append(("terminate_steps", node, {"job_id": job_id, "step_id": step_id,
                                                     "state": state}))
 
+    def forget_run(self, job_id: int, generation: int) -> None:
+        self.sent.append(("forget_run", "", {"job_id": job_id}))
+
 
 class FakeState:
     def __init__(self, store: Store):
@@ -71,26 +79,35 @@ class FakeState:
     def time_limit(self, job: Job) -> int | None:
         return job.time_limit
 
+    # the ledger-first writes of the real State (the one door)
+    commit = State.commit
+    save_steps = State.save_steps
+    end_step = State.end_step
+
 
 @pytest.fixture
 def ctx(store):
     c = SimpleNamespace(state=FakeState(store), agents=Agents(), steps=StepTable(),
-                        cfg=SimpleNamespace(kill_wait=3), now=lambda: 1000.0)
+                        cfg=SimpleNamespace(kill_wait=3), now=lambda: 1000.0,
+                        preemption=Tracker(), wake_scheduler=lambda: None)
     job = Job(id=7, name="train", user="alice", uid=1000, gid=1000, state=JobState.RUNNING,
               workdir="/work", num_nodes=2, ntasks_per_node=2, start_time=990.0,
-              time_limit=600, batch_host="node1",
+              time_limit=600, batch_host="node1", launched_limit=600, generation=1,
               allocation=[NodeAllocation("node1", 4, 100, [0, 1]),
                           NodeAllocation("node2", 4, 100, [2, 3])])
     store.insert_jobs([job])
     c.state.jobs[7] = job
-    store.save_steps(h.batch_started([job], [job.allocation], 990.0))
+    store.save_steps([StepRecord(job_id=7, step_id="batch", name="batch", node_list="node1",
+                                 cpus=4, state="RUNNING", start_time=990.0)])
     return c
 
 
 def _start(ctx, caller: Caller = OWNER, **kw: Any) -> dict[str, Any]:
     step = {"job_id": 7, "argv": ["hostname"], "environment": {"PATH": "/bin"}, "cwd": "/work",
             "forward": True, **kw}
-    return h.step_start(ctx, caller, {"step": step})
+    body = {"step": step}
+    protocol.check(body, protocol.CLIENT_OPS["step_start"], "step_start")  # as the daemon does
+    return h.step_start(ctx, caller, body)
 
 
 def _end(ctx, node: str, tasks: list[list[int]], state: str = "COMPLETED", **kw: Any) -> None:
@@ -197,9 +214,8 @@ def test_step_cancel_tells_the_nodes_still_running_it(ctx) -> None:
 def test_job_end_closes_the_batch_row_and_stops_running_steps(ctx) -> None:
     _start(ctx)
     job = ctx.state.jobs[7]
-    job.state, job.exit_code, job.end_time = JobState.TIMEOUT, 0, 1590.0
     ctx.agents.sent.clear()
-    h.job_finished(ctx, job)
+    assert transitions.end_run(ctx, job, transitions.RunEnd(1, "TIMEOUT", 1590.0))
     assert sorted(n for op, n, _ in ctx.agents.sent if op == "terminate_steps") == \
         ["node1", "node2"]
     rows = {r.step_id: r for r in ctx.state.store.query_steps([7])}
@@ -214,7 +230,7 @@ def test_job_end_closes_the_batch_row_and_stops_running_steps(ctx) -> None:
 
 def test_heartbeats_fence_steps_of_jobs_no_longer_running(ctx) -> None:
     ctx.state.jobs[8] = Job(id=8, state=JobState.COMPLETED)
-    h.reconcile(ctx, "node2", [7, 8, 9, "x"])
+    agent._reconcile_steps(ctx, "node2", [7, 8, 9])
     assert [(n, b["job_id"]) for _, n, b in ctx.agents.sent] == [("node2", 8), ("node2", 9)]
 
 
@@ -276,8 +292,10 @@ def test_step_output_is_checked(ctx) -> None:
                                      "stream": "out", "offset": 0, "data": ""})
     with pytest.raises(RequestError, match="no such task stream"):
         _output(ctx, "node1", 9, 0, b"x")
-    with pytest.raises(RequestError, match="no such task stream"):
-        _output(ctx, "node1", 0, 0, b"x", stream="in")
+    with pytest.raises(protocol.ProtocolError, match="'in' is not one of"):
+        protocol.check({"node": "node1", "job_id": 7, "step_id": 0, "procid": 0, "stream": "in",
+                        "offset": 0, "data": ""}, protocol.AGENT_OPS["step_output"],
+                       "step_output")
     with pytest.raises(RequestError, match="base64"):
         h.step_output(ctx, "node1", {"node": "node1", "job_id": 7, "step_id": 0, "procid": 0,
                                      "stream": "out", "offset": 0, "data": "!!"})
