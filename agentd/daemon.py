@@ -60,7 +60,7 @@ class Agent:
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
                                  allow_root=cfg.allow_root_jobs)
         recovered = self.launcher.recover()
-        self.steps = StepRunner(self.launcher, node_name)  # srun's tasks (agentd/steps.py)
+        self.steps = StepRunner(self.launcher, node_name)  # srun's tasks (agentd/step_tasks.py)
         self._step_reports: dict[int, tuple[int, int]] = {}  # msg id -> (job id, step id)
         self._step_outputs: dict[int, Any] = {}  # msg id -> the chunk it carried (its token)
         self.ctx = zmq.Context()

@@ -1,6 +1,6 @@
 """``sacct``: accounting records of jobs and their steps, from schedd's ledger.
 
-schedd selects the jobs and computes their figures (``schedd/accounting.py``); this module
+schedd selects the jobs and computes their figures (``schedd/reports/accounting.py``); this module
 parses Slurm's options and prints the fields the way sacct 22.05 does:
 
 - fixed width: every field padded to its width (negative width: left-aligned), followed by one

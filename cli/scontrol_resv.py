@@ -2,7 +2,7 @@
 and ``sinfo -T``, in Slurm 22.05's words and layout.
 
 Parsing is done here (times to POSIX seconds, host lists to names, ``TRES=``); schedd decides
-the nodes and GPUs (``schedd/reservations.py``). kiln accepts ``TRES=gres/gpu=N`` (a GPU-count
+the nodes and GPUs (``schedd/domain/reservation.py``). kiln accepts ``TRES=gres/gpu=N`` (a GPU-count
 reservation) where Slurm 22.05 answers ``TRES type 'gres/gpu' not supported with reservations``.
 """
 

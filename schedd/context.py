@@ -11,16 +11,13 @@ handlers package.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schedd import protocol
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # below this module in the tiers (nothing there imports schedd.context)
     from schedd.config import Config
     from schedd.domain.steps import StepTable
-    from schedd.lifecycle.agents import AgentRegistry
-    from schedd.lifecycle.planner import Planner
-    from schedd.lifecycle.preemption import Tracker
     from schedd.state import State
 
 
@@ -36,10 +33,11 @@ class RequestError(Exception):
 class Context(Protocol):
     cfg: Config
     state: State
-    agents: AgentRegistry
     steps: StepTable
-    preemption: Tracker
-    planner: Planner
+    # the lifecycle's own objects (typed as Any here: schedd.lifecycle imports this module)
+    agents: Any  # lifecycle.agents.AgentRegistry
+    preemption: Any  # lifecycle.preemption.Tracker
+    planner: Any  # lifecycle.planner.Planner
 
     def now(self) -> float: ...
 

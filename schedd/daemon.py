@@ -63,7 +63,7 @@ class Daemon:
         self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint, curve=cfg.curve)
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.agents = AgentRegistry(cfg, self._send_to_agent)
-        self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/steps.py)
+        self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/srun.py)
         self.preemption = preemption.Tracker.from_state(self.state)  # victims in GraceTime
         self.planner = Planner(cfg, self.state, self.agents, self.preemption)
         self.metrics = metrics.start(cfg, self.state, self.now)  # None unless metrics_listen

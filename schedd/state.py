@@ -47,7 +47,7 @@ class State:
         self.partitions: dict[str, Partition] = {p.name: p for p in cfg.partitions}
         self.next_job_id = 1
         self._finished_cache: dict[tuple[int, int | None], list[JobState]] = {}
-        self.accounts = Accounts()  # associations, QOS, limits (schedd/accounts.py)
+        self.accounts = Accounts()  # associations, QOS, limits (schedd/domain/accounts.py)
         self.usage = UsageMeter(cfg.scheduler)  # fair-share and GrpTRESMins usage
         self.reservations: dict[str, Reservation] = {}  # advance reservations by name
 
@@ -82,7 +82,7 @@ class State:
         return {name: node.gpu_model for name, node in self.nodes.items() if node.gpus}
 
     def accrue_usage(self, now: float) -> None:
-        """Charge running (and just ended) jobs' use to their associations (schedd/usage.py)."""
+        """Charge running (and just ended) jobs' use to their associations (schedd/domain/usage.py)."""
         self.usage.accrue(self.jobs.values(), self.accounts, now, self.gpu_types())
         self.usage.save(self.store, now)
 

@@ -6,7 +6,7 @@ are settled when it is created (or updated): whole nodes (``Nodes=``, ``NodeCnt=
 count (``TRES=gres/gpu=N``, which kiln accepts although Slurm 22.05 refuses it) resolved to
 ``holdings``, node -> [CPUs, memory MiB, GPUs]. The scheduler core sees them as
 ``ReservationView`` (blocked time for everyone else, the only capacity of the jobs that name the
-reservation with ``--reservation``; see ``schedd/scheduler/reservations.py``).
+reservation with ``--reservation``; see ``schedd/scheduler/reserved.py``).
 
 Flags: ``MAINT`` (nodes may be taken whatever their state, e.g. drained for maintenance) and
 ``IGNORE_JOBS`` (running jobs do not make nodes busy). Without

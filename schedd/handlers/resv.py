@@ -1,5 +1,5 @@
 """``create_reservation``, ``update_reservation``, ``delete_reservation``,
-``query_reservations``: scontrol's advance reservations (model in ``schedd/reservations.py``).
+``query_reservations``: scontrol's advance reservations (model in ``schedd/domain/reservation.py``).
 
 Operators create, change and delete; everyone may look. Each change is written to the ledger
 (with an audit line) before it is answered, and wakes the scheduler: a reservation changes what

@@ -649,7 +649,7 @@ class Store:
 
     def load_accounting(self) -> dict[str, list[dict[str, Any]]]:
         """Every row of accounts, users, associations and qos (all columns), for schedd's
-        in-memory association tree (``schedd/accounts.py``)."""
+        in-memory association tree (``schedd/domain/accounts.py``)."""
         out: dict[str, list[dict[str, Any]]] = {}
         with self._read("loading accounts, users, associations and QOS") as conn:
             for name, table in (("accounts", t.accounts), ("users", t.users),
@@ -750,7 +750,7 @@ class Store:
         with self._read("reading the audit trail") as conn:
             return [AuditRecord(**r) for r in conn.execute(stmt).mappings()]
 
-    # advance reservations (schedd/reservations.py builds and reads these rows)
+    # advance reservations (schedd/domain/reservation.py builds and reads these rows)
 
     def save_reservation(self, row: dict[str, Any], actor_uid: int, action: str,
                          now: float) -> None:

@@ -212,7 +212,7 @@ class PartitionRow(Base):
 class LimitColumns:
     """The limits sacctmgr sets on an account, a user association or a QOS (Slurm's names).
 
-    TRES limits are TRES strings (``gres/gpu=2,cpu=8``, see ``schedd/tres.py``), '' = none;
+    TRES limits are TRES strings (``gres/gpu=2,cpu=8``, see ``schedd/slurm/tres.py``), '' = none;
     counts and MaxWall (seconds) are NULL when unset.
     """
 

@@ -29,7 +29,7 @@ class AgentRegistry:
         self._ids = itertools.count(1)
         self.confirmed: set[tuple[int, int]] = set()  # (job id, generation) the agent started
         # job id -> when (schedd's clock) its $KILN_CHECKPOINT_FILE was last touched, as the
-        # batch host's heartbeats report it (schedd/preemption.py scores victims with it)
+        # batch host's heartbeats report it (schedd/lifecycle/preemption.py scores victims with it)
         self.checkpoints: dict[int, float] = {}
 
     def _tell(self, node: str, op: str, body: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Preemption: which running jobs make way for a pending one, and for whom (SPEC §4).
 
 Pure, like the rest of the core: the cycle calls ``decide`` after the walk, with the snapshot
-and the plan; the daemon (``schedd/preemption.py``) signals the victims, waits out their
+and the plan; the daemon (``schedd/lifecycle/preemption.py``) signals the victims, waits out their
 GraceTime and requeues or cancels them. Two causes make a pending job a *preemptor*:
 
 - **QOS** (Slurm's ``PreemptType=preempt/qos``): its QOS lists the QOS of the victims

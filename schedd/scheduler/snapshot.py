@@ -102,7 +102,7 @@ class ReservationView:
     """An advance reservation (scontrol create reservation) as the core sees it: during
     ``[start, end)`` the ``holdings`` (node -> (CPUs, memory MiB, GPUs)) are blocked time for
     every job that does not name it, and the only capacity of the jobs that do
-    (``PendingJob.reservation``). See ``scheduler/reservations.py``."""
+    (``PendingJob.reservation``). See ``scheduler/reserved.py``."""
 
     name: str
     start: float
@@ -213,7 +213,7 @@ class Snapshot:
     limits: LimitTable | None = None
     # who may preempt whom, guarantees, burst QOS (scheduler/preempt.py); None: no preemption
     preemption: PreemptPolicy | None = None
-    # advance reservations not yet ended (scheduler/reservations.py); empty: none
+    # advance reservations not yet ended (scheduler/reserved.py); empty: none
     reservations: list[ReservationView] = field(default_factory=list)
     # Whether the caller reads a reason and a displayed priority for every pending job
     # (Decisions.reasons, .priorities): the daemon does (squeue, scontrol show job). The

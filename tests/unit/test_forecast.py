@@ -1,4 +1,4 @@
-"""Recording expected starts and measuring how far off they were (schedd/forecast.py)."""
+"""Recording expected starts and measuring how far off they were (schedd/reports/forecast.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""schedd's Prometheus series from an in-memory state (schedd/metrics.py)."""
+"""schedd's Prometheus series from an in-memory state (schedd/reports/metrics.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The daemon's side of preemption (schedd/preemption.py): the notice signal, PreemptMode,
+"""The daemon's side of preemption (schedd/lifecycle/preemption.py): the notice signal, PreemptMode,
 what the snapshot learns (checkpoint ages, grace ends), victim marks per run, sacct -D runs."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_no_policy_no_preemption() -> None:
 
 def _judged(job: Job, generation: int, state: str) -> str:
     verdict = Verdict(JobState(state))
-    for name, fn in [("cancel", transitions._cancelled), ("preemption", preemption._preempted)]:
+    for fn in (transitions._cancelled, preemption._preempted):
         fn(job, RunEnd(generation, state, NOW), verdict)
     return verdict.state.value
 

@@ -1,5 +1,5 @@
 """Advance reservations in the pure scheduler core: blocked time for everyone else, the only
-capacity for their own jobs (schedd/scheduler/reservations.py)."""
+capacity for their own jobs (schedd/scheduler/reserved.py)."""
 
 from __future__ import annotations
 

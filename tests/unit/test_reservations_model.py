@@ -1,5 +1,5 @@
 """The reservation model: windows, member checks, and how nodes and GPUs are chosen
-(schedd/reservations.py)."""
+(schedd/domain/reservation.py)."""
 
 from __future__ import annotations
 
