@@ -203,10 +203,9 @@ class Daemon:
 
     def _dispatch(self, frame: bytes, ops: dict, handlers: dict, caller: Any,
                   denied: str = "caller identity unknown: connect over ipc") -> bytes:
-        msg_id = None
+        msg_id = _peek_id(frame)  # so a refused request's error reply carries its id
         try:
             if caller is None:
-                msg_id = _peek_id(frame)  # so the refused peer can match the refusal
                 raise protocol.ProtocolError(protocol.E_PERMISSION, denied)
             msg_id, op, body = protocol.decode_request(frame, ops)
             if op not in handlers:  # in the wire contract, not (yet) served by this schedd

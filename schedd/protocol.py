@@ -118,9 +118,10 @@ _NAME = Str(256)  # a user, account, partition, QOS, node or reservation name
 _NAMES = List(_NAME)
 _UINT = Int(0)
 _TIME = Num(0, 1e13)  # a POSIX time, seconds
-_LIMIT = Int(1, 2**31, nullable=True)  # a time limit, seconds; None = UNLIMITED
-_COUNT = Int(0, 2**31)  # a resource count (0 = not given)
-_MEM = Int(0, 2**42)  # MiB
+_INT32 = 2**31 - 1  # what the ledger's INTEGER columns hold (PostgreSQL's int4)
+_LIMIT = Int(1, _INT32, nullable=True)  # a time limit, seconds; None = UNLIMITED
+_COUNT = Int(0, _INT32)  # a resource count (0 = not given)
+_MEM = Int(0, _INT32)  # MiB
 ENVIRONMENT = Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS)
 
 # What a submission may set: the Job fields (schedd.model.Job) sbatch parses, and nothing of
@@ -140,8 +141,8 @@ SUBMIT_SCHEMA: Schema = {
     "partition": _NAME, "qos": _NAME, "requeue": Bool(), "reservation": _NAME,
     "script": Str(MAX_SCRIPT_BYTES), "signal": Str(64), "stderr": Str(), "stdout": Str(),
     "submit_host": _NAME, "time_limit": _LIMIT, "time_min": _LIMIT, "workdir": Str(),
-    "script_args": List(Str(), size=MAX_SCRIPT_ARGS), "alloc_sid": Int(0, 2**31),
-    "restart_cost": Int(0, 2**31, nullable=True), "stdin": Str(), "wckey": _NAME,
+    "script_args": List(Str(), size=MAX_SCRIPT_ARGS), "alloc_sid": Int(0, _INT32),
+    "restart_cost": Int(0, _INT32, nullable=True), "stdin": Str(), "wckey": _NAME,
     "licenses": Str(),
 }
 SUBMIT_FIELDS = frozenset(SUBMIT_SCHEMA)
@@ -254,7 +255,7 @@ CLIENT_OPS: dict[str, Schema] = {
 _GPU = Obj({"index": Int(0, 4096, required=True), "uuid": Str(128, required=True),
             "model": Str(128, required=True), "memory_mb": _MEM, "island": Int(0, 4096)})
 _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
-         "memory_mb": Int(0, 2**42, required=True), "gpus": List(_GPU, size=4096),
+         "memory_mb": Int(0, _INT32, required=True), "gpus": List(_GPU, size=4096),
          "features": List(Str(256), size=256), "address": Str(256), "boot_time": _TIME}
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
@@ -308,9 +309,9 @@ STEP_LAUNCH_FIELDS: Schema = {
     "cwd": Str(required=True),
     "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
     "tasks": List(_TASK, size=MAX_TASKS, required=True),
-    "time_limit": Int(0, 2**31, required=True, nullable=True),  # from job_start; None = none
+    "time_limit": Int(0, _INT32, required=True, nullable=True),  # from job_start; None = none
     "job_start": Num(required=True),
-    "kill_wait": Int(-1, 2**31, required=True),
+    "kill_wait": Int(-1, _INT32, required=True),
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job
@@ -330,10 +331,10 @@ LAUNCH_FIELDS: Schema = {
     "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
     "gpus": List(Int(0, 4096), size=4096, required=True),  # indices on this node
     "cpus": Int(0, 2**20, required=True),
-    "memory_mb": Int(0, 2**42, required=True),
+    "memory_mb": Int(0, _INT32, required=True),
     # the limit schedd admitted for this run (Job.launched_limit); None = unlimited
-    "time_limit": Int(0, 2**31, required=True, nullable=True),
-    "kill_wait": Int(-1, 2**31, required=True),  # seconds between SIGTERM and SIGKILL
+    "time_limit": Int(0, _INT32, required=True, nullable=True),
+    "kill_wait": Int(-1, _INT32, required=True),  # seconds between SIGTERM and SIGKILL
     "signal": Str(64),  # --signal as given, e.g. "B:USR1@120"
     "start_time": Num(required=True),  # schedd's decision time; the agent measures its own
 }

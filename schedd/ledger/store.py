@@ -64,6 +64,8 @@ from schedd.model import (
 
 log = logging.getLogger("schedd.ledger")
 
+MAX_JOB_ID = 2**31 - 1  # jobs.id is an INTEGER column (PostgreSQL's int4)
+
 META_MAX_JOB_ID = "max_job_id"  # high-water mark kept when finished jobs are purged
 
 
@@ -433,8 +435,8 @@ class Store:
         """
         c = t.jobs.c
         conds: list[Any] = []
-        if job_ids is not None:
-            ids = list(job_ids)
+        if job_ids is not None:  # an id no INTEGER column can hold names no job
+            ids = [i for i in job_ids if 0 <= i <= MAX_JOB_ID]
             conds.append(or_(c.id.in_(ids), c.array_job_id.in_(ids)))
         if users is not None:
             conds.append(c.user.in_(list(users)))

@@ -35,10 +35,12 @@ from schedd.state import RUNNING_STATES
 
 log = logging.getLogger("schedd.lifecycle")
 
-# What an agent may report a run ended as; anything else is taken as FAILED.
+# What an agent may report a run ended as (finished states); anything else is taken as FAILED.
+# REQUEUED is schedd's to decide (a stop mark of the run's): reported by an agent on its own
+# it would leave a job neither pending nor finished, never run again and never purged.
 REPORTABLE = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED,
                         JobState.TIMEOUT, JobState.OUT_OF_MEMORY, JobState.NODE_FAIL,
-                        JobState.PREEMPTED, JobState.REQUEUED})
+                        JobState.PREEMPTED})
 # Slurm's Reason= of a job that ended badly (scontrol show job, squeue %r)
 END_REASONS = {JobState.TIMEOUT: "TimeLimit", JobState.FAILED: "NonZeroExitCode",
                JobState.OUT_OF_MEMORY: "OutOfMemory", JobState.NODE_FAIL: "NodeDown"}
