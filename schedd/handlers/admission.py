@@ -16,13 +16,14 @@ from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
 from schedd.domain.reservation import ACCESS_DENIED
-from schedd.identity import Caller
+from schedd.identity import Caller, is_operator
 from schedd.model import Job, JobState
 from schedd.slurm import arrayspec, dependency
 
 INVALID_TIME = "Requested time limit is invalid (missing or exceeds some limit)"
 INVALID_PARTITION = "Invalid partition name specified"
 NODE_CONFIG = "Requested node configuration is not available"
+INVALID_NICE = "Invalid --nice value"  # ESLURM_INVALID_NICE: a negative nice, not an operator
 _FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
 
 
@@ -37,6 +38,9 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     fields = {key: float(value) if key in _FLOATS else value for key, value in spec.items()
               if key in protocol.SUBMIT_FIELDS}
     job = Job(id=0, **fields)
+    if job.nice < 0 and not is_operator(caller):
+        # Slurm: a negative nice (a higher priority) is for root, SlurmUser and operators
+        raise RequestError(INVALID_NICE, protocol.E_PERMISSION)
     job.user, job.uid, job.gid = caller.user, caller.uid, caller.gid
     job.submit_time = job.eligible_time = now
     job.state, job.reason = JobState.PENDING, "None"
