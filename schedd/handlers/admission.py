@@ -19,10 +19,12 @@ from schedd.domain.reservation import ACCESS_DENIED
 from schedd.identity import Caller, is_operator
 from schedd.model import Job, JobState
 from schedd.slurm import arrayspec, dependency
+from schedd.slurm.hostlist import HostlistError, compress, expand
 
 INVALID_TIME = "Requested time limit is invalid (missing or exceeds some limit)"
 INVALID_PARTITION = "Invalid partition name specified"
 NODE_CONFIG = "Requested node configuration is not available"
+INVALID_NODE = "Invalid node name specified"
 INVALID_NICE = "Invalid --nice value"  # ESLURM_INVALID_NICE: a negative nice, not an operator
 _FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
 
@@ -50,12 +52,31 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
         raise RequestError("working directory must be an absolute path")
     job.name = job.name or "sbatch"
     _check_partition(ctx, job)
+    job.nodelist = resolve_nodes(ctx, job.nodelist)  # -w
+    job.exclude = resolve_nodes(ctx, job.exclude)  # -x
     check_shape(ctx, job)
     if job.dependency:
         _check_dependency(ctx, job.dependency)
     admit(ctx, job, spec)  # account, QOS and DenyOnLimit
     check_reservation(ctx, job)  # --reservation: exists and admits the job
     return job
+
+
+def resolve_nodes(ctx: Context, expr: str) -> str:
+    """A -w/-x hostlist resolved once, at admission, to the nodes it names, stored compressed:
+    Slurm's "Invalid node name specified" for a name that is not a node (once any node is
+    known) and for an expression over ``hostlist.MAX_NAMES``; no cycle expands it again
+    beyond the nodes that exist."""
+    if not expr:
+        return ""
+    try:
+        names = expand(expr)
+    except HostlistError:
+        raise RequestError(INVALID_NODE) from None
+    known = ctx.state.nodes.keys() | {n for p in ctx.state.partitions.values() for n in p.nodes}
+    if known and not known.issuperset(names):
+        raise RequestError(INVALID_NODE)
+    return compress(names)
 
 
 def _check_dependency(ctx: Context, expr: str) -> None:

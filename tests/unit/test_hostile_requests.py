@@ -18,6 +18,7 @@ from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.model import Job, JobState, Node
+from schedd.slurm import hostlist
 from schedd.state import State
 
 NOW = 2_000_000.0
@@ -94,3 +95,28 @@ def test_huge_job_id_ranges_are_answered_with_bounded_work(ctx, monkeypatch) -> 
     assert sorted(j.array_task_id for j in picked) == [0, 1, 3]
     with pytest.raises(RequestError, match="Too many job ids"):
         selection.select_jobs(ctx, {"job_ids": [f"{n}_[0-1000]" for n in range(200)]})
+
+
+# --- 9: hostlists are bounded in total and resolved once, at submit ------------------------------
+
+
+def test_a_huge_nodelist_is_refused_at_submit_and_never_reaches_a_cycle(ctx, monkeypatch) -> None:
+    """359 characters expanding to 3 M names took 5 s to submit and slowed every cycle."""
+    attack = ",".join(f"{chr(97 + i // 26)}{chr(97 + i % 26)}[0-99999]" for i in range(30))
+    assert len(attack) < 400
+    with pytest.raises(hostlist.HostlistError):
+        hostlist.expand(attack)  # counted before a name is built
+    for field in ("nodelist", "exclude"):
+        with pytest.raises(RequestError, match="^Invalid node name specified$"):
+            _submit(ctx, **{field: attack})
+        with pytest.raises(RequestError, match="^Invalid node name specified$"):
+            _submit(ctx, **{field: "node[1-3]"})  # node3 does not exist
+    assert not ctx.state.jobs
+    job = ctx.state.jobs[_submit(ctx, nodelist="node[1-2],node1", exclude="node[2-2]")]
+    assert (job.nodelist, job.exclude) == ("node[1-2]", "node2")  # resolved, compressed
+    # the cycle works on what was stored: expansions no larger than the node table
+    sizes: list[int] = []
+    real = hostlist.expand
+    monkeypatch.setattr(hostlist, "expand", lambda e: sizes.append(len(real(e))) or real(e))
+    ctx.state.snapshot(NOW)
+    assert sizes and max(sizes) <= len(ctx.state.nodes)
