@@ -87,10 +87,9 @@ def _check_dependency(ctx: Context, expr: str) -> None:
         parsed = dependency.parse(expr)
     except dependency.DependencyError as exc:
         raise RequestError(str(exc)) from None
-    for term in parsed.terms:
-        for job_id, task in term.job_ids:
-            if not ctx.state.states_of(job_id, task):
-                raise RequestError("Job dependency problem")
+    refs = [ref for term in parsed.terms for ref in term.job_ids]
+    if not all(ctx.state.states_of_many(refs).values()):  # one ledger query for them all
+        raise RequestError("Job dependency problem")
 
 
 def _check_partition(ctx: Context, job: Job) -> None:

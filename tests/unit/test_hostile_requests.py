@@ -120,3 +120,76 @@ def test_a_huge_nodelist_is_refused_at_submit_and_never_reaches_a_cycle(ctx, mon
     monkeypatch.setattr(hostlist, "expand", lambda e: sizes.append(len(real(e))) or real(e))
     ctx.state.snapshot(NOW)
     assert sizes and max(sizes) <= len(ctx.state.nodes)
+
+
+# --- 10: dependencies cost what changed, not every job per term ----------------------------------
+
+
+class CountingJobs(dict):
+    """state.jobs, counting the scans of every job."""
+
+    scans = 0
+
+    def values(self):
+        CountingJobs.scans += 1
+        return super().values()
+
+
+def test_many_dependency_terms_cost_a_lookup_each_and_are_judged_once(ctx) -> None:
+    """20 jobs with ~667 afterok terms each and 5,000 held jobs made every cycle take 4 s:
+    each term scanned every job, every cycle."""
+    state = ctx.state
+    held = [Job(id=i, user="4242", uid=4242, name="h", held="user", submit_time=NOW,
+                script=SCRIPT, workdir="/tmp") for i in range(1, 5001)]
+    state.add_jobs(held, [])
+    for k in range(20):
+        ids = ":".join(str(i) for i in range(1 + k * 200, 1 + k * 200 + 667))
+        _submit(ctx, dependency=f"afterok:{ids}")
+    state.jobs = CountingJobs(state.jobs)
+    CountingJobs.scans, state.dependency_terms_evaluated = 0, 0
+    _, blocked = state.snapshot(NOW)
+    assert sum(1 for r in blocked.values() if r == "Dependency") == 20
+    assert state.dependency_terms_evaluated == 20 * 667  # one lookup per term...
+    assert CountingJobs.scans < 10  # ...and no scan of every job per term
+    state.dependency_terms_evaluated = 0
+    state.snapshot(NOW)
+    assert state.dependency_terms_evaluated == 0  # nothing changed: nothing judged again
+    state.commit([(state.jobs[4999], {"state": JobState.CANCELLED})])  # named by none
+    state.snapshot(NOW)
+    assert state.dependency_terms_evaluated == 0
+    state.commit([(state.jobs[3801], {"state": JobState.FAILED})])  # named by k = 16..19
+    _, blocked = state.snapshot(NOW)
+    assert state.dependency_terms_evaluated == 4 * 667  # only they are judged again
+    assert sum(1 for r in blocked.values() if r == "DependencyNeverSatisfied") == 4
+
+
+def test_a_dependency_naming_too_many_jobs_is_refused(ctx) -> None:
+    ctx.state.add_jobs([Job(id=1, user="4242", uid=4242, held="user", submit_time=NOW)], [])
+    assert _submit(ctx, dependency="afterok:" + ":".join(["1"] * 1000))
+    with pytest.raises(RequestError, match="^Job dependency problem$"):
+        _submit(ctx, dependency="afterok:" + ":".join(["1"] * 1001))
+
+
+def test_indexed_dependencies_keep_slurms_meaning(ctx) -> None:
+    state = ctx.state
+    array = _submit(ctx, array_spec="0-2")
+    tasks = {j.array_task_id: j for j in state.jobs.values() if j.array_job_id == array}
+    whole = _submit(ctx, dependency=f"afterok:{array}")
+    one = _submit(ctx, dependency=f"afterany:{array}_1")
+    after = _submit(ctx, dependency=f"after:{array}")
+
+    def reasons() -> dict[int, str]:
+        blocked = state.snapshot(NOW)[1]
+        return {j: blocked.get(j, "") for j in (whole, one, after)}
+
+    assert reasons() == {whole: "Dependency", one: "Dependency", after: "Dependency"}
+    state.commit([(tasks[1], {"state": JobState.COMPLETED})])
+    assert reasons() == {whole: "Dependency", one: "", after: "Dependency"}
+    state.commit([(t, {"state": JobState.RUNNING}) for t in (tasks[0], tasks[2])])
+    assert reasons() == {whole: "Dependency", one: "", after: ""}
+    state.commit([(t, {"state": JobState.COMPLETED}) for t in (tasks[0], tasks[2])])
+    assert reasons() == {whole: "", one: "", after: ""}
+    state.commit([(tasks[0], {"state": JobState.PENDING})])  # requeued
+    assert reasons()[whole] == "Dependency"
+    state.commit([(state.jobs[whole], {"dependency": f"afterok:{array}_1"})])
+    assert reasons()[whole] == ""
