@@ -9,6 +9,7 @@ could ever hold the job, accounts and QOS (with Slurm's messages), dependencies,
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any
 
@@ -21,11 +22,15 @@ from schedd.model import Job, JobState
 from schedd.slurm import arrayspec, dependency
 from schedd.slurm.hostlist import HostlistError, compress, expand
 
+log = logging.getLogger("schedd.admission")
+
 INVALID_TIME = "Requested time limit is invalid (missing or exceeds some limit)"
 INVALID_PARTITION = "Invalid partition name specified"
 NODE_CONFIG = "Requested node configuration is not available"
 INVALID_NODE = "Invalid node name specified"
 INVALID_NICE = "Invalid --nice value"  # ESLURM_INVALID_NICE: a negative nice, not an operator
+# MaxJobCount: slurmctld answers EAGAIN, and sbatch retries, then prints strerror(EAGAIN)
+JOB_LIMIT = "Resource temporarily unavailable"
 _FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
 
 
@@ -46,6 +51,10 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     job.user, job.uid, job.gid = caller.user, caller.uid, caller.gid
     job.submit_time = job.eligible_time = now
     job.state, job.reason = JobState.PENDING, "None"
+    size = protocol.environment_bytes(job.environment)
+    if size > protocol.MAX_ENV_BYTES:
+        raise RequestError(f"environment of {size} bytes is over the limit of "
+                           f"{protocol.MAX_ENV_BYTES} bytes (names and values together)")
     if not job.script.startswith("#!"):
         raise RequestError("This does not look like a batch script")
     if not job.workdir or not os.path.isabs(job.workdir):
@@ -170,6 +179,20 @@ def admit(ctx: Context, job: Job, spec: dict[str, Any]) -> None:
     reason = deny_on_limit_reason(accounts, ctx.state.pending_view(job))
     if reason:
         raise RequestError(f"{reason}\n{POLICY}")
+
+
+def check_job_count(ctx: Context, new_jobs: int) -> None:
+    """MaxJobCount: at most ``max_job_count`` pending and running jobs (every array task one);
+    beyond, Slurm's EAGAIN (sbatch waits and retries)."""
+    limit = ctx.cfg.max_job_count
+    jobs = ctx.state.jobs
+    if len(jobs) + new_jobs <= limit:  # finished jobs within MinJobAge count only here
+        return
+    active = sum(1 for j in jobs.values() if not j.state.finished)
+    if active + new_jobs > limit:
+        log.error("MaxJobCount limit reached (%d): a submission of %d job(s) refused", limit,
+                  new_jobs)
+        raise RequestError(JOB_LIMIT, protocol.E_AGAIN)
 
 
 def check_submit_limits(ctx: Context, job: Job, new_jobs: int) -> None:

@@ -193,3 +193,41 @@ def test_indexed_dependencies_keep_slurms_meaning(ctx) -> None:
     assert reasons()[whole] == "Dependency"
     state.commit([(state.jobs[whole], {"dependency": f"afterok:{array}_1"})])
     assert reasons()[whole] == ""
+
+
+# --- 13: bounded state: MaxJobCount, the environment, the script ---------------------------------
+
+
+def test_max_job_count_refuses_with_slurms_eagain(ctx, caplog) -> None:
+    ctx.cfg.max_job_count = 5
+    _submit(ctx, array_spec="0-3", held="user")  # 4 jobs
+    with pytest.raises(RequestError) as err:
+        _submit(ctx, array_spec="0-1")  # 6 > 5: the whole array is refused
+    assert (err.value.code, err.value.message) == ("again", "Resource temporarily unavailable")
+    assert "MaxJobCount limit reached (5)" in caplog.text
+    last = _submit(ctx)  # the fifth fits
+    with pytest.raises(RequestError, match="temporarily"):
+        _submit(ctx)
+    ctx.state.commit([(ctx.state.jobs[last], {"state": JobState.CANCELLED})])
+    assert _submit(ctx)  # finished jobs do not count
+    assert len(ctx.state.jobs) == 6
+
+
+def test_an_environment_over_a_mebibyte_is_refused_in_one_line(ctx) -> None:
+    env = {f"V{i}": "x" * 100_000 for i in range(11)}  # 10.5 MB passed every per-value cap
+    with pytest.raises(RequestError) as err:
+        _submit(ctx, environment=env)
+    assert err.value.message.startswith("environment of 1100") and "\n" not in err.value.message
+    assert "limit of 1048576 bytes" in err.value.message
+    assert not ctx.state.jobs
+
+
+def test_a_script_over_the_cap_in_a_message_under_it_gets_an_error_reply() -> None:
+    from schedd import protocol
+
+    job = _spec(script="#!/bin/sh\n" + "#" * (protocol.MAX_SCRIPT_BYTES + 10))
+    frame = protocol.request("submit", {"job": job}, 7)
+    assert len(frame) < protocol.MAX_MESSAGE_BYTES
+    with pytest.raises(protocol.ProtocolError) as err:
+        protocol.decode_request(frame, protocol.CLIENT_OPS)
+    assert err.value.message == "submit.job.script: string longer than 4194304"
