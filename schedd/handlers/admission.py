@@ -21,6 +21,7 @@ from schedd.identity import Caller, is_operator
 from schedd.model import Job, JobState
 from schedd.slurm import arrayspec, dependency
 from schedd.slurm.hostlist import HostlistError, compress, expand
+from schedd.slurm.text import has_control
 
 log = logging.getLogger("schedd.admission")
 
@@ -31,6 +32,12 @@ INVALID_NODE = "Invalid node name specified"
 INVALID_NICE = "Invalid --nice value"  # ESLURM_INVALID_NICE: a negative nice, not an operator
 # MaxJobCount: slurmctld answers EAGAIN, and sbatch retries, then prints strerror(EAGAIN)
 JOB_LIMIT = "Resource temporarily unavailable"
+# free text another user's squeue, sacct or scontrol prints, by the option that sets it
+TEXT_FIELDS = {"name": "--job-name", "comment": "--comment", "account": "--account",
+               "partition": "--partition", "qos": "--qos", "wckey": "--wckey",
+               "mail_user": "--mail-user", "mail_type": "--mail-type",
+               "reservation": "--reservation", "constraint": "--constraint",
+               "licenses": "--licenses", "gpu_type": "--gres", "submit_host": "submit host"}
 _FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
 
 
@@ -44,6 +51,7 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     # are here, and none of them is state schedd owns
     fields = {key: float(value) if key in _FLOATS else value for key, value in spec.items()
               if key in protocol.SUBMIT_FIELDS}
+    check_text(fields)
     job = Job(id=0, **fields)
     if job.nice < 0 and not is_operator(caller):
         # Slurm: a negative nice (a higher priority) is for root, SlurmUser and operators
@@ -69,6 +77,15 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     admit(ctx, job, spec)  # account, QOS and DenyOnLimit
     check_reservation(ctx, job)  # --reservation: exists and admits the job
     return job
+
+
+def check_text(fields: dict[str, Any]) -> None:
+    """No control character (a newline, an escape sequence) in the free text other users'
+    commands print: one line naming the option. Tab is allowed. (Slurm takes them.)"""
+    for key, label in TEXT_FIELDS.items():
+        value = fields.get(key)
+        if isinstance(value, str) and has_control(value):
+            raise RequestError(f"Invalid {label} value: control characters are not allowed")
 
 
 def resolve_nodes(ctx: Context, expr: str) -> str:

@@ -26,6 +26,7 @@ from schedd.handlers.admission import (
     INVALID_PARTITION,
     INVALID_TIME,
     check_shape,
+    check_text,
     resolve_nodes,
 )
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs_reporting
@@ -96,6 +97,7 @@ def job_changes(ctx: Context, caller: Caller, job: Job, changes: dict[str, Any])
         raise RequestError(FINISHED)
     if job.state != JobState.PENDING and PENDING_ONLY & changes.keys():
         raise RequestError(NOT_PENDING)
+    check_text(changes)  # Name=, Comment=, ...: no control characters, as at submit
     fields: dict[str, Any] = {}
     for key, value in changes.items():
         if key == "time_limit":

@@ -13,7 +13,7 @@ import pytest
 from schedd import identity
 from schedd.config import Config
 from schedd.context import RequestError
-from schedd.handlers import admission, control, selection, submit
+from schedd.handlers import control, selection, submit
 from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
@@ -231,3 +231,32 @@ def test_a_script_over_the_cap_in_a_message_under_it_gets_an_error_reply() -> No
     with pytest.raises(protocol.ProtocolError) as err:
         protocol.decode_request(frame, protocol.CLIENT_OPS)
     assert err.value.message == "submit.job.script: string longer than 4194304"
+
+
+# --- 15: no control characters in the free text others' commands print -----------------------
+
+
+@pytest.mark.parametrize("field,label", [
+    ("name", "--job-name"), ("comment", "--comment"), ("account", "--account"),
+    ("partition", "--partition"), ("qos", "--qos"), ("wckey", "--wckey"),
+    ("mail_user", "--mail-user"), ("reservation", "--reservation"),
+    ("constraint", "--constraint"),
+])
+@pytest.mark.parametrize("evil", ["a\nFORGED", "\x1b[2J", "\x1b]0;title\x07", "x\x9b31m", "\x7f"])
+def test_control_characters_are_refused_at_submit(ctx, field, label, evil) -> None:
+    with pytest.raises(RequestError) as err:
+        _submit(ctx, **{field: evil})
+    assert err.value.message == f"Invalid {label} value: control characters are not allowed"
+    assert not ctx.state.jobs
+
+
+def test_tab_is_text_and_scontrol_update_is_checked_too(ctx) -> None:
+    from schedd.handlers import jobcontrol
+
+    job_id = _submit(ctx, name="a\tb", comment="tab\tseparated", held="user")
+    assert ctx.state.jobs[job_id].name == "a\tb"
+    reply = jobcontrol.update_job(ctx, ATTACKER, {"job_ids": [str(job_id)],
+                                                  "changes": {"comment": "\x1b[2J"}})
+    assert reply == {"errors": [{"job_id": str(job_id), "message": "Invalid --comment value: "
+                                 "control characters are not allowed"}]}
+    assert ctx.state.jobs[job_id].comment == "tab\tseparated"
