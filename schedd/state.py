@@ -55,6 +55,9 @@ class State:
         self._verdicts: dict[int, tuple[str, str]] = {}
         self._dependents: dict[int, set[int]] = {}
         self.dependency_terms_evaluated = 0  # job ids looked at by verdicts (tests, metrics)
+        # --dependency=singleton: (user, name) -> (a job of theirs runs, lowest pending id);
+        # rebuilt after a change, not once per singleton job
+        self._singletons: dict[tuple[str, str], tuple[bool, float]] | None = None
         self.accounts = Accounts()  # associations, QOS, limits (schedd/domain/accounts.py)
         self.usage = UsageMeter(cfg.scheduler)  # fair-share and GrpTRESMins usage
         self.reservations: dict[str, Reservation] = {}  # advance reservations by name
@@ -101,11 +104,13 @@ class State:
 
     def _keep(self, job: Job) -> None:
         self.jobs[job.id] = job
+        self._singletons = None
         if job.array_job_id is not None and job.array_task_id is not None:
             self._arrays.setdefault(job.array_job_id, {})[job.array_task_id] = job
 
     def _forget(self, job_id: int) -> Job:
         job = self.jobs.pop(job_id)
+        self._singletons = None
         if job.array_job_id is not None and job.array_task_id is not None:
             tasks = self._arrays.get(job.array_job_id, {})
             tasks.pop(job.array_task_id, None)
@@ -116,6 +121,7 @@ class State:
 
     def _state_changed(self, job: Job) -> None:
         """Verdicts that named this job (or its array) are judged again."""
+        self._singletons = None
         for key in (job.id, job.array_job_id):
             for dependent in self._dependents.pop(key, ()) if key is not None else ():
                 self._verdicts.pop(dependent, None)
@@ -142,6 +148,8 @@ class State:
                 self._state_changed(job)
             if "dependency" in fields:
                 self._verdicts.pop(job.id, None)
+            if "name" in fields:
+                self._singletons = None
 
     def set_aside(self, job: Job, why: str, now: float) -> None:
         """Hold a job schedd cannot schedule (its fields make the core fail) for an
@@ -329,11 +337,9 @@ class State:
         states = self.states_of_many(refs)
 
         def singleton_clear() -> bool:
-            return not any(
-                o.id != job.id and o.user == job.user and o.name == job.name
-                and (o.state in RUNNING_STATES or (o.state == JobState.PENDING and o.id < job.id))
-                for o in self.jobs.values()
-            )
+            """No other job of this user and name runs, nor waits ahead of this one."""
+            running, first = self._singleton_index().get((job.user, job.name), (False, job.id))
+            return not running and first >= job.id
 
         verdict = dependency.evaluate(dep, lambda job_id, task: states[(job_id, task)],
                                       singleton_clear)
@@ -342,6 +348,20 @@ class State:
             for job_id, _ in refs:
                 self._dependents.setdefault(job_id, set()).add(job.id)
         return verdict
+
+    def _singleton_index(self) -> dict[tuple[str, str], tuple[bool, float]]:
+        if self._singletons is None:
+            index: dict[tuple[str, str], tuple[bool, float]] = {}
+            for o in self.jobs.values():
+                if o.state in RUNNING_STATES or o.state == JobState.PENDING:
+                    running, first = index.get((o.user, o.name), (False, float("inf")))
+                    if o.state in RUNNING_STATES:
+                        running = True
+                    else:
+                        first = min(first, o.id)
+                    index[(o.user, o.name)] = (running, first)
+            self._singletons = index
+        return self._singletons
 
     def snapshot(self, now: float) -> tuple[Snapshot, dict[int, str]]:
         """The core's input, plus the reasons of pending jobs it must not consider."""

@@ -260,3 +260,24 @@ def test_tab_is_text_and_scontrol_update_is_checked_too(ctx) -> None:
     assert reply == {"errors": [{"job_id": str(job_id), "message": "Invalid --comment value: "
                                  "control characters are not allowed"}]}
     assert ctx.state.jobs[job_id].comment == "tab\tseparated"
+
+
+def test_singleton_jobs_are_judged_from_one_index_per_change(ctx) -> None:
+    """--dependency=singleton compared every job with every other each cycle."""
+    state = ctx.state
+    ids = [_submit(ctx, name="same", dependency="singleton") for _ in range(300)]
+    other = _submit(ctx, name="other", dependency="singleton")
+    state.jobs = CountingJobs(state.jobs)
+    CountingJobs.scans = 0
+    _, blocked = state.snapshot(NOW)
+    assert CountingJobs.scans < 10  # not one scan per singleton job
+    assert ids[0] not in blocked and other not in blocked
+    assert all(blocked[i] == "Dependency" for i in ids[1:])
+    state.commit([(state.jobs[ids[0]], {"state": JobState.RUNNING})])
+    _, blocked = state.snapshot(NOW)
+    assert blocked[ids[1]] == "Dependency"  # one of the same name runs
+    state.commit([(state.jobs[ids[0]], {"state": JobState.COMPLETED})])
+    _, blocked = state.snapshot(NOW)
+    assert ids[1] not in blocked and blocked[ids[2]] == "Dependency"
+    state.commit([(state.jobs[ids[1]], {"name": "renamed"})])
+    assert ids[2] not in state.snapshot(NOW)[1]
