@@ -63,6 +63,10 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     if size > protocol.MAX_ENV_BYTES:
         raise RequestError(f"environment of {size} bytes is over the limit of "
                            f"{protocol.MAX_ENV_BYTES} bytes (names and values together)")
+    size = sum(len(a.encode()) + 1 for a in job.script_args)
+    if size > protocol.MAX_ENV_BYTES:  # no exec could take more (Linux: ARG_MAX, 2 MiB)
+        raise RequestError(f"script arguments of {size} bytes are over the limit of "
+                           f"{protocol.MAX_ENV_BYTES} bytes")
     if not job.script.startswith("#!"):
         raise RequestError("This does not look like a batch script")
     if not job.workdir or not os.path.isabs(job.workdir):

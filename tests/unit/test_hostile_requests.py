@@ -219,6 +219,9 @@ def test_an_environment_over_a_mebibyte_is_refused_in_one_line(ctx) -> None:
         _submit(ctx, environment=env)
     assert err.value.message.startswith("environment of 1100") and "\n" not in err.value.message
     assert "limit of 1048576 bytes" in err.value.message
+    with pytest.raises(RequestError, match="^script arguments of 1200000 bytes are over the "
+                                           "limit of 1048576 bytes$"):
+        _submit(ctx, script_args=["y" * 3999] * 300)
     assert not ctx.state.jobs
 
 
