@@ -203,11 +203,11 @@ def render(records: list[dict[str, Any]], prefix: str, columns: list[Column],
     line = line_template(prefix, columns, fields)
     getters = [fields[c.key][1] for c in columns]
     lines = [line % tuple(fields[c.key][0] for c in columns)] if header else []
-    rows = [[get(rec, ctx) for get in getters] for rec in records]
-    if rows and has_control("".join(str(v) for row in rows for v in row)):  # shown as ?
-        rows = [[printable(str(v)) for v in row] for row in rows]
-    lines += [line % tuple(row) for row in rows]
-    return lines
+    body = [line % tuple([get(rec, ctx) for get in getters]) for rec in records]
+    if body and has_control("".join(body)):  # another user's text: its controls show as ?
+        body = [line % tuple([printable(str(get(rec, ctx))) for get in getters])
+                for rec in records]
+    return lines + body
 
 
 # --- squeue's job fields ---------------------------------------------------------------------
