@@ -63,9 +63,16 @@ class Client:
 
     def call(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one request and wait for its reply body; raises ClientError."""
-        sock = self._socket()
         msg_id = next(self._ids)
-        sock.send(protocol.request(op, body, msg_id))
+        frame = protocol.request(op, body, msg_id)
+        if len(frame) > protocol.MAX_MESSAGE_BYTES:
+            # schedd's socket drops a message over its cap without a word (ZeroMQ's
+            # MAXMSGSIZE closes the connection): say so now instead of waiting for a reply
+            raise ClientError(protocol.E_BAD_REQUEST,
+                              f"request of {len(frame)} bytes is over the limit of "
+                              f"{protocol.MAX_MESSAGE_BYTES} bytes")
+        sock = self._socket()
+        sock.send(frame)
         waited = 0.0
         while True:
             if not sock.poll(int(WATCH_INTERVAL * 1000)):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schedd.slurm.states import COMPACT_STATES
+from schedd.slurm.text import has_control, printable, printable_lines
 
 YEAR_SECONDS = 365 * 86400
 COMPACT = {str(state): compact for state, compact in COMPACT_STATES.items()}
@@ -202,8 +203,11 @@ def render(records: list[dict[str, Any]], prefix: str, columns: list[Column],
     line = line_template(prefix, columns, fields)
     getters = [fields[c.key][1] for c in columns]
     lines = [line % tuple(fields[c.key][0] for c in columns)] if header else []
-    lines += [line % tuple([get(rec, ctx) for get in getters]) for rec in records]
-    return lines
+    body = [line % tuple([get(rec, ctx) for get in getters]) for rec in records]
+    if body and has_control("".join(body)):  # another user's text: its controls show as ?
+        body = [line % tuple([printable(str(get(rec, ctx))) for get in getters])
+                for rec in records]
+    return lines + body
 
 
 # --- squeue's job fields ---------------------------------------------------------------------
@@ -595,10 +599,12 @@ def render_table(t: Table, order: list[int], prefix: str, columns: list[Column],
     if not order:
         return lines
     first = order[0]
-    fixed = {i: JOB_FIELDS[c.key][1]({a: t[a][first] for a in JOB_ATTRS[c.key]}, ctx)
+    fixed = {i: printable(JOB_FIELDS[c.key][1]({a: t[a][first] for a in JOB_ATTRS[c.key]}, ctx))
              for i, c in enumerate(columns) if uniform_key(c.key, t, uniform)}
     line = line_template(prefix, columns, JOB_FIELDS, fixed)
-    texts = [column_texts(c.key, t, ctx) for i, c in enumerate(columns) if i not in fixed]
+    # a job's name or comment is text another user wrote: its control characters show as ?
+    texts = [printable_lines(column_texts(c.key, t, ctx)) for i, c in enumerate(columns)
+             if i not in fixed]
     if not texts:
         return lines + [line % ()] * len(order)
     ordered = [[col[i] for i in order] for col in texts]

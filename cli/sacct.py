@@ -37,6 +37,7 @@ from cli.options import (
     parse_begin,
     parse_states,
 )
+from schedd.slurm.text import printable, printable_lines
 
 PROG = "sacct"
 DEFAULT_FORMAT = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
@@ -278,7 +279,8 @@ def fit(value: str, width: int, cut: bool) -> str:
 
 def render(rows: list[dict[str, Any]], columns: list[Column], opts: Options, *,
            header: bool, delimiter: str | None, trailing: bool) -> list[str]:
-    """Lines of output: fixed width (delimiter None) or parsable."""
+    """Lines of output: fixed width (delimiter None) or parsable. A control character in a
+    field (a job name, a comment) is shown as ``?``, whoever wrote it and whenever."""
     lines: list[str] = []
     if delimiter is None:
         if header:
@@ -288,12 +290,13 @@ def render(rows: list[dict[str, Any]], columns: list[Column], opts: Options, *,
         for row in rows:
             lines.append("".join(fit(c.field.get(row, opts), c.width, c.field.cut) + " "
                                  for c in columns))
-        return lines
+        return printable_lines(lines)
     end = delimiter if trailing else ""
     if header:
         lines.append(delimiter.join(c.field.name for c in columns) + end)
     for row in rows:
-        lines.append(delimiter.join(c.field.get(row, opts) for c in columns) + end)
+        # field by field: the delimiter is the user's own, whatever it is
+        lines.append(delimiter.join(printable(c.field.get(row, opts)) for c in columns) + end)
     return lines
 
 

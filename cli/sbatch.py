@@ -31,11 +31,18 @@ from cli.options import (
     resolve_cpus_per_gpu,
 )
 from schedd import paths
-from schedd.protocol import SUBMIT_FIELDS
+from schedd.protocol import (
+    E_AGAIN,
+    MAX_ENV_BYTES,
+    MAX_SCRIPT_BYTES,
+    SUBMIT_FIELDS,
+    environment_bytes,
+)
 
 PROG = "sbatch"
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
 VERSION_TEXT = "slurm 22.05.8 (kiln)"
+MAX_RETRIES = 15  # Slurm's: a submission schedd cannot take now (MaxJobCount) is retried
 USAGE = """Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]
 
 Parallel run options (the common ones; every sbatch 22.05 option name is accepted):
@@ -133,6 +140,9 @@ def read_script(wrap: str | None, positional: list[str]) -> tuple[str, str, str,
     else:
         data = sys.stdin.buffer.read()
         name, command = "sbatch", "(stdin)"
+    if len(data) > MAX_SCRIPT_BYTES:  # Slurm's words; schedd would refuse it after the upload
+        source = f"Script {positional[0]}" if positional else "Script from STDIN"
+        fail(f"{source} is too big, read {len(data)} > {MAX_SCRIPT_BYTES} bytes.")
     check_script(data)
     return data.decode("utf-8", errors="replace"), name, command, positional[1:]
 
@@ -167,6 +177,10 @@ def build_job(settings: Settings, script: str, default_name: str, command: str,
     job["command"] = command
     job["submit_host"] = os.uname().nodename
     job["environment"] = build_environment(settings.get("export", "ALL"), dict(os.environ))
+    size = environment_bytes(job["environment"])
+    if size > MAX_ENV_BYTES:
+        fail(f"Batch job submission failed: environment of {size} bytes is over the limit of "
+             f"{MAX_ENV_BYTES} bytes (use --export to send less)")
     if script_args:
         job["script_args"] = script_args
     job["alloc_sid"] = os.getsid(0)
@@ -176,7 +190,7 @@ def build_job(settings: Settings, script: str, default_name: str, command: str,
 def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
     test_only = bool(settings.get("_test_only"))
     try:
-        reply = client.call("submit", {"job": job, "test_only": test_only})
+        reply = _call_retrying(client, {"job": job, "test_only": test_only})
     except ClientError as exc:
         # Slurm prints a limit's name on its own line first (`AssocMaxSubmitJobLimit`), so a
         # multi-line message from schedd keeps that shape.
@@ -194,6 +208,23 @@ def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
     if settings.get("_wait"):
         return wait_for(client, job_id)
     return 0
+
+
+def _call_retrying(client: Client, body: dict[str, Any]) -> dict[str, Any]:
+    """Submit; a refusal that may pass later (MaxJobCount: EAGAIN) is retried as Slurm's
+    sbatch does, after 1, 2, ... MAX_RETRIES seconds, saying so once."""
+    retries = 0
+    while True:
+        try:
+            return client.call("submit", body)
+        except ClientError as exc:
+            if exc.code != E_AGAIN or retries >= MAX_RETRIES:
+                raise
+        if not retries:
+            print(f"{PROG}: error: Slurm temporarily unable to accept job, sleeping and "
+                  "retrying", file=sys.stderr, flush=True)
+        retries += 1
+        time.sleep(retries)
 
 
 def wait_for(client: Client, job_id: int, poll: float = 0.5, max_poll: float = 2.0) -> int:

@@ -28,6 +28,7 @@ from cli.options import (
 )
 from schedd.model import gres_type
 from schedd.slurm.hostlist import HostlistError, compress, expand
+from schedd.slurm.text import printable_lines
 
 PROG = "scontrol"
 
@@ -142,6 +143,7 @@ def _emit(blocks: list[list[str]], oneliner: bool) -> None:
     after each record; -o puts a record on one line."""
     out = []
     for lines in blocks:
+        lines = printable_lines(lines)  # a job's name or comment is not a terminal's command
         if oneliner:
             out.append(" ".join(lines) + " \n")
         else:

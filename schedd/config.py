@@ -93,6 +93,7 @@ class Config:
     heartbeat_interval: float = 2.0
     node_timeout: float = 30.0  # SlurmdTimeout: no heartbeat for this long -> node DOWN
     max_array_size: int = 1001
+    max_job_count: int = 10_000  # MaxJobCount: pending and running jobs schedd accepts
     allow_root_jobs: bool = False
     curve: bool = False  # agents must present a CURVE key listed in keys_dir/authorized
     keys_dir: str = ""  # default {home}/keys

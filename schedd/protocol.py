@@ -25,6 +25,7 @@ MAX_LIST = 100_000
 MAX_OUTPUT_DATA = 96 * 1024  # step_output's base64 chunk (the agent sends 48 KiB of output)
 MAX_ARRAY_SIZE = 1001  # Slurm's MaxArraySize default
 MAX_ENV_VARS = 4096  # variables in one environment
+MAX_ENV_BYTES = 1024 * 1024  # one job's environment, names and values together
 MAX_KEY = 1024  # a variable's (or any map key's) name
 MAX_SCRIPT_ARGS = 4096
 MAX_JOB_REFS = 10_000  # ids in one request
@@ -38,6 +39,7 @@ E_PERMISSION = "permission_denied"
 E_INVALID_JOB = "invalid_job_id"
 E_INVALID = "invalid"
 E_INTERNAL = "internal"
+E_AGAIN = "again"  # Slurm's EAGAIN: not now (MaxJobCount), the same request may succeed later
 
 
 class ProtocolError(Exception):
@@ -370,6 +372,12 @@ def reply_ok(msg_id: Any, body: dict[str, Any] | None = None) -> bytes:
 def reply_error(msg_id: Any, code: str, message: str) -> bytes:
     return encode({"v": VERSION, "id": msg_id, "ok": False,
                    "error": {"code": code, "message": message}})
+
+
+def environment_bytes(environment: dict[str, str]) -> int:
+    """What an environment costs as ``NAME=value`` strings (sbatch checks this before sending,
+    schedd at admission), in UTF-8 bytes."""
+    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in environment.items())
 
 
 def decode(frame: bytes) -> dict[str, Any]:

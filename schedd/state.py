@@ -47,6 +47,17 @@ class State:
         self.partitions: dict[str, Partition] = {p.name: p for p in cfg.partitions}
         self.next_job_id = 1
         self._finished_cache: dict[tuple[int, int | None], list[JobState]] = {}
+        # array id -> task id -> job (the array's jobs in memory): a dependency term or an
+        # array's task list costs a lookup, not a scan of every job
+        self._arrays: dict[int, dict[int, Job]] = {}
+        # dependency verdicts of pending jobs, kept until a job they name changes state:
+        # job id -> (its dependency expression, verdict); job or array id -> dependents
+        self._verdicts: dict[int, tuple[str, str]] = {}
+        self._dependents: dict[int, set[int]] = {}
+        self.dependency_terms_evaluated = 0  # job ids looked at by verdicts (tests, metrics)
+        # --dependency=singleton: (user, name) -> (a job of theirs runs, lowest pending id);
+        # rebuilt after a change, not once per singleton job
+        self._singletons: dict[tuple[str, str], tuple[bool, float]] | None = None
         self.accounts = Accounts()  # associations, QOS, limits (schedd/domain/accounts.py)
         self.usage = UsageMeter(cfg.scheduler)  # fair-share and GrpTRESMins usage
         self.reservations: dict[str, Reservation] = {}  # advance reservations by name
@@ -56,7 +67,7 @@ class State:
     def load(self, now: float) -> None:
         for job in self.store.load_jobs(active_only=True,
                                         finished_since=now - self.cfg.min_job_age):
-            self.jobs[job.id] = job
+            self._keep(job)
         for node in self.store.load_nodes():
             node.last_heartbeat = 0.0  # alive only once its agent registers again
             node.partitions = self.partitions_of(node.name)
@@ -91,10 +102,35 @@ class State:
 
     # --- changes ------------------------------------------------------------------------------
 
+    def _keep(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        self._singletons = None
+        if job.array_job_id is not None and job.array_task_id is not None:
+            self._arrays.setdefault(job.array_job_id, {})[job.array_task_id] = job
+
+    def _forget(self, job_id: int) -> Job:
+        job = self.jobs.pop(job_id)
+        self._singletons = None
+        if job.array_job_id is not None and job.array_task_id is not None:
+            tasks = self._arrays.get(job.array_job_id, {})
+            tasks.pop(job.array_task_id, None)
+            if not tasks:
+                self._arrays.pop(job.array_job_id, None)
+        self._verdicts.pop(job_id, None)
+        return job
+
+    def _state_changed(self, job: Job) -> None:
+        """Verdicts that named this job (or its array) are judged again."""
+        self._singletons = None
+        for key in (job.id, job.array_job_id):
+            for dependent in self._dependents.pop(key, ()) if key is not None else ():
+                self._verdicts.pop(dependent, None)
+
     def add_jobs(self, jobs: list[Job], events: list[JobEvent]) -> None:
         self.store.insert_jobs(jobs, events)
         for job in jobs:
-            self.jobs[job.id] = job
+            self._keep(job)
+            self._state_changed(job)  # a job once unknown (a vanished dependency) is now known
         self.next_job_id = max(self.next_job_id, max(j.id for j in jobs) + 1)
 
     def commit(self, changes: list[tuple[Job, dict[str, Any]]],
@@ -108,6 +144,12 @@ class State:
         for job, fields in changes:
             for key, value in fields.items():
                 setattr(job, key, value)
+            if "state" in fields:
+                self._state_changed(job)
+            if "dependency" in fields:
+                self._verdicts.pop(job.id, None)
+            if "name" in fields:
+                self._singletons = None
 
     def set_aside(self, job: Job, why: str, now: float) -> None:
         """Hold a job schedd cannot schedule (its fields make the core fail) for an
@@ -163,10 +205,16 @@ class State:
         horizon = now - self.cfg.min_job_age
         old = [j.id for j in self.jobs.values() if j.state.finished and j.end_time < horizon]
         for job_id in old:
-            job = self.jobs.pop(job_id)
+            job = self._forget(job_id)
             self._finished_cache[(job_id, None)] = [job.state]
+            if job.array_job_id is not None and job.array_task_id is not None:
+                self._finished_cache[(job.array_job_id, job.array_task_id)] = [job.state]
+            self._dependents.pop(job_id, None)  # finished for good: its state stays
         if len(self._finished_cache) > 100_000:
             self._finished_cache.clear()
+        if len(self._dependents) > 100_000:  # dependents that left long ago: judge afresh
+            self._dependents.clear()
+            self._verdicts.clear()
         for name in [r.name for r in self.reservations.values() if r.end_time <= now]:
             self.delete_reservation(name, None, now)  # ended: Slurm forgets it too
 
@@ -202,31 +250,49 @@ class State:
         full = use.cpus >= node.cpus or (node.gpus and use.gpus >= len(node.gpus))
         return "ALLOCATED" if full else "MIXED"
 
+    def _in_memory(self, job_id: int, task: int | None) -> list[JobState]:
+        if task is not None:
+            found = self._arrays.get(job_id, {}).get(task)
+            return [found.state] if found is not None else []
+        tasks = self._arrays.get(job_id)
+        states = [j.state for j in tasks.values()] if tasks else []
+        own = self.jobs.get(job_id)
+        if own is not None and own.array_job_id != job_id:  # not already one of the tasks
+            states.append(own.state)
+        return states
+
     def states_of(self, job_id: int, task: int | None = None) -> list[JobState]:
         """States of a job, of one array task, or of every task of the array with that id
-        (for dependencies); jobs no longer in memory are looked up in the ledger once."""
-        def wanted(j: Job) -> bool:
-            if task is not None:
-                return j.array_job_id == job_id and j.array_task_id == task
-            return j.id == job_id or j.array_job_id == job_id
+        (for dependencies): by index, no scan; jobs no longer in memory are looked up in the
+        ledger once."""
+        return self.states_of_many([(job_id, task)])[(job_id, task)]
 
-        found = [j.state for j in self.jobs.values() if wanted(j)]
-        if found:
-            return found
-        key = (job_id, task)
-        if key in self._finished_cache:
-            return self._finished_cache[key]
-        rows = self.store.query_jobs(job_ids=[job_id])  # matches array tasks too
-        found = [j.state for j in rows if wanted(j)]
-        if found:  # a job that left memory has finished: its states stay; an id never seen may yet be
-            self._finished_cache[key] = found
-        return found
+    def states_of_many(self, refs: Iterable[tuple[int, int | None]]
+                       ) -> dict[tuple[int, int | None], list[JobState]]:
+        """``states_of`` for many references, with one ledger query for all that are not in
+        memory (a dependency of a thousand terms is one query, not a thousand)."""
+        out: dict[tuple[int, int | None], list[JobState]] = {}
+        missing: list[tuple[int, int | None]] = []
+        for ref in refs:
+            self.dependency_terms_evaluated += 1
+            found = self._in_memory(*ref) or self._finished_cache.get(ref)
+            if found:
+                out[ref] = found
+            else:
+                missing.append(ref)
+        if missing:
+            rows = self.store.query_jobs(job_ids=sorted({ref[0] for ref in missing}))
+            for job_id, task in missing:
+                found = [j.state for j in rows
+                         if (j.array_job_id == job_id and j.array_task_id == task)
+                         or (task is None and (j.id == job_id or j.array_job_id == job_id))]
+                out[(job_id, task)] = found
+                if found:  # a job that left memory has finished: its states stay; an id never
+                    self._finished_cache[(job_id, task)] = found  # seen may yet be
+        return out
 
     def array_task_ids(self, array_job_id: int) -> tuple[int, ...]:
-        return tuple(sorted(
-            j.array_task_id for j in self.jobs.values()
-            if j.array_job_id == array_job_id and j.array_task_id is not None
-        ))
+        return tuple(sorted(self._arrays.get(array_job_id, {})))
 
     # --- eligibility and snapshots ------------------------------------------------------------
 
@@ -257,19 +323,45 @@ class State:
         return ""
 
     def _dependency_verdict(self, job: Job) -> str:
+        """MET, WAITING or NEVER; kept until a job it names changes state (or the expression
+        does), so a cycle judges again only what changed. ``singleton`` depends on every job
+        of the user and name and is judged every time."""
+        cached = self._verdicts.get(job.id)
+        if cached is not None and cached[0] == job.dependency:
+            return cached[1]
         try:
             dep = dependency.parse(job.dependency)
         except dependency.DependencyError:
             return dependency.NEVER
+        refs = [ref for term in dep.terms for ref in term.job_ids]
+        states = self.states_of_many(refs)
 
         def singleton_clear() -> bool:
-            return not any(
-                o.id != job.id and o.user == job.user and o.name == job.name
-                and (o.state in RUNNING_STATES or (o.state == JobState.PENDING and o.id < job.id))
-                for o in self.jobs.values()
-            )
+            """No other job of this user and name runs, nor waits ahead of this one."""
+            running, first = self._singleton_index().get((job.user, job.name), (False, job.id))
+            return not running and first >= job.id
 
-        return dependency.evaluate(dep, self.states_of, singleton_clear)
+        verdict = dependency.evaluate(dep, lambda job_id, task: states[(job_id, task)],
+                                      singleton_clear)
+        if not any(term.kind == "singleton" for term in dep.terms):
+            self._verdicts[job.id] = (job.dependency, verdict)
+            for job_id, _ in refs:
+                self._dependents.setdefault(job_id, set()).add(job.id)
+        return verdict
+
+    def _singleton_index(self) -> dict[tuple[str, str], tuple[bool, float]]:
+        if self._singletons is None:
+            index: dict[tuple[str, str], tuple[bool, float]] = {}
+            for o in self.jobs.values():
+                if o.state in RUNNING_STATES or o.state == JobState.PENDING:
+                    running, first = index.get((o.user, o.name), (False, float("inf")))
+                    if o.state in RUNNING_STATES:
+                        running = True
+                    else:
+                        first = min(first, o.id)
+                    index[(o.user, o.name)] = (running, first)
+            self._singletons = index
+        return self._singletons
 
     def snapshot(self, now: float) -> tuple[Snapshot, dict[int, str]]:
         """The core's input, plus the reasons of pending jobs it must not consider."""

@@ -9,6 +9,7 @@ could ever hold the job, accounts and QOS (with Slurm's messages), dependencies,
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any
 
@@ -16,13 +17,27 @@ from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
 from schedd.domain.reservation import ACCESS_DENIED
-from schedd.identity import Caller
+from schedd.identity import Caller, is_operator
 from schedd.model import Job, JobState
 from schedd.slurm import arrayspec, dependency
+from schedd.slurm.hostlist import HostlistError, compress, expand
+from schedd.slurm.text import has_control
+
+log = logging.getLogger("schedd.admission")
 
 INVALID_TIME = "Requested time limit is invalid (missing or exceeds some limit)"
 INVALID_PARTITION = "Invalid partition name specified"
 NODE_CONFIG = "Requested node configuration is not available"
+INVALID_NODE = "Invalid node name specified"
+INVALID_NICE = "Invalid --nice value"  # ESLURM_INVALID_NICE: a negative nice, not an operator
+# MaxJobCount: slurmctld answers EAGAIN, and sbatch retries, then prints strerror(EAGAIN)
+JOB_LIMIT = "Resource temporarily unavailable"
+# free text another user's squeue, sacct or scontrol prints, by the option that sets it
+TEXT_FIELDS = {"name": "--job-name", "comment": "--comment", "account": "--account",
+               "partition": "--partition", "qos": "--qos", "wckey": "--wckey",
+               "mail_user": "--mail-user", "mail_type": "--mail-type",
+               "reservation": "--reservation", "constraint": "--constraint",
+               "licenses": "--licenses", "gpu_type": "--gres", "submit_host": "submit host"}
 _FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
 
 
@@ -36,22 +51,62 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     # are here, and none of them is state schedd owns
     fields = {key: float(value) if key in _FLOATS else value for key, value in spec.items()
               if key in protocol.SUBMIT_FIELDS}
+    check_text(fields)
     job = Job(id=0, **fields)
+    if job.nice < 0 and not is_operator(caller):
+        # Slurm: a negative nice (a higher priority) is for root, SlurmUser and operators
+        raise RequestError(INVALID_NICE, protocol.E_PERMISSION)
     job.user, job.uid, job.gid = caller.user, caller.uid, caller.gid
     job.submit_time = job.eligible_time = now
     job.state, job.reason = JobState.PENDING, "None"
+    size = protocol.environment_bytes(job.environment)
+    if size > protocol.MAX_ENV_BYTES:
+        raise RequestError(f"environment of {size} bytes is over the limit of "
+                           f"{protocol.MAX_ENV_BYTES} bytes (names and values together)")
+    size = sum(len(a.encode()) + 1 for a in job.script_args)
+    if size > protocol.MAX_ENV_BYTES:  # no exec could take more (Linux: ARG_MAX, 2 MiB)
+        raise RequestError(f"script arguments of {size} bytes are over the limit of "
+                           f"{protocol.MAX_ENV_BYTES} bytes")
     if not job.script.startswith("#!"):
         raise RequestError("This does not look like a batch script")
     if not job.workdir or not os.path.isabs(job.workdir):
         raise RequestError("working directory must be an absolute path")
     job.name = job.name or "sbatch"
     _check_partition(ctx, job)
+    job.nodelist = resolve_nodes(ctx, job.nodelist)  # -w
+    job.exclude = resolve_nodes(ctx, job.exclude)  # -x
     check_shape(ctx, job)
     if job.dependency:
         _check_dependency(ctx, job.dependency)
     admit(ctx, job, spec)  # account, QOS and DenyOnLimit
     check_reservation(ctx, job)  # --reservation: exists and admits the job
     return job
+
+
+def check_text(fields: dict[str, Any]) -> None:
+    """No control character (a newline, an escape sequence) in the free text other users'
+    commands print: one line naming the option. Tab is allowed. (Slurm takes them.)"""
+    for key, label in TEXT_FIELDS.items():
+        value = fields.get(key)
+        if isinstance(value, str) and has_control(value):
+            raise RequestError(f"Invalid {label} value: control characters are not allowed")
+
+
+def resolve_nodes(ctx: Context, expr: str) -> str:
+    """A -w/-x hostlist resolved once, at admission, to the nodes it names, stored compressed:
+    Slurm's "Invalid node name specified" for a name that is not a node (once any node is
+    known) and for an expression over ``hostlist.MAX_NAMES``; no cycle expands it again
+    beyond the nodes that exist."""
+    if not expr:
+        return ""
+    try:
+        names = expand(expr)
+    except HostlistError:
+        raise RequestError(INVALID_NODE) from None
+    known = ctx.state.nodes.keys() | {n for p in ctx.state.partitions.values() for n in p.nodes}
+    if known and not known.issuperset(names):
+        raise RequestError(INVALID_NODE)
+    return compress(names)
 
 
 def _check_dependency(ctx: Context, expr: str) -> None:
@@ -62,10 +117,9 @@ def _check_dependency(ctx: Context, expr: str) -> None:
         parsed = dependency.parse(expr)
     except dependency.DependencyError as exc:
         raise RequestError(str(exc)) from None
-    for term in parsed.terms:
-        for job_id, task in term.job_ids:
-            if not ctx.state.states_of(job_id, task):
-                raise RequestError("Job dependency problem")
+    refs = [ref for term in parsed.terms for ref in term.job_ids]
+    if not all(ctx.state.states_of_many(refs).values()):  # one ledger query for them all
+        raise RequestError("Job dependency problem")
 
 
 def _check_partition(ctx: Context, job: Job) -> None:
@@ -146,6 +200,20 @@ def admit(ctx: Context, job: Job, spec: dict[str, Any]) -> None:
     reason = deny_on_limit_reason(accounts, ctx.state.pending_view(job))
     if reason:
         raise RequestError(f"{reason}\n{POLICY}")
+
+
+def check_job_count(ctx: Context, new_jobs: int) -> None:
+    """MaxJobCount: at most ``max_job_count`` pending and running jobs (every array task one);
+    beyond, Slurm's EAGAIN (sbatch waits and retries)."""
+    limit = ctx.cfg.max_job_count
+    jobs = ctx.state.jobs
+    if len(jobs) + new_jobs <= limit:  # finished jobs within MinJobAge count only here
+        return
+    active = sum(1 for j in jobs.values() if not j.state.finished)
+    if active + new_jobs > limit:
+        log.error("MaxJobCount limit reached (%d): a submission of %d job(s) refused", limit,
+                  new_jobs)
+        raise RequestError(JOB_LIMIT, protocol.E_AGAIN)
 
 
 def check_submit_limits(ctx: Context, job: Job, new_jobs: int) -> None:

@@ -21,14 +21,20 @@ from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import AccountsError
 from schedd.domain.reservation import ACCESS_DENIED, INVALID_RESERVATION
-from schedd.handlers.admission import INVALID_PARTITION, INVALID_TIME, check_shape
+from schedd.handlers.admission import (
+    INVALID_NODE,
+    INVALID_PARTITION,
+    INVALID_TIME,
+    check_shape,
+    check_text,
+    resolve_nodes,
+)
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs_reporting
 from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
 from schedd.lifecycle import transitions
 from schedd.model import Job, JobState, NodeState
 from schedd.slurm import dependency
-from schedd.slurm.hostlist import HostlistError, expand
 
 log = logging.getLogger("schedd.jobcontrol")
 
@@ -38,7 +44,6 @@ FINISHED = "Job/step already completing or completed"
 DISABLED = "Requested operation is presently disabled"
 RUNNING_LIMIT = ("the time limit of a running job can only be lowered in kiln "
                  "(its agent enforces the limit it was launched with)")
-INVALID_NODE = "Invalid node name specified"
 INVALID_NODE_STATE = "Invalid node state specified"
 
 # fields only a pending job may change (what it asks for, where and under whom it runs)
@@ -92,6 +97,7 @@ def job_changes(ctx: Context, caller: Caller, job: Job, changes: dict[str, Any])
         raise RequestError(FINISHED)
     if job.state != JobState.PENDING and PENDING_ONLY & changes.keys():
         raise RequestError(NOT_PENDING)
+    check_text(changes)  # Name=, Comment=, ...: no control characters, as at submit
     fields: dict[str, Any] = {}
     for key, value in changes.items():
         if key == "time_limit":
@@ -118,11 +124,7 @@ def job_changes(ctx: Context, caller: Caller, job: Job, changes: dict[str, Any])
             _reservation(ctx, job, value, changes.get("account", job.account))
             fields[key] = value
         elif key in ("nodelist", "exclude"):
-            try:
-                expand(value)
-            except HostlistError:
-                raise RequestError(INVALID_NODE) from None
-            fields[key] = value
+            fields[key] = resolve_nodes(ctx, value)
         else:
             fields[key] = value
     if "begin_time" in fields:

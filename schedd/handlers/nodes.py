@@ -46,6 +46,7 @@ def show_config(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
         "KillWait": f"{cfg.kill_wait} sec",
         "MinJobAge": f"{cfg.min_job_age} sec",
         "MaxArraySize": str(cfg.max_array_size),
+        "MaxJobCount": str(cfg.max_job_count),
         "SlurmdTimeout": f"{int(cfg.node_timeout)} sec",
         "SchedulerType": "sched/backfill" if sched.backfill else "sched/builtin",
         "SchedulerParameters": f"bf_max_job_test={sched.bf_max_job_test},"

@@ -13,7 +13,7 @@ import pwd
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.selection import JobRef, parse_job_ref, parse_states
+from schedd.handlers.selection import RefSet, parse_job_refs, parse_states
 from schedd.identity import Caller
 from schedd.ledger.records import JobEvent
 from schedd.model import Job, JobState
@@ -49,11 +49,11 @@ def _window(body: dict[str, Any], key: str) -> float | None:
 
 
 def _select(ctx: Context, body: dict[str, Any]) -> list[Job]:
-    refs: list[JobRef] = [parse_job_ref(t) for t in body.get("job_ids") or []]
+    refs = RefSet(parse_job_refs(body.get("job_ids") or [], ctx.cfg.max_array_size))
     states = parse_states(body["states"]) if body.get("states") else None
     users = _user_names(body.get("users") or []) or None
     jobs = ctx.state.store.query_jobs(
-        job_ids=sorted({r.base for r in refs}) if refs else None,
+        job_ids=sorted({r.base for r in refs.refs}) if refs else None,
         users=users,
         accounts=[str(a).lower() for a in body.get("accounts") or []] or None,
         states=sorted(str(s) for s in states) if states else None,
@@ -67,7 +67,7 @@ def _select(ctx: Context, body: dict[str, Any]) -> list[Job]:
     out = []
     for stored in jobs:
         job = ctx.state.jobs.get(stored.id) or stored
-        if refs and not any(r.matches(job) for r in refs):
+        if refs and not refs.matches(job):
             continue
         if partitions and job.partition not in partitions:
             continue

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.model import ACTIVE_STATES, Job, JobState
 from schedd.slurm import arrayspec
@@ -22,20 +24,35 @@ _JOB_ID = re.compile(r"^(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?(?:\.\w+)?$")
 _BY_ID = operator.attrgetter("id")
 
 
+MAX_ID_EXPANSION = 100_000  # job ids one request's id list may name, ranges counted in full
+TOO_MANY_IDS = f"Too many job ids in one request (at most {MAX_ID_EXPANSION})"
+
+
 @dataclass(frozen=True, slots=True)
 class JobRef:
-    """One id as a user writes it: ``123`` (a job or a whole array), ``123_4``, ``123_[1-5]``."""
+    """One id as a user writes it: ``123`` (a job or a whole array), ``123_4``, ``123_[1-5]``.
+    Array indices are kept as ranges (``arrayspec`` pieces, cut to the indices an array can
+    have: below ``max_array_size``), never expanded to match."""
 
     base: int
-    tasks: frozenset[int] | None = None
+    pieces: tuple[arrayspec.Piece, ...] | None = None  # None: the job or every task of it
 
     def matches(self, job: Job) -> bool:
-        if self.tasks is None:
+        if self.pieces is None:
             return job.id == self.base or job.array_job_id == self.base
-        return job.array_job_id == self.base and job.array_task_id in self.tasks
+        return (job.array_job_id == self.base and job.array_task_id is not None
+                and arrayspec.in_pieces(job.array_task_id, self.pieces))
+
+    def size(self) -> int:
+        """How many ids this names (1 for a job or a whole array)."""
+        return 1 if self.pieces is None else sum(map(arrayspec.piece_size, self.pieces))
+
+    def task_ids(self) -> Iterator[int]:
+        for lo, hi, step in self.pieces or ():
+            yield from range(lo, hi + 1, step)
 
 
-def parse_job_ref(text: str) -> JobRef:
+def parse_job_ref(text: str, max_array_size: int = protocol.MAX_ARRAY_SIZE) -> JobRef:
     m = _JOB_ID.match(str(text).strip())
     if not m:
         raise RequestError(INVALID_JOB_ID)
@@ -44,10 +61,58 @@ def parse_job_ref(text: str) -> JobRef:
         return JobRef(base)
     if task.startswith("["):
         try:
-            return JobRef(base, frozenset(arrayspec.parse(task[1:-1], 1 << 30).task_ids))
+            pieces, _ = arrayspec.parse_pieces(task[1:-1])
         except arrayspec.ArraySpecError:
             raise RequestError(INVALID_JOB_ID) from None
-    return JobRef(base, frozenset({int(task)}))
+    else:
+        pieces = ((int(task), int(task), 1),)
+    return JobRef(base, arrayspec.clip(pieces, max_array_size))
+
+
+def parse_job_refs(texts: Iterable[Any], max_array_size: int) -> list[JobRef]:
+    """Every id of a request, bounded in total: a range counts as the ids it can match."""
+    refs = [parse_job_ref(str(t), max_array_size) for t in texts]
+    if sum(r.size() for r in refs) > MAX_ID_EXPANSION:
+        raise RequestError(TOO_MANY_IDS)
+    return refs
+
+
+class RefSet:
+    """A request's ids, for matching every job against all of them at once: whole jobs and
+    arrays by id, array tasks by array id (a set per array, at most ``max_array_size``)."""
+
+    def __init__(self, refs: list[JobRef]):
+        self.refs = refs
+        self.whole = {r.base for r in refs if r.pieces is None}
+        self.tasks: dict[int, set[int]] = {}
+        for ref in refs:
+            if ref.pieces is not None:
+                self.tasks.setdefault(ref.base, set()).update(ref.task_ids())
+
+    def __bool__(self) -> bool:
+        return bool(self.refs)
+
+    def matches(self, job: Job) -> bool:
+        if job.id in self.whole:
+            return True
+        array = job.array_job_id
+        if array is None:
+            return False
+        return array in self.whole or job.array_task_id in self.tasks.get(array, ())
+
+    def unmatched(self, texts: list[str], jobs: list[Job]) -> list[str]:
+        """The ids (as written) that none of ``jobs`` matches."""
+        ids = {j.id for j in jobs} | {j.array_job_id for j in jobs if j.array_job_id is not None}
+        tasks = {(j.array_job_id, j.array_task_id) for j in jobs if j.array_task_id is not None}
+        out = []
+        for text, ref in zip(texts, self.refs, strict=True):
+            if ref.pieces is None:
+                found = ref.base in ids
+            else:
+                found = any((ref.base, t) in tasks for t in ref.task_ids())
+            if not found:
+                out.append(text)
+        return out
 
 
 def parse_states(names: list[Any]) -> set[JobState] | None:
@@ -70,7 +135,7 @@ def select_jobs(ctx: Context, body: dict[str, Any]) -> list[Job]:
 def select_jobs_reporting(ctx: Context, body: dict[str, Any]) -> tuple[list[Job], list[str]]:
     """Like select_jobs, plus the ids asked for that matched no job (as the user wrote them)."""
     texts = [str(t) for t in body.get("job_ids") or []]
-    refs = [parse_job_ref(t) for t in texts]
+    refs = RefSet(parse_job_refs(texts, ctx.cfg.max_array_size))
     states = parse_states(body["states"]) if body.get("states") else set()
     everything = body.get("all_states") or bool(refs) or states is None
     users = set(map(str, body.get("users") or []))
@@ -81,7 +146,7 @@ def select_jobs_reporting(ctx: Context, body: dict[str, Any]) -> tuple[list[Job]
     node_names = set(map(str, body.get("nodes") or []))
     out = []
     for job in ctx.state.jobs.values():
-        if refs and not any(r.matches(job) for r in refs):
+        if refs and not refs.matches(job):
             continue
         if states:
             if job.state not in states:
@@ -102,7 +167,6 @@ def select_jobs_reporting(ctx: Context, body: dict[str, Any]) -> tuple[list[Job]
             continue
         out.append(job)
     out.sort(key=_BY_ID)
-    unmatched = [t for t, r in zip(texts, refs, strict=True) if not any(r.matches(j) for j in out)]
-    return out, unmatched
+    return out, refs.unmatched(texts, out)
 
 

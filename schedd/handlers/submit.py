@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from schedd.context import Context
-from schedd.handlers.admission import build_job, check_submit_limits, expand_array
+from schedd.handlers.admission import (
+    build_job,
+    check_job_count,
+    check_submit_limits,
+    expand_array,
+)
 from schedd.identity import Caller
 from schedd.ledger.records import JobEvent
 from schedd.model import Job
@@ -17,7 +22,8 @@ def submit(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
     template = build_job(ctx, caller, body["job"], now)
     if body.get("test_only"):
         return test_only(ctx, template, now)
-    jobs = expand_array(ctx, template)
+    jobs = expand_array(ctx, template)  # at most max_array_size
+    check_job_count(ctx, len(jobs))
     check_submit_limits(ctx, template, len(jobs))
     events = [JobEvent(job_id=j.id, time=now, state="PENDING", actor_uid=caller.uid,
                        detail="submitted") for j in jobs]

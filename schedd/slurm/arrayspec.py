@@ -21,8 +21,12 @@ class ArraySpec:
     max_running: int = 0  # the %N throttle; 0 = none
 
 
-def parse(spec: str, max_array_size: int = 1001) -> ArraySpec:
-    """Expand; every index must be below ``max_array_size`` (Slurm's MaxArraySize)."""
+Piece = tuple[int, int, int]  # (first, last, step): the indices first, first+step, ... <= last
+
+
+def parse_pieces(spec: str) -> tuple[tuple[Piece, ...], int]:
+    """Check a specification and return its pieces and the %N throttle, expanding nothing:
+    ``0-3000000`` is one piece whatever its size."""
     text = spec.strip()
     throttle = 0
     if "%" in text:
@@ -30,7 +34,7 @@ def parse(spec: str, max_array_size: int = 1001) -> ArraySpec:
         if not limit.isdigit():
             raise ArraySpecError("Invalid job array specification")
         throttle = int(limit)
-    ids: set[int] = set()
+    pieces: list[Piece] = []
     for piece in text.split(","):
         m = _PIECE.match(piece.strip())
         if not m:
@@ -40,6 +44,36 @@ def parse(spec: str, max_array_size: int = 1001) -> ArraySpec:
         step = int(m.group(3)) if m.group(3) is not None else 1
         if hi < lo or step < 1:
             raise ArraySpecError("Invalid job array specification")
+        pieces.append((lo, hi, step))
+    return tuple(pieces), throttle
+
+
+def clip(pieces: tuple[Piece, ...], max_array_size: int) -> tuple[Piece, ...]:
+    """The pieces cut to the indices an array can have (below ``max_array_size``): what a
+    job-id range such as ``7_[0-3000000]`` can match, at most ``max_array_size`` indices each."""
+    out = []
+    for lo, hi, step in pieces:
+        hi = min(hi, max_array_size - 1)
+        if lo <= hi:
+            out.append((lo, hi - (hi - lo) % step, step))
+    return tuple(out)
+
+
+def piece_size(piece: Piece) -> int:
+    lo, hi, step = piece
+    return (hi - lo) // step + 1 if hi >= lo else 0
+
+
+def in_pieces(index: int, pieces: tuple[Piece, ...]) -> bool:
+    """Membership by arithmetic, nothing expanded."""
+    return any(lo <= index <= hi and (index - lo) % step == 0 for lo, hi, step in pieces)
+
+
+def parse(spec: str, max_array_size: int = 1001) -> ArraySpec:
+    """Expand; every index must be below ``max_array_size`` (Slurm's MaxArraySize)."""
+    pieces, throttle = parse_pieces(spec)
+    ids: set[int] = set()
+    for lo, hi, step in pieces:
         if hi >= max_array_size:
             raise ArraySpecError("Invalid job array specification")
         ids.update(range(lo, hi + 1, step))

@@ -15,6 +15,11 @@ KINDS = ("after", "afterany", "afterok", "afternotok", "afterburstbuffer", "afte
          "singleton")
 
 
+# The most job ids one expression may name, all its terms together. Slurm has no fixed limit
+# (its expressions are capped at 128 KiB); every id is judged while the job waits.
+MAX_TERMS = 1000
+
+
 class DependencyError(ValueError):
     pass
 
@@ -61,6 +66,8 @@ def parse(expr: str) -> Dependency:
                 raise DependencyError("Job dependency problem")
             ids.append((int(base), int(task) if task else None))
         terms.append(Term(kind, tuple(ids)))
+    if sum(len(term.job_ids) for term in terms) > MAX_TERMS:
+        raise DependencyError("Job dependency problem")
     return Dependency(tuple(terms), any_of)
 
 

@@ -10,7 +10,10 @@ import re
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$")
-MAX_EXPANSION = 100_000
+# The most names one expression may expand to, all its items together: more nodes than any
+# cluster kiln runs (Slurm's node table is of that order), so a short expression such as
+# ``a[0-99999],b[0-99999],...`` cannot make schedd build millions of names.
+MAX_NAMES = 65_536
 
 
 class HostlistError(ValueError):
@@ -36,12 +39,13 @@ def _split_top(expr: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _expand_one(item: str) -> list[str]:
+def _expand_one(item: str, budget: int) -> list[str]:
+    """The names of one comma-free item, at most ``budget`` of them (HostlistError beyond)."""
     m = re.search(r"\[([^\]]*)\]", item)
     if not m:
         return [item]
     prefix, body, rest = item[: m.start()], m.group(1), item[m.end():]
-    tails = _expand_one(rest)
+    tails = _expand_one(rest, budget)
     names: list[str] = []
     for piece in body.split(","):
         r = _RANGE.match(piece.strip())
@@ -49,22 +53,28 @@ def _expand_one(item: str) -> list[str]:
             raise HostlistError(f"bad range {piece!r} in {item!r}")
         lo_s, hi_s = r.group(1), r.group(2) or r.group(1)
         lo, hi = int(lo_s), int(hi_s)
-        if hi < lo or (hi - lo) > MAX_EXPANSION:
+        if hi < lo:
             raise HostlistError(f"bad range {piece!r} in {item!r}")
+        if len(names) + (hi - lo + 1) * len(tails) > budget:
+            raise HostlistError(f"hostlist too large (more than {MAX_NAMES} names)")
         width = len(lo_s) if lo_s.startswith("0") else 0
         for n in range(lo, hi + 1):
             for tail in tails:
                 names.append(f"{prefix}{n:0{width}d}{tail}")
-                if len(names) > MAX_EXPANSION:
-                    raise HostlistError("hostlist too large")
     return names
 
 
 def expand(expr: str) -> list[str]:
-    """'a[1-3],b' -> ['a1', 'a2', 'a3', 'b'] (order kept, duplicates dropped)."""
+    """'a[1-3],b' -> ['a1', 'a2', 'a3', 'b'] (order kept, duplicates dropped); HostlistError
+    when the whole expression names more than MAX_NAMES (counted before any is built)."""
     seen: dict[str, None] = {}
+    produced = 0
     for item in _split_top(expr):
-        for name in _expand_one(item):
+        names = _expand_one(item, MAX_NAMES - produced)
+        produced += len(names)
+        if produced > MAX_NAMES:
+            raise HostlistError(f"hostlist too large (more than {MAX_NAMES} names)")
+        for name in names:
             seen.setdefault(name, None)
     return list(seen)
 

@@ -238,3 +238,59 @@ def test_real_process_reads_a_here_doc_from_dev_stdin(submitted, tmp_path) -> No
                           env=dict(os.environ), timeout=60)
     assert (proc.returncode, proc.stdout) == (1, b"")
     assert proc.stderr == b"sbatch: unrecognized option '--bogus'\n"
+
+
+def test_a_script_over_the_cap_fails_at_once_without_a_request(submitted, tmp_path,
+                                                                 capsys) -> None:
+    """Issue 12: a 5 MB script made sbatch wait 60 s, then say it could not contact schedd
+    (schedd's socket drops an oversize message without a word)."""
+    path = write_script(tmp_path, "#!/bin/sh\n" + "#" * (5 * 1024 * 1024))
+    assert sbatch.main([path]) == 1
+    assert capsys.readouterr().err == (f"sbatch: error: Script {path} is too big, read "
+                                       f"{5 * 1024 * 1024 + 10} > 4194304 bytes.\n")
+    assert submitted.fake.requests == []
+
+
+def test_an_environment_over_the_cap_fails_at_once(submitted, monkeypatch, capsys) -> None:
+    for i in range(11):
+        monkeypatch.setenv(f"KILN_BIG_{i}", "x" * 100_000)
+    assert sbatch.main(["--wrap", "true"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sbatch: error: Batch job submission failed: environment of ")
+    assert err.endswith(" bytes is over the limit of 1048576 bytes (use --export to send "
+                        "less)\n")
+    assert submitted.fake.requests == []
+    assert sbatch.main(["--export=NONE", "--wrap", "true"]) == 0
+
+
+def test_a_request_over_the_message_cap_is_refused_by_the_client(fake_schedd) -> None:  # noqa: F811
+    from cli.client import Client
+
+    fake = fake_schedd(accept())
+    with Client(endpoint=fake.endpoint, timeout=5) as client, \
+            pytest.raises(ClientError, match="is over the limit of 16777216 bytes"):
+        client.call("ping", {"pad": "x" * (17 * 1024 * 1024)})
+    assert fake.requests == []
+
+
+def test_max_job_count_is_retried_as_slurm_does(fake_schedd, monkeypatch, capsys) -> None:  # noqa: F811
+    answers = iter([ClientError("again", "Resource temporarily unavailable")] * 3)
+
+    def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer = next(answers, None)
+        if answer is not None:
+            raise answer
+        return {"job_id": 7, "array_task_ids": []}
+
+    fake_schedd(handler)
+    naps: list[float] = []
+    monkeypatch.setattr(sbatch.time, "sleep", naps.append)
+    assert sbatch.main(["--wrap", "true"]) == 0
+    out, err = capsys.readouterr()
+    assert (out, naps) == ("Submitted batch job 7\n", [1, 2, 3])
+    assert err == "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying\n"
+    answers = iter([ClientError("again", "Resource temporarily unavailable")] * 99)
+    assert sbatch.main(["--wrap", "true"]) == 1
+    assert capsys.readouterr().err.endswith(
+        "sbatch: error: Batch job submission failed: Resource temporarily unavailable\n")
+    assert naps[3:] == list(range(1, 16))

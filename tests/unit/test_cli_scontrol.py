@@ -205,3 +205,19 @@ def test_show_node_and_partition(fake_schedd, capsys) -> None:  # noqa: F811
     assert "   AllocNodes=ALL Default=YES QoS=N/A\n" in out
     assert "   MaxNodes=UNLIMITED MaxTime=1-00:00:00 MinNodes=0 LLN=NO " in out
     assert "   Nodes=gpu01\n" in out and "TRES=cpu=64,mem=500G,node=1,billing=64,gres/gpu=8\n" in out
+
+
+def test_show_job_prints_control_characters_as_question_marks(fake_schedd, monkeypatch,  # noqa: F811
+                                                              capsys) -> None:
+    """Issue 12: a name or comment stored before schedd refused control characters."""
+    class Group:
+        gr_name = "schedbench"
+
+    monkeypatch.setattr("grp.getgrgid", lambda gid: Group())
+    evil = dict(runner(), name="x\x1b[2J\nJobId=1 UserId=root", comment="\x9b31m")
+    fake_schedd(lambda op, body: {"jobs": [evil], "now": START + 3})
+    for argv in (["show", "job", "83071"], ["-o", "show", "job", "83071"]):
+        assert scontrol.main(argv) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x9b" not in out
+        assert "JobName=x?[2J?JobId=1 UserId=root" in out

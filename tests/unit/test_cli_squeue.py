@@ -203,3 +203,24 @@ def test_long_listing_and_json(fake_schedd, capsys) -> None:  # noqa: F811
     doc = json.loads(capsys.readouterr().out)
     assert doc["jobs"][0]["job_id"] == 7 and doc["jobs"][0]["job_state"] == "RUNNING"
     assert doc["jobs"][0]["time_limit"] == 120
+
+
+EVIL = "x\x1b]0;pwned\x07\x1b[2J\n  99999 debug FORGED root R 0:01 1 vm\x9b31m"
+
+
+def test_control_characters_of_other_users_never_reach_the_terminal(fake_schedd,  # noqa: F811
+                                                                    capsys) -> None:
+    """Issue 12: a job name (or comment) written before schedd refused control characters
+    would forge a row, clear the screen or set the title of whoever runs squeue."""
+    serve(fake_schedd, [job(1, EVIL, comment=EVIL), job(2, "tab\there")])
+    for argv in ([], ["-o", "%i %j %k"], ["-o", "%all"], ["-O", "JobID,Name:80,Comment:80"]):
+        assert squeue.main(argv) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out, argv
+        assert "FORGED" not in out or len(out.splitlines()) == 3, argv  # header + 2 rows
+    assert squeue.main(["-h", "-o", "%j"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "x?]0;pwned??[2J?  99999 debug FORGED root R 0:01 1 vm?31m", "tab\there"]
+    rows = render([job(1, EVIL)], "", parse_percent_format("%j", JOB_LETTERS)[1], JOB_FIELDS,
+                  Ctx(NOW), header=False)
+    assert rows == ["x?]0;pwned??[2J?  99999 debug FORGED root R 0:01 1 vm?31m"]

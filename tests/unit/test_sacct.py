@@ -326,3 +326,16 @@ def test_cpu_times_are_spelt_as_slurms_sacct_spells_them() -> None:
     cases = {None: "", 0: "00:00:00", 0.004: "00:00.004", 1.2345: "00:01.234",
              59.9996: "00:59.999", 75: "00:01:15", 3600.5: "01:00:00", 90061: "1-01:01:01"}
     assert {s: fmt_cpu_time(s) for s in cases} == cases
+
+
+def test_control_characters_in_stored_rows_are_shown_as_question_marks() -> None:
+    """Issue 12: a ledger row written before schedd refused control characters (a job name
+    with a newline and escape sequences) must not reach an administrator's terminal raw."""
+    evil = "x\x1b[2J\n83043 ok debug physics 1 COMPLETED 0:0\x9b"
+    data = [dict(r, name=evil) for r in rows()]
+    for mode in ("fixed", "parsable", "parsable2"):
+        lines = printed("JobID,JobName%60,State", [dict(r) for r in data], mode=mode)
+        text = "\n".join(lines)
+        assert "\x1b" not in text and "\x9b" not in text, mode
+        assert len(text.splitlines()) == len(data) + (2 if mode == "fixed" else 1), mode
+        assert "x?[2J?83043 ok debug" in text, mode

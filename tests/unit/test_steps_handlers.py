@@ -75,12 +75,15 @@ class FakeState:
     def __init__(self, store: Store):
         self.store = store
         self.jobs: dict[int, Job] = {}
+        self._verdicts: dict = {}  # State.commit keeps dependency verdicts in step
+        self._dependents: dict = {}
 
     def time_limit(self, job: Job) -> int | None:
         return job.time_limit
 
     # the ledger-first writes of the real State (the one door)
     commit = State.commit
+    _state_changed = State._state_changed
     save_steps = State.save_steps
     end_step = State.end_step
 
