@@ -55,6 +55,9 @@ class SchedulerConfig:
     preempt_mode: str = "requeue"  # cluster PreemptMode, for QOS whose PreemptMode is "cluster"
     preempt_restart_cost: int = 600  # seconds, for jobs without --restart-cost
     preempt_max_candidates: int = 12  # per node: victim sets searched exhaustively among these
+    # PreemptExemptTime, seconds: a run younger than this is nobody's victim (Slurm's default
+    # is off; kiln's keeps a requeued victim from being preempted again at once)
+    preempt_exempt_time: int = 60
     burst_qos: str = "burst"  # jobs of this QOS may exceed their account's guarantee
     reclaims_per_cycle: int = 1  # preemptors per cycle that may reclaim burst jobs
 
