@@ -91,7 +91,9 @@ def _pid_alive(pid_file: Path) -> int:
 
 
 def _spawn(args: list[str], log_file: Path, pid_file: Path, env: dict[str, str]) -> int:
-    with open(log_file, "ab") as log:
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # what a daemon prints is root's, like its log
+    with os.fdopen(fd, "ab") as log:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True, env=env, close_fds=True)
     pid_file.write_text(f"{proc.pid}\n")
