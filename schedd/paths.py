@@ -89,6 +89,8 @@ def _cached(path: str, st: os.stat_result) -> dict | None:
             own = os.fstat(fh.fileno())
             if own.st_uid not in (0, st.st_uid) or own.st_mode & 0o022:
                 return None
+            if own.st_mode & 0o044 & ~st.st_mode:  # readable by more than the TOML (chmod-ed
+                return None  # since): parsed afresh, and rewritten with the TOML's mode
             doc = json.load(fh)
     except (OSError, ValueError):
         return None

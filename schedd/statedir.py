@@ -5,9 +5,10 @@ paths and refused keys, ``keys/`` holds CURVE secrets. At start schedd (and ``ki
 
 - runs with umask 077, so whatever it creates is 0600/0700 (the client socket, which every user
   must reach, is chmod-ed 0777 on purpose: identity comes from the kernel, not from the mode);
-- makes its home traversable but not listable by others (0711: users reach ``kiln.toml``, the
-  socket and their scripts in the agents' spool by path), and ``log/``, ``run/``, ``keys/``
-  0700 with their files 0600 — only what schedd's user owns is touched;
+- makes its home, when the SQLite ledger lives there (``kiln up``), traversable but not
+  listable by others (0711: users reach ``kiln.toml``, the socket and their scripts in the
+  agents' spool by path), and ``log/``, ``run/``, ``keys/`` (and ``log_dir``, ``keys_dir``)
+  0700 with their files 0600 — only what exists and schedd's user owns is touched;
 - refuses to start when ``kiln.toml`` gives a database password (``db_url``) and other users may
   read it: the password goes in ``db_url_file`` (0600) or libpq's ``~/.pgpass`` instead.
 
@@ -44,8 +45,9 @@ def _tighten(path: Path, mode: int) -> None:
 
 
 def private_dir(path: Path) -> None:
-    """A directory of schedd's own, 0700, with its plain files 0600."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """An existing directory of schedd's own: 0700, its entries 0600 (files) / 0700 (dirs)."""
+    if not path.is_dir() or path.is_symlink():
+        return
     _tighten(path, 0o700)
     try:
         entries = list(os.scandir(path))
@@ -56,14 +58,20 @@ def private_dir(path: Path) -> None:
 
 
 def secure(cfg: Config) -> None:
-    """Tighten schedd's state directory (see the module's doc); idempotent."""
+    """Tighten schedd's state directory (see the module's doc); idempotent. Only what exists
+    and is ours is touched, and the home only when it holds the SQLite ledger (``kiln up``'s
+    layout), so a shared directory such as /etc/kiln keeps its mode."""
+    from schedd.ledger.engine import sqlite_path
+
     os.umask(PRIVATE_UMASK)
-    _tighten(cfg.home, HOME_MODE)
-    dirs = {cfg.home / name for name in PRIVATE_DIRS}
-    dirs |= {Path(cfg.log_dir), cfg.keys_path}
+    try:
+        ledger = sqlite_path(cfg.db_url)
+    except Exception:
+        ledger = None  # the engine will say what is wrong with the URL
+    if ledger is not None and ledger.parent.resolve() == cfg.home.resolve():
+        _tighten(cfg.home, HOME_MODE)
+    dirs = {cfg.home / name for name in PRIVATE_DIRS} | {Path(cfg.log_dir), cfg.keys_path}
     for path in sorted(dirs):
-        if path == cfg.keys_path and not path.exists():
-            continue  # made by `kiln keygen` when needed
         private_dir(path)
     if cfg.path is not None:  # the TOML's parsed copy: no more readable than the TOML
         from schedd import paths
