@@ -171,4 +171,7 @@ def acct_report(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
         "accounts": [{"name": a.name, "parent": a.parent}
                      for a in ctx.state.store.load_accounts()],
     })
+    if not sees_all(ctx, caller, "accounts"):  # PrivateData=accounts: the caller's own
+        mine = ctx.state.accounts.accounts_of(caller.user)
+        reply["accounts"] = [a for a in reply["accounts"] if a["name"] in mine]
     return reply

@@ -614,15 +614,6 @@ def show(ctx: Context, entity: str, names: list[str], where: dict[str, str],
             and (not parents or (not a.user and a.parent in parents))]
 
 
-def own_accounts(accounts: Accounts, user: str) -> set[str]:
-    """The accounts ``user`` has an association in, and their ancestors up to root."""
-    out: set[str] = set()
-    for a in list(accounts.assocs.values()):
-        if a.user == user:
-            out.update(x.account for x in accounts.chain(a.account, a.user))
-    return out
-
-
 def private_rows(ctx: Context, caller: Caller, entity: str,
                  rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """PrivateData: with ``users`` a user sees only their own user record (and association
@@ -633,7 +624,7 @@ def private_rows(ctx: Context, caller: Caller, entity: str,
         if entity == "user":
             rows = [r for r in rows if r.get("user") == me]
     if entity in ("account", "assoc", "user") and not sees_all(ctx, caller, "accounts"):
-        mine = own_accounts(ctx.state.accounts, me)
+        mine = ctx.state.accounts.accounts_of(me)
         rows = [r for r in rows if "account" not in r or r["account"] in mine]
     return rows
 
@@ -721,7 +712,7 @@ def sshare(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
             "uid_user": a.user,
         })
     if not sees_all(ctx, caller, "usage"):  # PrivateData=usage: own usage, own accounts
-        mine = own_accounts(accounts, caller.user)
+        mine = accounts.accounts_of(caller.user)
         rows = [r for r in rows if r["user"] == caller.user
                 or (not r["user"] and r["account"] in mine)]
     return {"rows": rows, "me": caller.user}
