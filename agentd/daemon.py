@@ -34,7 +34,6 @@ from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
 from schedd import config as kconfig
 from schedd import keys, protocol
-from schedd.domain.jobenv import CHECKPOINT_TEMPLATE
 from schedd.logs import setup_logging
 
 log = logging.getLogger("agentd")
@@ -141,20 +140,11 @@ class Agent:
         out = []
         for r in self.launcher.running():
             item = {"job_id": r["job_id"], "generation": r["generation"]}
-            age = self._checkpoint_age(r["job_id"])
+            age = self.launcher.checkpoint_age(r["job_id"], r["generation"], time.time())
             if age is not None:
                 item["checkpoint_age"] = age
             out.append(item)
         return out
-
-    def _checkpoint_age(self, job_id: int) -> float | None:
-        """Seconds since the job last touched $KILN_CHECKPOINT_FILE (schedd scores preemption
-        victims with it), or None when it never did."""
-        path = CHECKPOINT_TEMPLATE.format(cluster=self.cfg.cluster_name, job_id=job_id)
-        try:
-            return max(time.time() - os.stat(path).st_mtime, 0.0)
-        except OSError:
-            return None
 
     def _end_body(self, fin: Finished) -> dict[str, Any]:
         body = {"node": self.name, "job_id": fin.job_id, "generation": fin.generation,

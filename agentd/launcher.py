@@ -170,9 +170,19 @@ class Launcher:
         except OSError as exc:
             raise LaunchError(f"cannot spool the batch script: {exc.strerror or exc}") from None
         try:
+            self.spool.make_private_dir(key[0], key[1], ident.uid, ident.gid)
+        except OSError as exc:
+            self.spool.remove_script(*key)
+            raise LaunchError(f"cannot make the job's private directory: "
+                              f"{exc.strerror or exc}") from None
+        spec = {**spec, "environment": {
+            **spec["environment"],
+            "KILN_CHECKPOINT_FILE": str(self.spool.checkpoint_path(*key))}}
+        try:
             job = self._start(spec, ident, script, warning)
         except BaseException:
             self.spool.remove_script(*key)
+            self.spool.remove_private_dir(*key)
             raise
         self._jobs[key] = job
         self._save(job)
@@ -298,6 +308,15 @@ class Launcher:
         """Jobs whose processes still live here, for heartbeats and reconciliation."""
         return [{"job_id": j.job_id, "generation": j.generation, "pid": j.pid,
                  "start_time": j.start_time} for j in self._jobs.values()]
+
+    def checkpoint_age(self, job_id: int, generation: int, now: float) -> float | None:
+        """Seconds since the job last touched ``$KILN_CHECKPOINT_FILE`` (in its private
+        directory; a symlink or another user's file counts as never), or None."""
+        job = self._jobs.get((job_id, generation))
+        if job is None:
+            return None
+        mtime = self.spool.checkpoint_mtime(job_id, generation, job.ident.uid)
+        return None if mtime is None else max(now - mtime, 0.0)
 
     def ended(self) -> list[Finished]:
         """Jobs that ended and were not yet ``forget``-ten (to report again after a reconnect)."""
@@ -429,6 +448,7 @@ class Launcher:
         while len(self._ended) > MAX_ENDED:
             self.forget(*next(iter(self._ended)))
         self.spool.remove_script(*job.key)
+        self.spool.remove_private_dir(*job.key)
         job.record["finished"] = done.to_dict()
         self._save(job)
         return done

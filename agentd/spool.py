@@ -5,9 +5,13 @@ Layout under ``spool_dir`` (Slurm's SlurmdSpoolDir)::
     scripts/<job>.<generation>   the batch script, mode 0700, owned by the job's user
     jobs/<job>.<generation>.json the record: launch spec (without script and environment), pid,
                                  process create time, launch time, and once ended the outcome
+    jobs-tmp/<job>.<generation>/ the job's private directory, 0700, owned by the job's user:
+                                 ``$KILN_CHECKPOINT_FILE`` is ``checkpoint`` in it (removed
+                                 when the job ends)
 
-``scripts/`` is 0711 so a user can execute their own script but list nobody's; ``jobs/`` is
-0700 (records name users and paths). Records are written to a temporary file and renamed, without
+``scripts/`` and ``jobs-tmp/`` are 0711 so a user can reach their own script and directory but
+list nobody's (and only root creates in them: nobody can plant another user's checkpoint);
+``jobs/`` is 0700 (records name users and paths). Records are written to a temporary file and renamed, without
 fsync: they matter only when the agent restarts while the node (and so its processes) lives on.
 """
 
@@ -16,9 +20,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+CHECKPOINT_NAME = "checkpoint"
 
 
 def job_key(job_id: int, generation: int) -> str:
@@ -33,7 +41,7 @@ class Spool:
         self.root = Path(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
-        for name, mode in (("scripts", 0o711), ("jobs", 0o700)):
+        for name, mode in (("scripts", 0o711), ("jobs", 0o700), ("jobs-tmp", 0o711)):
             path = self.root / name
             path.mkdir(exist_ok=True)
             os.chmod(path, mode)
@@ -57,6 +65,55 @@ class Spool:
             os.close(fd)
         return path
 
+    def private_dir(self, job_id: int, generation: int) -> Path:
+        return self.root / "jobs-tmp" / job_key(job_id, generation)
+
+    def checkpoint_path(self, job_id: int, generation: int) -> Path:
+        """``$KILN_CHECKPOINT_FILE``: in the job's private directory, which only its user (and
+        root) may enter, so no one else can create or touch it."""
+        return self.private_dir(job_id, generation) / CHECKPOINT_NAME
+
+    def make_private_dir(self, job_id: int, generation: int, uid: int, gid: int) -> Path:
+        """The job's private directory, 0700, owned by uid:gid (a stale one is replaced)."""
+        path = self.private_dir(job_id, generation)
+        self.remove_private_dir(job_id, generation)
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)
+        if os.geteuid() == 0:
+            os.chown(path, uid, gid, follow_symlinks=False)
+        return path
+
+    def remove_private_dir(self, job_id: int, generation: int) -> None:
+        """Gone with the job; rmtree never follows a link the user left in it."""
+        path = self.private_dir(job_id, generation)
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.islink(path) or not os.path.isdir(path):
+                os.unlink(path)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def checkpoint_mtime(self, job_id: int, generation: int, uid: int) -> float | None:
+        """When the job last touched its checkpoint file, or None: a file that is not a plain
+        file of the job's user (a symlink, someone else's) is not read, and neither is a
+        directory that is not the one made for the job."""
+        try:
+            fd = os.open(self.private_dir(job_id, generation),
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            own = os.fstat(fd)
+            if own.st_uid != uid or stat.S_IMODE(own.st_mode) & 0o077:
+                return None
+            st = os.stat(CHECKPOINT_NAME, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return None
+        return st.st_mtime
+
     def remove_script(self, job_id: int, generation: int) -> None:
         with contextlib.suppress(OSError):
             self.script_path(job_id, generation).unlink(missing_ok=True)
@@ -71,6 +128,7 @@ class Spool:
         with contextlib.suppress(OSError):
             self.record_path(job_id, generation).unlink(missing_ok=True)
         self.remove_script(job_id, generation)
+        self.remove_private_dir(job_id, generation)
 
     def records(self) -> list[dict[str, Any]]:
         """Every readable record; a torn or foreign file is skipped (and left for a human)."""

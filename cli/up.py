@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from schedd import config as kconfig
+from schedd import statedir
 
 DEFAULT_FAKE_GPUS = "8xH100-80GB"
 FAKE_NODE_CPUS = 64  # a pretend GPU node offers what a real one has (CPUs are overcommitted)
@@ -41,12 +42,20 @@ def _toml_value(value: object) -> str:
 
 def write_config(home: Path, db_url: str, fake_gpus: str) -> Path:
     path = home / "kiln.toml"
+    db_line = f"db_url = {_toml_value(db_url or 'sqlite:///' + str(home / 'kiln.db'))}"
+    if db_url and statedir.has_password(db_url):  # kiln.toml stays world-readable
+        secret = home / "db_url"
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(db_url + "\n")
+        db_line = f"db_url_file = {_toml_value(str(secret))}  # 0600: it holds a password"
     lines = [
         "# kiln cluster made by `kiln up`; edit freely, then `kiln down && kiln up`.",
         f"cluster_name = {_toml_value('kiln')}",
         "",
         "[schedd]",
-        f"db_url = {_toml_value(db_url or 'sqlite:///' + str(home / 'kiln.db'))}",
+        db_line,
         f"client_endpoint = {_toml_value('ipc://' + str(home / 'schedd.sock'))}",
         f"agent_endpoint = {_toml_value(f'tcp://127.0.0.1:{_free_port()}')}",
         "kill_wait = 30",
@@ -82,7 +91,9 @@ def _pid_alive(pid_file: Path) -> int:
 
 
 def _spawn(args: list[str], log_file: Path, pid_file: Path, env: dict[str, str]) -> int:
-    with open(log_file, "ab") as log:
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # what a daemon prints is root's, like its log
+    with os.fdopen(fd, "ab") as log:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True, env=env, close_fds=True)
     pid_file.write_text(f"{proc.pid}\n")
@@ -142,9 +153,12 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     """Start schedd and agents on this host (idempotent)."""
     home = kconfig.kiln_home()
     home.mkdir(parents=True, exist_ok=True)
-    home.chmod(0o755)
-    for sub in ("log", "run", "spool"):
-        (home / sub).mkdir(exist_ok=True)
+    # others traverse (kiln.toml, the socket, their scripts under spool/) but list nothing;
+    # the ledger, logs, pid files and keys are root's (schedd/statedir.py)
+    home.chmod(0o711)
+    for sub, mode in (("log", 0o700), ("run", 0o700), ("spool", 0o711)):
+        (home / sub).mkdir(mode=mode, exist_ok=True)
+        (home / sub).chmod(mode)
     layout_file = home / "run" / "layout.json"
     layout = json.loads(layout_file.read_text()) if layout_file.exists() else {}
     if fake_gpus is None:
@@ -168,7 +182,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     try:
         upgrade(cfg.db_url)
     except Exception as exc:
-        raise click.ClickException(f"cannot prepare the ledger {cfg.db_url}: {exc}") from None
+        raise click.ClickException(f"cannot prepare the ledger: {exc}") from None
     names = [f"node{i}" for i in range(1, num_nodes + 1)]
     if cfg.curve:
         keys.generate_cluster(cfg.keys_path, names)
@@ -197,7 +211,9 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     gpus = fake_gpus or "GPUs from NVML"
     click.echo(f"kiln is up: schedd and {num_nodes} node(s) ({', '.join(names)}; {gpus})"
                + (f"; started {', '.join(started)}" if started else "; all already running"))
-    click.echo(f"  state and config: {home}  (kiln.toml, ledger {cfg.db_url})")
+    from schedd.ledger.engine import show_url
+
+    click.echo(f"  state and config: {home}  (kiln.toml, ledger {show_url(cfg.db_url)})")
     click.echo(f"  logs:             {logs}")
     click.echo(f"  use it:           export KILN_HOME={home}; sbatch --gres=gpu:1 --wrap 'echo $CUDA_VISIBLE_DEVICES'")
 

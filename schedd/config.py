@@ -15,6 +15,9 @@ from schedd import paths
 from schedd.model import Partition
 from schedd.paths import ConfigError
 
+# Slurm's PrivateData values kiln acts on (config key private_data)
+PRIVATE_DATA = frozenset({"jobs", "usage", "accounts", "users"})
+
 
 @dataclass(slots=True)
 class SchedulerConfig:
@@ -52,6 +55,9 @@ class SchedulerConfig:
     preempt_mode: str = "requeue"  # cluster PreemptMode, for QOS whose PreemptMode is "cluster"
     preempt_restart_cost: int = 600  # seconds, for jobs without --restart-cost
     preempt_max_candidates: int = 12  # per node: victim sets searched exhaustively among these
+    # PreemptExemptTime, seconds: a run younger than this is nobody's victim (Slurm's default
+    # is off; kiln's keeps a requeued victim from being preempted again at once)
+    preempt_exempt_time: int = 60
     burst_qos: str = "burst"  # jobs of this QOS may exceed their account's guarantee
     reclaims_per_cycle: int = 1  # preemptors per cycle that may reclaim burst jobs
 
@@ -86,6 +92,7 @@ class Config:
     path: Path | None = None
     cluster_name: str = "kiln"
     db_url: str = ""
+    db_url_file: str = ""  # a file (0600) holding db_url, so kiln.toml can stay world-readable
     client_endpoint: str = ""
     agent_endpoint: str = "tcp://127.0.0.1:6817"
     kill_wait: int = 30  # KillWait, seconds
@@ -99,6 +106,9 @@ class Config:
     keys_dir: str = ""  # default {home}/keys
     log_dir: str = ""
     metrics_listen: str = ""  # HOST:PORT of schedd's Prometheus endpoint; "" = off (metrics.py)
+    # Slurm's PrivateData: what users see only of their own (operators see everything);
+    # a job's environment, export values, script and arguments are private whatever this says
+    private_data: list[str] = field(default_factory=list)
     # high availability (schedd/leader.py; PostgreSQL only): schedds take a leader lease
     ha: bool = False
     client_peers: list[str] = field(default_factory=list)  # other schedds' client endpoints
@@ -120,6 +130,15 @@ class Config:
             self.agent.schedd = self.agent_endpoint
         if not self.partitions:
             self.partitions = [Partition(name="gpu", default=True)]
+        kinds = self.private_data if isinstance(self.private_data, list) else [None]
+        if not {str(k).lower() for k in kinds} <= PRIVATE_DATA:
+            raise ConfigError(f"[schedd] private_data: a list of "
+                              f"{', '.join(sorted(PRIVATE_DATA))}, not {self.private_data!r}")
+        self.private_data = [str(k).lower() for k in kinds]
+
+    def private(self, kind: str) -> bool:
+        """PrivateData=kind: users see only their own (jobs, usage, accounts, users)."""
+        return kind in self.private_data
 
     @property
     def keys_path(self) -> Path:
@@ -160,11 +179,21 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     ]
     schedd = data.pop("schedd", {})
     top = {**data, **schedd}
+    if top.get("db_url_file") and not top.get("db_url"):
+        top["db_url"] = _read_secret(str(top["db_url_file"]), f"{where}: db_url_file")
     cfg = _build(
         Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
         partitions=partitions, accounting=accounting,
     )
     return cfg
+
+
+def _read_secret(path: str, where: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"{where} {path}: {exc.strerror}") from None
 
 
 def _build(cls: type, values: dict[str, Any], where: str, **fixed: Any) -> Any:

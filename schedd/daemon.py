@@ -25,7 +25,7 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import keys, leader, protocol
+from schedd import keys, leader, protocol, statedir
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
 from schedd.identity import from_peer_address, set_admin_lookup
@@ -324,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = kconfig.load(args.config)
         cfg.client_endpoint = args.client_endpoint or cfg.client_endpoint
         cfg.agent_endpoint = args.agent_endpoint or cfg.agent_endpoint
+        statedir.secure(cfg)  # umask 077, state dir root-only, no readable password
         setup_logging(args.log_file, args.log_level.upper())
         lease = _lead(cfg) if cfg.ha else None
         if cfg.ha and lease is None:

@@ -30,7 +30,7 @@ def _pair(directory: Path, name: str) -> tuple[Path, Path]:
 
 def generate(directory: Path, name: str, overwrite: bool = False) -> tuple[Path, Path]:
     """Make ``name.key`` and ``name.key_secret`` (mode 0600) in ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     public, secret = _pair(directory, name)
     if public.exists() and secret.exists() and not overwrite:
         return public, secret

@@ -278,7 +278,7 @@ class Job:
             return self.gpus_per_task * self.num_tasks
         return self.gpus_per_node * self.num_nodes
 
-    def to_wire(self, with_script: bool = False, private: bool = True) -> dict[str, Any]:
+    def to_wire(self, *, with_script: bool = False, private: bool = True) -> dict[str, Any]:
         """The dictionary the wire carries. ``private``: what the job carries that only its
         owner and operators may read (``PRIVATE_FIELDS``: export values, script arguments);
         ``with_script`` (with ``private``) adds the script and the environment.

@@ -8,7 +8,8 @@ Even ``tomllib`` costs a short command about 5 ms (a tenth of an ``sbatch``), so
 TOML is also kept as JSON beside the file (``.kiln.toml.json``), tagged with the TOML's inode,
 size and mtime: a command reads that instead while it still matches, and parses (and rewrites
 it, where it may) when the TOML changed. The copy is trusted only when its owner is root or the
-TOML's owner and nobody else may write it, so a planted file in a shared directory is ignored.
+TOML's owner and nobody else may write it, so a planted file in a shared directory is ignored;
+it is never readable by more users than the TOML (whose ``db_url`` may hold a password).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def _cached(path: str, st: os.stat_result) -> dict | None:
             own = os.fstat(fh.fileno())
             if own.st_uid not in (0, st.st_uid) or own.st_mode & 0o022:
                 return None
+            if own.st_mode & 0o044 & ~st.st_mode:  # readable by more than the TOML (chmod-ed
+                return None  # since): parsed afresh, and rewritten with the TOML's mode
             doc = json.load(fh)
     except (OSError, ValueError):
         return None
@@ -108,7 +111,10 @@ def _save_cache(path: str, st: os.stat_result, raw: dict) -> None:
     except (TypeError, ValueError):
         return  # a value JSON cannot hold (a TOML date): no copy, parse each time
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        # never readable by more users than the TOML itself (it may hold a database password)
+        mode = st.st_mode & 0o644
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(temp, target)

@@ -259,6 +259,14 @@ class Accounts:
             key = self.parent_key(key)
         return out
 
+    def accounts_of(self, user: str) -> set[str]:
+        """The accounts ``user`` has an association in, and their ancestors up to root."""
+        out: set[str] = set()
+        for a in list(self.assocs.values()):
+            if a.user == user:
+                out.update(x.account for x in self.chain(a.account, a.user))
+        return out
+
     def allowed_qos(self, account: str, user: str) -> list[str]:
         for a in self.chain(account, user):
             if a.qos:

@@ -10,8 +10,6 @@ import os
 from schedd.model import Job, NodeAllocation
 from schedd.slurm.hostlist import compress
 
-CHECKPOINT_TEMPLATE = "/tmp/kiln-checkpoint-{cluster}-{job_id}"
-
 
 def expand_output_pattern(pattern: str, job: Job, node: str,
                           step: dict[str, str] | None = None) -> str:
@@ -169,7 +167,6 @@ def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: s
         "GPU_DEVICE_ORDINAL": gpus,
         "SLURM_RESTART_COUNT": str(job.restart_count),
         "SLURM_CLUSTER_NAME": cluster,
-        "KILN_CHECKPOINT_FILE": CHECKPOINT_TEMPLATE.format(cluster=cluster, job_id=job.id),
     })
     if not alloc.gpus:
         for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS"):

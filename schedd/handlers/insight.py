@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.selection import INVALID_JOB_ID, select_jobs
+from schedd.handlers.selection import INVALID_JOB_ID, sees_all, select_jobs, visible_jobs
 from schedd.identity import Caller
 from schedd.model import Job, JobState
 from schedd.reports import explain, forecast
@@ -46,6 +46,8 @@ def _summary(job: Job) -> dict[str, Any]:
 def job_why(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     now = ctx.now()
     job = _target(ctx, body["job_id"])
+    if not visible_jobs(ctx, caller, [job]):  # PrivateData=jobs: not even that it exists
+        raise RequestError(INVALID_JOB_ID, "invalid_job_id")
     reply: dict[str, Any] = {"now": now, "job": _summary(job)}
     if job.state != JobState.PENDING:
         reply["job"].update(start_time=job.start_time, end_time=job.end_time,
@@ -71,6 +73,11 @@ def job_why(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any
     reply["ahead"] = [_summary(j) for j in ahead[-AHEAD_SHOWN:]]
     reply["factors"] = _factors(ctx, shown, considered, now)
     reply["ending"] = _ending(ctx, job, now)
+    if not sees_all(ctx, caller, "jobs"):  # the place in the queue, but no one else's jobs
+        others = {j.display_id for j in ahead if j.uid != caller.uid}
+        reply["ahead"] = [a for a in reply["ahead"] if a["job_id"] not in others]
+        reply["factors"] = {k: v for k, v in reply["factors"].items() if k not in others}
+        reply["ending"] = [e for e in reply["ending"] if e["user"] == caller.user]
     return reply
 
 

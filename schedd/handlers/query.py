@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.selection import select_jobs
+from schedd.handlers.selection import INVALID_JOB_ID, select_jobs, visible_jobs
 from schedd.identity import Caller, is_operator
 from schedd.model import ROW_FIELDS, Job, job_columns
 
@@ -40,13 +40,19 @@ def column_reply(jobs: list[Job], names: list[str]) -> dict[str, Any]:
 
 def query_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     """Without ``fields``: a wire dictionary per job. With ``fields`` (squeue): only those
-    attributes, column by column (column_reply); 10,000 full dictionaries cost a tenth of a second to build and as much again to encode
-    and to decode."""
+    attributes, column by column (column_reply); 10,000 full dictionaries cost a tenth of a
+    second to build and as much again to encode and to decode.
+
+    What a job carries (``PRIVATE_FIELDS``: environment, export values, script, arguments)
+    goes to its owner and operators only; ``fields`` can never name it (``ROW_FIELDS``)."""
+    found = select_jobs(ctx, body)
+    jobs = visible_jobs(ctx, caller, found)
+    if found and not jobs and body.get("job_ids"):
+        raise RequestError(INVALID_JOB_ID, "invalid_job_id")  # not even that it exists
     if body.get("fields") is not None:
-        return {**column_reply(select_jobs(ctx, body), row_columns(body["fields"])),
-                "now": ctx.now()}
-    jobs = select_jobs(ctx, body)
+        return {**column_reply(jobs, row_columns(body["fields"])), "now": ctx.now()}
     with_script = bool(body.get("with_script"))
     operator = is_operator(caller)
-    return {"jobs": [j.to_wire(with_script and (operator or j.uid == caller.uid)) for j in jobs],
+    return {"jobs": [j.to_wire(with_script=with_script, private=operator or j.uid == caller.uid)
+                     for j in jobs],
             "now": ctx.now()}

@@ -13,7 +13,13 @@ import pwd
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.selection import RefSet, parse_job_refs, parse_states
+from schedd.handlers.selection import (
+    RefSet,
+    parse_job_refs,
+    parse_states,
+    sees_all,
+    visible_jobs,
+)
 from schedd.identity import Caller
 from schedd.ledger.records import JobEvent
 from schedd.model import Job, JobState
@@ -103,7 +109,7 @@ def _job_row_needs_steps(body: dict[str, Any]) -> bool:
 def acct_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     """sacct's records: one row per job (array task), followed by its steps' rows."""
     now = ctx.now()
-    jobs = _select(ctx, body)
+    jobs = visible_jobs(ctx, caller, _select(ctx, body))  # PrivateData=jobs: own jobs only
     with_steps = body.get("steps", True) is not False
     steps = _steps_of(ctx, jobs) if with_steps or _job_row_needs_steps(body) else {}
     rc = accounting.RowContext(now, _policy(ctx), ctx.state.gpu_types(), ctx.cfg.cluster_name)
@@ -160,9 +166,18 @@ def acct_report(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
         _policy(ctx), gpu_types)
     acct = ctx.cfg.accounting
     reply = report.to_wire(acct.gpu_price, acct.default_gpu_price)
+    if not sees_all(ctx, caller, "usage"):  # PrivateData=usage: the cluster's totals, and
+        own = accounting.usage_report(  # of the associations and costs, the caller's own
+            [ctx.state.jobs.get(j.id) or j for j in jobs if j.uid == caller.uid],
+            ctx.state.nodes.values(), window, now, _policy(ctx), gpu_types)
+        mine = own.to_wire(acct.gpu_price, acct.default_gpu_price)
+        reply["assoc"], reply["cost"] = mine["assoc"], mine["cost"]
     reply.update({
         "now": now, "cluster": ctx.cfg.cluster_name, "currency": acct.currency,
         "accounts": [{"name": a.name, "parent": a.parent}
                      for a in ctx.state.store.load_accounts()],
     })
+    if not sees_all(ctx, caller, "accounts"):  # PrivateData=accounts: the caller's own
+        mine = ctx.state.accounts.accounts_of(caller.user)
+        reply["accounts"] = [a for a in reply["accounts"] if a["name"] in mine]
     return reply

@@ -27,6 +27,7 @@ from schedd.domain.accounts import (
     uid_of,
     user_row,
 )
+from schedd.handlers.selection import sees_all
 from schedd.identity import Caller, is_operator
 from schedd.ledger.records import AccountingChange, AuditRecord
 from schedd.slurm import tres
@@ -184,7 +185,8 @@ def sacctmgr(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, An
     where = {str(k).lower(): str(v) for k, v in body.get("where", {}).items()}
     settings = {str(k): str(v) for k, v in body.get("set", {}).items()}
     if verb == "show":
-        return {"rows": show(ctx, entity, names, where, bool(body.get("with_assoc")))}
+        rows = show(ctx, entity, names, where, bool(body.get("with_assoc")))
+        return {"rows": private_rows(ctx, caller, entity, rows)}
     handler = {"add": add, "modify": modify, "delete": delete}.get(verb)
     if handler is None:
         raise RequestError(f"unknown verb {verb!r}")
@@ -612,6 +614,21 @@ def show(ctx: Context, entity: str, names: list[str], where: dict[str, str],
             and (not parents or (not a.user and a.parent in parents))]
 
 
+def private_rows(ctx: Context, caller: Caller, entity: str,
+                 rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """PrivateData: with ``users`` a user sees only their own user record (and association
+    rows); with ``accounts`` only the accounts they belong to. Operators see everything."""
+    me = caller.user
+    if entity in ("user", "assoc", "account") and not sees_all(ctx, caller, "users"):
+        rows = [r for r in rows if r.get("user") in ("", me)]
+        if entity == "user":
+            rows = [r for r in rows if r.get("user") == me]
+    if entity in ("account", "assoc", "user") and not sees_all(ctx, caller, "accounts"):
+        mine = ctx.state.accounts.accounts_of(me)
+        rows = [r for r in rows if "account" not in r or r["account"] in mine]
+    return rows
+
+
 def user_record(u: User) -> dict[str, Any]:
     return {"user": u.name, "default_account": u.default_account, "admin_level": u.admin_level}
 
@@ -694,6 +711,10 @@ def sshare(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
             "grp_tres_mins": tres.to_string(a.limits.grp_tres_mins),
             "uid_user": a.user,
         })
+    if not sees_all(ctx, caller, "usage"):  # PrivateData=usage: own usage, own accounts
+        mine = accounts.accounts_of(caller.user)
+        rows = [r for r in rows if r["user"] == caller.user
+                or (not r["user"] and r["account"] in mine)]
     return {"rows": rows, "me": caller.user}
 
 

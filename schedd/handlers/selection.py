@@ -13,6 +13,7 @@ from typing import Any
 
 from schedd import protocol
 from schedd.context import Context, RequestError
+from schedd.identity import Caller, is_operator
 from schedd.model import ACTIVE_STATES, Job, JobState
 from schedd.slurm import arrayspec
 from schedd.slurm.states import StateError
@@ -170,3 +171,16 @@ def select_jobs_reporting(ctx: Context, body: dict[str, Any]) -> tuple[list[Job]
     return out, refs.unmatched(texts, out)
 
 
+
+
+def sees_all(ctx: Context, caller: Caller, kind: str) -> bool:
+    """Whether ``caller`` sees everyone's ``kind`` (PrivateData: jobs, usage, accounts, users):
+    always unless the site made it private, and then operators only."""
+    return not ctx.cfg.private(kind) or is_operator(caller)
+
+
+def visible_jobs(ctx: Context, caller: Caller, jobs: list[Job]) -> list[Job]:
+    """PrivateData=jobs: a user sees only their own jobs (operators see every job)."""
+    if sees_all(ctx, caller, "jobs"):
+        return jobs
+    return [j for j in jobs if j.uid == caller.uid]

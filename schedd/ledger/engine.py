@@ -6,6 +6,8 @@ DDL (migrations) is transactional too.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from schedd.ledger.records import SchemaError
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
+LEDGER_MODE = 0o600  # the ledger holds every job's environment and script: its owner only
+SQLITE_SIBLINGS = ("", "-wal", "-shm", "-journal")
 
 
 def show_url(url: str | URL) -> str:
@@ -42,6 +46,9 @@ def make_engine(url: str | URL) -> Engine:
     parsed = parse_url(url)
     try:
         if parsed.get_backend_name() == "sqlite":
+            path = sqlite_path(parsed)
+            if path is not None:
+                secure_sqlite(path)
             engine = create_engine(parsed)
             _tune_sqlite(engine)
         else:
@@ -65,6 +72,30 @@ def _tune_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN")
+
+
+def secure_sqlite(path: Path) -> None:
+    """Make the SQLite ledger and its WAL/SHM/journal readable by their owner only (0600),
+    whatever the umask: the file is created here 0600 when missing (SQLite then gives its
+    -wal and -shm the database file's mode), and existing files of ours are chmod-ed."""
+    old = os.umask(0o077)
+    try:
+        if not path.exists() and path.parent.is_dir():
+            try:
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, LEDGER_MODE))
+            except OSError:
+                pass  # SQLite will say why it cannot open it
+        for suffix in SQLITE_SIBLINGS:
+            sibling = f"{path}{suffix}"
+            try:
+                st = os.lstat(sibling)
+                if (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+                        and stat.S_IMODE(st.st_mode) != LEDGER_MODE):
+                    os.chmod(sibling, LEDGER_MODE)
+            except OSError:
+                continue
+    finally:
+        os.umask(old)
 
 
 def sqlite_path(url: str | URL) -> Path | None:

@@ -15,7 +15,9 @@ A victim's life, once chosen:
    count + 1; with CANCEL it stays PREEMPTED.
 
 While a preemptor's victims are ending, and a moment after, it is *in flight*: planned first in
-the walk (what was freed is its) and not given more victims.
+the walk, kept to the nodes its victims free (the core promises them to it: ``preempt.hold_for``),
+not given more victims, and its requeued victims wait for it (``preempt.held_back``). A run
+younger than ``preempt_exempt_time`` (Slurm's PreemptExemptTime) is nobody's victim.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Tracker:
     victims: dict[int, PreemptMark] = field(default_factory=dict)  # job id -> its mark
     told: dict[int, float] = field(default_factory=dict)  # victim -> when terminate went out
     settled: dict[int, float] = field(default_factory=dict)  # preemptor -> last victim's end
+    requeued: dict[int, int] = field(default_factory=dict)  # requeued victim -> its preemptor
 
     @classmethod
     def from_state(cls, state: State) -> Tracker:
@@ -60,7 +63,15 @@ class Tracker:
         for by, when in list(self.settled.items()):
             if now - when > SETTLE:
                 del self.settled[by]
-        return frozenset({m.by for m in self.victims.values()} | set(self.settled))
+        flying = frozenset({m.by for m in self.victims.values()} | set(self.settled))
+        for victim, by in list(self.requeued.items()):
+            if by not in flying:
+                del self.requeued[victim]
+        return flying
+
+    def held_back(self, in_flight: frozenset[int]) -> dict[int, int]:
+        """Requeued victims whose preemptor is still in flight: they wait for it."""
+        return {v: by for v, by in self.requeued.items() if by in in_flight}
 
 
 # --- the snapshot ------------------------------------------------------------------------------
@@ -76,8 +87,10 @@ def policy(cfg: Config, state: State, tracker: Tracker, now: float) -> PreemptPo
     if not preempts and not guarantees:
         return None
     exempt = frozenset(name for name, q in qos.items() if mode_of(cfg, q.preempt_mode) == OFF)
+    in_flight = tracker.in_flight(now)
     return PreemptPolicy(preempts=preempts, exempt=exempt, guarantees=guarantees,
-                         burst_qos=cfg.scheduler.burst_qos, in_flight=tracker.in_flight(now))
+                         burst_qos=cfg.scheduler.burst_qos, in_flight=in_flight,
+                         held_back=tracker.held_back(in_flight))
 
 
 def annotate(snapshot: Snapshot, cfg: Config, state: State, checkpoints: dict[int, float],
@@ -188,5 +201,9 @@ def _preempted(job: Job, end: RunEnd, verdict: Verdict) -> None:
 
 @after(30, "preemption")
 def _release(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
-    """A victim's end frees its preemptor (in flight a moment more: SETTLE)."""
+    """A victim's end frees its preemptor (in flight a moment more: SETTLE); a requeued
+    victim waits for that preemptor meanwhile (``preempt.held_back``)."""
+    mark = ctx.preemption.victims.get(job.id)
     forget(ctx.preemption, job.id, now)
+    if mark is not None and verdict.requeue:
+        ctx.preemption.requeued[job.id] = mark.by

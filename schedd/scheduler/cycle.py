@@ -39,8 +39,10 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     if not pending:
         return Decisions()
     order, shown = ranked_order(snapshot, config)
+    held: list[int] = []
     if snapshot.preemption is not None:  # what preemption freed goes to its preemptor
         order = preempt.first(order, snapshot.preemption.in_flight)
+        order, held = preempt.held_back(order, snapshot.preemption)
     resv = reservations.Reserved(snapshot, config.bf_resolution)  # advance reservations
     timelines = profile.build(
         snapshot.now, snapshot.nodes, resv.running_outside, config.bf_resolution,
@@ -66,13 +68,16 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
         resv.explain(order, walk, plan)
     if members:
         resv.place_members(members, timelines, config, plan)
+    preemptions = preempt.decide(snapshot, plan.starts, plan.reasons, order, config)
+    preempt.hold_for(plan.reserved_nodes, preemptions)
+    plan.reasons.update(dict.fromkeys(held, "Priority"))  # behind the job that preempted them
     return Decisions(
         starts=[Start(job_id, alloc) for job_id, alloc in plan.starts],
         reasons=plan.reasons,
         expected_start=plan.expected_start,
         reserved_nodes=plan.reserved_nodes,
         priorities=shown,
-        preemptions=preempt.decide(snapshot, plan.starts, plan.reasons, order, config),
+        preemptions=preemptions,
     )
 
 

@@ -121,17 +121,21 @@ def fits(job: PendingJob, free: Free, eligible: Sequence[NodeView]) -> bool:
     return len(ok) >= job.num_nodes
 
 
-def claim(job: PendingJob, free: Free, eligible: Sequence[NodeView]) -> None:
-    """Hold the preemptor's share of ``free`` (best fit, -w first) for the rest of the cycle."""
+def claim(job: PendingJob, free: Free, eligible: Sequence[NodeView],
+          prefer: Iterable[str] = ()) -> list[str]:
+    """Hold the preemptor's share of ``free`` (best fit, -w first, then the nodes its victims
+    free) for the rest of the cycle; the nodes it will run on."""
     ok = fitting_nodes(job, free, eligible)
-    ok.sort(key=lambda v: (job.nodelist and v.name not in job.nodelist, free[v.name][2],
-                           free[v.name][0], v.name))
+    wanted = set(prefer)
+    ok.sort(key=lambda v: (job.nodelist and v.name not in job.nodelist, v.name not in wanted,
+                           free[v.name][2], free[v.name][0], v.name))
     for view in ok[:job.num_nodes]:
         d = placement.demand_on(job, view)
         slot = free[view.name]
         slot[0] -= d.cpus
         slot[1] -= d.mem
         slot[2] -= d.gpus
+    return sorted(v.name for v in ok[:job.num_nodes])
 
 
 def release_of(job: PendingJob, run: RunningJob, eligible: set[str]) -> int:
@@ -320,7 +324,8 @@ def decide(snapshot: Snapshot, started: Iterable[tuple[int, list]], reasons: dic
             cands = [Candidate(r, release_of(job, r, names),
                                cost_of(r, snapshot.now, config.preempt_restart_cost))
                      for r in snapshot.running
-                     if r.job_id not in taken and _may_preempt(job, r, policy, cause, usage)]
+                     if r.job_id not in taken and not exempt(r, snapshot.now, config)
+                     and _may_preempt(job, r, policy, cause, usage)]
             allowed = _floor(policy, usage) if cause == GUARANTEE else None
             victims = choose(job, cands, free, eligible, config.preempt_max_candidates, allowed)
             if victims is not None:
@@ -331,11 +336,39 @@ def decide(snapshot: Snapshot, started: Iterable[tuple[int, list]], reasons: dic
             taken.add(c.job.job_id)
             take(free, c.job, 1)
             _charge(usage, c.job, -1)
-        claim(job, free, eligible)
+        nodes = claim(job, free, eligible, {a.node for c in victims for a in c.job.allocation})
         if cause == GUARANTEE:
             reclaims += 1
-        out.append(Preemption(job.job_id, sorted(c.job.job_id for c in victims), cause))
+        out.append(Preemption(job.job_id, sorted(c.job.job_id for c in victims), cause, nodes))
     return out
+
+
+def exempt(run: RunningJob, now: float, config: SchedulerConfig) -> bool:
+    """PreemptExemptTime: a run younger than this is nobody's victim (counted from its last
+    start, so a requeued victim is not preempted again at once)."""
+    return now - run.start_time < config.preempt_exempt_time
+
+
+def hold_for(plan_nodes: dict[int, list[str]], preemptions: Iterable[Preemption]) -> None:
+    """What a preemption frees is held for its preemptor: its nodes become the promise the
+    next cycles keep it to (``Walk.promised_nodes``), so neither another job nor a requeued
+    victim takes them, and the preemptor is not planned elsewhere meanwhile."""
+    for p in preemptions:
+        if p.nodes:
+            plan_nodes[p.job_id] = list(p.nodes)
+
+
+def held_back(order: list[PendingJob], policy: PreemptPolicy) -> tuple[list[PendingJob],
+                                                                       list[int]]:
+    """A requeued victim never starts ahead of the job that preempted it: while that one is
+    in flight (and so pending), the victim is not planned. (The queue, the ids held.)"""
+    if not policy.held_back:
+        return order, []
+    pending = {j.job_id for j in order}
+    held = {v for v, by in policy.held_back.items() if by in pending and by in policy.in_flight}
+    if not held:
+        return order, []
+    return [j for j in order if j.job_id not in held], sorted(held & pending)
 
 
 def first(order: list[PendingJob], in_flight: frozenset[int]) -> list[PendingJob]:

@@ -187,6 +187,8 @@ class PreemptPolicy:
     guarantees: dict[str, dict[str, float]] = field(default_factory=dict)  # account -> TRES
     burst_qos: str = "burst"
     in_flight: frozenset[int] = frozenset()  # preemptors whose victims are still ending
+    # requeued victim -> its preemptor, while that one is in flight: the victim waits for it
+    held_back: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -194,6 +196,7 @@ class Preemption:
     job_id: int  # the preemptor
     victims: list[int]
     cause: str  # QOS or GUARANTEE
+    nodes: list[str] = field(default_factory=list)  # where it will run: held for it (promised)
 
 
 @dataclass(slots=True)

@@ -40,6 +40,7 @@ class Cluster:
     allow_root_jobs: bool = True
     agent_host: str = "127.0.0.1"  # where schedd listens for agents (a veth address in netns)
     schedd_extra: str = ""  # more lines for the [schedd] table (HA peers, ...)
+    preempt_exempt_time: int = 0  # PreemptExemptTime: tests preempt jobs that just started
 
     def write_config(self, port: int) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -60,6 +61,7 @@ curve = true
 {self.schedd_extra}
 [scheduler]
 interval = 0.5
+preempt_exempt_time = {self.preempt_exempt_time}
 [agent]
 fake_gpus = "{self.fake_gpus}"
 [[partition]]

@@ -205,3 +205,49 @@ def test_a_gang_takes_the_cheapest_nodes_and_a_wide_victim_counts_once() -> None
     got = decide(nodes, [dear, wide], [PendingJob(10, qos="high", gpus_per_node=8,
                                                   num_nodes=2)])
     assert [p.victims for p in got] == [[4]]
+
+
+# --- no livelock (issue 12, item 7) ------------------------------------------------------------
+
+
+def test_the_livelock_as_found_the_preemptor_is_kept_to_its_victims_node() -> None:
+    """n1: a job nobody may preempt, ending first; n2: the victim. The walk promises the
+    preemptor n1 (the earliest end); the preemption must move that promise to n2."""
+    nodes = [node("n1", gpus=4), node("n2", gpus=4)]
+    steady = RunningJob(1, [NodeAllocation("n1", 1, 0, [0, 1, 2, 3])], NOW - MIN, NOW + 300,
+                        qos="normal")
+    victim = RunningJob(2, [NodeAllocation("n2", 1, 0, [0, 1, 2, 3])], NOW - MIN, NOW + 3600,
+                        qos="low")
+    job = PendingJob(10, qos="high", gpus_per_node=4, time_limit=600)
+    d = schedule(Snapshot(NOW, nodes, [steady, victim], [job], preemption=QOS_POLICY),
+                 SchedulerConfig(preempt_exempt_time=0))
+    assert [(p.job_id, p.victims, p.nodes) for p in d.preemptions] == [(10, [2], ["n2"])]
+    assert d.reserved_nodes[10] == ["n2"]
+    # the victim has ended and is back in the queue (older, same shape): the preemptor, in
+    # flight and kept to n2, starts there; the victim is held back behind it
+    requeued = PendingJob(2, qos="low", gpus_per_node=4, time_limit=3600,
+                          submit_time=NOW - 7200)
+    policy = PreemptPolicy(preempts=QOS_POLICY.preempts, in_flight=frozenset({10}),
+                           held_back={2: 10})
+    snap = Snapshot(NOW + 5, nodes, [steady], [requeued, job], preemption=policy,
+                    promised_nodes=dict(d.reserved_nodes))
+    after = schedule(snap, SchedulerConfig(preempt_exempt_time=0))
+    assert [(s.job_id, [a.node for a in s.allocation]) for s in after.starts] == [(10, ["n2"])]
+    assert after.reasons[2] == "Priority" and after.preemptions == []
+
+
+def test_a_held_back_victim_is_free_once_its_preemptor_is_not_in_flight() -> None:
+    nodes = [node("n1", gpus=4)]
+    requeued = PendingJob(2, qos="low", gpus_per_node=4)
+    policy = PreemptPolicy(preempts=QOS_POLICY.preempts, held_back={2: 10})
+    d = schedule(Snapshot(NOW, nodes, [], [requeued], preemption=policy), SchedulerConfig())
+    assert [s.job_id for s in d.starts] == [2]  # its preemptor is gone: nothing to wait for
+
+
+def test_preempt_exempt_time_counts_from_the_last_start() -> None:
+    nodes = [node("n1", gpus=4)]
+    young = run(1, "n1", [0, 1, 2, 3], ran=30)
+    job = PendingJob(10, qos="high", gpus_per_node=4)
+    assert decide(nodes, [young], [job], preempt_exempt_time=60) == []
+    assert [p.victims for p in decide(nodes, [young], [job], preempt_exempt_time=20)] == [[1]]
+    assert SchedulerConfig().preempt_exempt_time > 0  # kiln's default keeps the loop away
