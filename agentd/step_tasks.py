@@ -27,7 +27,6 @@ closes such a step's row when its job ends.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -183,7 +182,8 @@ class StepRunner:
               out_fd: int, err_fd: int) -> None:
         try:
             proc = subprocess.Popen(
-                argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd, cwd=cwd, env=env,
+                argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd, env=env,
+                preexec_fn=lch.enter_workdir(cwd),  # entered as the user, not as root
                 start_new_session=True, close_fds=True, umask=lch._umask(env),
                 **self.launcher._credentials(step.ident),
             )
@@ -346,11 +346,12 @@ class StepRunner:
         reason = " DUE TO TIME LIMIT" if state == "TIMEOUT" else ""
         line = (f"slurmstepd: error: *** STEP {step.job_id}.{step.step_id} ON {self.node_name} "
                 f"CANCELLED AT {stamp}{reason} ***\n")
-        as_user = contextlib.nullcontext() if task.stderr_forwarded else \
-            self.launcher._as_user(step.ident)
         try:
-            with as_user:
+            if task.stderr_forwarded:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY)
+            else:
+                with self.launcher._as_user(step.ident):
+                    fd = lch.open_as_user(path, os.O_APPEND)
         except (OSError, lch.LaunchError):
             return
         try:
