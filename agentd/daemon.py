@@ -29,6 +29,7 @@ from typing import Any
 import zmq
 
 from agentd import gpus as gpu_discovery
+from agentd.forward import check_cap
 from agentd.launcher import Finished, Launcher, LaunchError
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
@@ -60,7 +61,10 @@ class Agent:
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
                                  allow_root=cfg.allow_root_jobs)
         recovered = self.launcher.recover()
-        self.steps = StepRunner(self.launcher, node_name)  # srun's tasks (agentd/step_tasks.py)
+        self.steps = StepRunner(  # srun's tasks (agentd/step_tasks.py)
+            self.launcher, node_name,
+            step_cap=check_cap(cfg.agent.step_spool_cap_mb, "step_spool_cap_mb"),
+            node_cap=check_cap(cfg.agent.node_spool_cap_mb, "node_spool_cap_mb"))
         self._step_reports: dict[int, tuple[int, int]] = {}  # msg id -> (job id, step id)
         self._step_outputs: dict[int, Any] = {}  # msg id -> the chunk it carried (its token)
         self.ctx = zmq.Context()
@@ -277,7 +281,7 @@ class Agent:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         while not self._stopping:
-            if poller.poll(TICK_MS):
+            if self._wait(poller):
                 for _ in range(1000):
                     try:
                         frame = self.sock.recv(zmq.NOBLOCK)
@@ -304,6 +308,18 @@ class Agent:
                 poller.register(self.sock, zmq.POLLIN)
         self.sock.close(0)
         self.ctx.term()
+
+    def _wait(self, poller: zmq.Poller) -> bool:
+        """Wait up to a tick for schedd, or for step output the agent would read now (the
+        pipes of steps under their spool cap); True when something is ready."""
+        pipes = self.steps.pipes()
+        if not pipes:
+            return bool(poller.poll(TICK_MS))
+        turn = zmq.Poller()
+        turn.register(self.sock, zmq.POLLIN)
+        for fd in pipes:
+            turn.register(fd, zmq.POLLIN)
+        return bool(turn.poll(TICK_MS))
 
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now
