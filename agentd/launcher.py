@@ -588,11 +588,13 @@ def open_as_user(path: str, flags: int = 0, mode: int = 0o644) -> int:
     message that says why. The directory is opened once and the file opened relative to it,
     and the final open is ``O_NOFOLLOW`` unless the symlink found was trusted: a symlink
     planted between the check and the open is refused too (in a sticky directory nobody else
-    can replace the user's own entry)."""
+    can replace the user's own entry). Directory symlinks on the way are held to the same
+    rule (``/tmp/planted-dir/x.out``)."""
     flags |= os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC
     parent, name = os.path.split(path)
     if not name:
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    _check_directories(parent)
     dir_fd = os.open(parent or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         st_dir = os.fstat(dir_fd)
@@ -619,6 +621,38 @@ def open_as_user(path: str, flags: int = 0, mode: int = 0o644) -> int:
         return os.open(name, flags, mode, dir_fd=dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _check_directories(parent: str) -> None:
+    """The protected_symlinks rule for each symlink on the way to ``parent`` (an absolute
+    path): one in a sticky world-writable directory is followed only when the user or the
+    directory's owner owns it. Raises OSError(ELOOP) naming it."""
+    if not os.path.isabs(parent):
+        return
+    resolved = "/"
+    for part in parent.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        here = os.path.join(resolved, part)
+        try:
+            st = os.lstat(here)
+        except OSError:
+            return  # the open will say what is wrong
+        if not stat.S_ISLNK(st.st_mode):
+            resolved = here
+            continue
+        try:
+            st_dir = os.stat(resolved)
+        except OSError:
+            return
+        if st_dir.st_mode & stat.S_ISVTX and st_dir.st_mode & stat.S_IWOTH and \
+                st.st_uid not in (os.geteuid(), st_dir.st_uid):
+            raise OSError(errno.ELOOP, f"refusing to follow a symlink owned by uid "
+                                       f"{st.st_uid} in sticky directory {resolved}", here)
+        resolved = os.path.realpath(here)
 
 
 def _is_symlink(name: str, dir_fd: int) -> bool:

@@ -656,3 +656,18 @@ def test_a_symlink_planted_after_the_check_is_not_followed(base, user, attacker,
     lau.close()
     assert "refusing to follow a symlink" in str(info.value)
     assert important.read_text() == "precious\n"
+
+
+def test_a_directory_symlink_planted_by_another_user_is_not_followed(launcher, base, user,
+                                                                     attacker, sticky):
+    victim_dir = base / "out" / "results"
+    victim_dir.mkdir()
+    os.chown(victim_dir, user.uid, user.gid)
+    (victim_dir / "x.out").write_text("precious\n")
+    os.chown(victim_dir / "x.out", user.uid, user.gid)
+    _plant(attacker, sticky / "mydir", victim_dir)
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 46, "#!/bin/sh\necho clobbered\n",
+                             stdout=str(sticky / "mydir" / "x.out")))
+    assert "refusing to follow a symlink owned by uid" in str(info.value)
+    assert (victim_dir / "x.out").read_text() == "precious\n"
