@@ -31,6 +31,8 @@ import fcntl
 import logging
 import os
 import shutil
+import struct
+import termios
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +82,8 @@ class Stream:
     sent: int = 0  # the next offset to send
     since: float = 0.0  # when the oldest unacknowledged chunk went out (or acked last moved)
     hold_until: float = 0.0
-    ended: bool = False  # the tasks are gone: what the pipe still holds is all there will be
+    ended: bool = False  # the tasks are gone: what the pipe held then is all there will be
+    last: int = -1  # once ended: the stream's size then plus what its pipe held
     gone: bool = False
     pending: bytes = b""  # read from the pipe, not yet written (the disk refused)
 
@@ -110,8 +113,14 @@ class Stream:
         moved = len(self.pending)
         self.pending = b""
         while self.pipe >= 0 and room - moved > 0:
+            want = min(READ_SIZE, room - moved)
+            if self.ended:
+                if self.written >= self.last:  # more can only come from an escaped process
+                    self._close_pipe()
+                    break
+                want = min(want, self.last - self.written)
             try:
-                data = os.read(self.pipe, min(READ_SIZE, room - moved))
+                data = os.read(self.pipe, want)
             except BlockingIOError:
                 if self.ended:
                     self._close_pipe()
@@ -154,7 +163,8 @@ class Stream:
                 self.written += done
                 view = view[done:]
         except OSError as exc:
-            log.warning("cannot spool forwarded output: %s", exc.strerror or exc)
+            if not self.pending:  # once per stall, not every turn
+                log.warning("cannot spool forwarded output: %s", exc.strerror or exc)
             self.pending = bytes(view)
             return False
         return True
@@ -292,10 +302,11 @@ class StepOutput:
         return sum(s.held for s in self.streams.values())
 
     def pipes(self) -> list[int]:
-        """The pipes worth waiting on now: open, and this step under its cap."""
-        if self.held >= self.cap:
-            return [s.pipe for s in self.streams.values() if s.pipe >= 0 and s.gone]
-        return [s.pipe for s in self.streams.values() if s.pipe >= 0]
+        """The pipes worth waiting on now: open, this step under its cap, and nothing
+        waiting for the disk (retried every turn); a dropped stream's are always drained."""
+        under = self.held < self.cap
+        return [s.pipe for s in self.streams.values()
+                if s.pipe >= 0 and (s.gone or (under and not s.pending))]
 
     def pump(self, room: int) -> int:
         """Move what the pipes hold into the spool while this step is under its cap and the
@@ -325,9 +336,11 @@ class StepOutput:
         return out
 
     def finish(self) -> None:
-        """The tasks are gone: what the pipes still hold is all there is to send."""
+        """The tasks are gone: what the pipes hold now is all there is to send (a process
+        that escaped their groups may write on; that is not waited for)."""
         for stream in self.streams.values():
             stream.ended = True
+            stream.last = stream.written + len(stream.pending) + _available(stream.pipe)
 
     @property
     def complete(self) -> bool:
@@ -338,6 +351,16 @@ class StepOutput:
             stream.close()
         self.streams.clear()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _available(fd: int) -> int:
+    """Bytes a pipe holds (FIONREAD); 0 for a closed one."""
+    if fd < 0:
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+    except OSError:
+        return 0
 
 
 def check_cap(value: Any, name: str) -> int:

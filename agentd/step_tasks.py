@@ -7,10 +7,11 @@ its stdout/stderr paths. Here, per task:
 - the output files are opened *as the user* (the launcher's effective-uid switch), each distinct
   path once per node and shared by the tasks that name it; truncated unless schedd says the file
   is shared with another node (then appended, srun having truncated it). Streams schedd marks
-  ``forward`` go to files in the agent's own spool instead, sent on to schedd for srun
-  (agentd/forward.py);
+  ``forward`` go to pipes the agent drains into its own spool, up to a per-step and per-node
+  cap (then the task waits in write()), and sends on to schedd for srun (agentd/forward.py);
 - the command is exec'd as the user with its groups, in its own session (so each task is a
-  process group the agent can signal whole), stdin from /dev/null, in srun's working directory;
+  process group the agent can signal whole), stdin from /dev/null, in srun's working directory
+  (entered after the switch to the user, ``launcher.enter_workdir``);
   a command that cannot be exec'd is Slurm's ``execve(): ...`` line in the task's stderr and
   exit code 2.
 

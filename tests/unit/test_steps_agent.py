@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import pwd
@@ -321,3 +322,35 @@ def test_caps_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         StepRunner(launcher, "node1", step_cap=0)
     launcher.close()
+
+
+def test_a_process_that_escaped_the_task_does_not_keep_the_step_open(runner: StepRunner,
+                                                                     tmp_path: Path) -> None:
+    """A task's child that left its process group (setsid) and writes on holds the pipe
+    open; the step still ends with what the pipe held when the tasks were gone, and the
+    escaped writer is left with a closed pipe (it dies of SIGPIPE at its next write)."""
+    pidfile = tmp_path / "spammer.pid"
+    runner.launch(_forwarded_spec(tmp_path, [
+        "sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; while :; do echo spam; done' & "
+                    f"while [ ! -s {pidfile} ]; do :; done; echo done"], ntasks=1))
+    try:
+        got, [report] = _drain(runner, lambda: None)
+        assert report["state"] == "COMPLETED"
+        assert b"done\n" in got[(0, 0, "out")]
+        pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 30
+        while _alive(pid):
+            assert time.monotonic() < deadline, "the escaped writer lives on"
+            time.sleep(0.02)
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pidfile.read_text()), 9)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
