@@ -311,15 +311,16 @@ class StepOutput:
     def pump(self, room: int) -> int:
         """Move what the pipes hold into the spool while this step is under its cap and the
         node has ``room``; the bytes moved. A stream schedd dropped is drained regardless."""
-        moved = 0
+        moved, held = 0, self.held
         for stream in self.streams.values():
             if stream.gone:
                 stream.pump(READ_SIZE * 4)
                 continue
-            space = min(self.cap - self.held, room - moved)
+            space = min(self.cap - held, room - moved)
             if space <= 0:
                 continue
-            moved += stream.pump(space)
+            took = stream.pump(space)
+            moved, held = moved + took, held + took
         self.peak = max(self.peak, self.held)
         return moved
 
