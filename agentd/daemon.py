@@ -169,8 +169,10 @@ class Agent:
             body["stats"] = stats
         return body
 
-    def _report(self, fin: Finished) -> None:
+    def _report(self, fin: Finished, error: str = "") -> None:
         body = self._end_body(fin)
+        if error:
+            body["error"] = error[:512]
         key = (fin.job_id, fin.generation)
         self._unacked[key] = (time.time(), body)
         self._report_ids[self._send("job_ended", body)] = key
@@ -268,7 +270,7 @@ class Agent:
             log.error("launch of job %s failed: %s", spec.get("job_id"), exc)
             now = time.time()
             self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", 1, 0,
-                                  now, now))
+                                  now, now), error=f"launch failed: {exc}")
             return
         self.sampler.track(spec)
         self._send("job_started", {"node": self.name, "job_id": spec["job_id"],

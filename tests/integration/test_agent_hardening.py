@@ -110,6 +110,7 @@ def test_a_symlink_planted_in_tmp_does_not_redirect_the_victims_output(
         job = capped.wait(job_id, FINISHED)
         assert job["state"] == "FAILED"
         assert important.read_text() == "precious\n"
+        assert "refusing to follow a symlink owned by uid" in job["reason"], job["reason"]
         log = (capped.home / "log" / "agentd-node1.log").read_text()
         assert re.search(rf"launch of job {job_id} failed: could not open output file "
                          rf"{planted}: refusing to follow a symlink owned by uid", log)
