@@ -29,6 +29,7 @@ from typing import Any
 import zmq
 
 from agentd import gpus as gpu_discovery
+from agentd.forward import check_cap
 from agentd.launcher import Finished, Launcher, LaunchError
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
@@ -59,7 +60,10 @@ class Agent:
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
                                  allow_root=cfg.allow_root_jobs)
         recovered = self.launcher.recover()
-        self.steps = StepRunner(self.launcher, node_name)  # srun's tasks (agentd/step_tasks.py)
+        self.steps = StepRunner(  # srun's tasks (agentd/step_tasks.py)
+            self.launcher, node_name,
+            step_cap=check_cap(cfg.agent.step_spool_cap_mb, "step_spool_cap_mb"),
+            node_cap=check_cap(cfg.agent.node_spool_cap_mb, "node_spool_cap_mb"))
         self._step_reports: dict[int, tuple[int, int]] = {}  # msg id -> (job id, step id)
         self._step_outputs: dict[int, Any] = {}  # msg id -> the chunk it carried (its token)
         self.ctx = zmq.Context()
@@ -155,8 +159,10 @@ class Agent:
             body["stats"] = stats
         return body
 
-    def _report(self, fin: Finished) -> None:
+    def _report(self, fin: Finished, error: str = "") -> None:
         body = self._end_body(fin)
+        if error:
+            body["error"] = error[:512]
         key = (fin.job_id, fin.generation)
         self._unacked[key] = (time.time(), body)
         self._report_ids[self._send("job_ended", body)] = key
@@ -254,7 +260,7 @@ class Agent:
             log.error("launch of job %s failed: %s", spec.get("job_id"), exc)
             now = time.time()
             self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", 1, 0,
-                                  now, now))
+                                  now, now), error=f"launch failed: {exc}")
             return
         self.sampler.track(spec)
         self._send("job_started", {"node": self.name, "job_id": spec["job_id"],
@@ -267,7 +273,7 @@ class Agent:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         while not self._stopping:
-            if poller.poll(TICK_MS):
+            if self._wait(poller):
                 for _ in range(1000):
                     try:
                         frame = self.sock.recv(zmq.NOBLOCK)
@@ -294,6 +300,18 @@ class Agent:
                 poller.register(self.sock, zmq.POLLIN)
         self.sock.close(0)
         self.ctx.term()
+
+    def _wait(self, poller: zmq.Poller) -> bool:
+        """Wait up to a tick for schedd, or for step output the agent would read now (the
+        pipes of steps under their spool cap); True when something is ready."""
+        pipes = self.steps.pipes()
+        if not pipes:
+            return bool(poller.poll(TICK_MS))
+        turn = zmq.Poller()
+        turn.register(self.sock, zmq.POLLIN)
+        for fd in pipes:
+            turn.register(fd, zmq.POLLIN)
+        return bool(turn.poll(TICK_MS))
 
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now

@@ -30,6 +30,8 @@ thread.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import pwd
@@ -37,7 +39,7 @@ import signal as _signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -195,8 +197,9 @@ class Launcher:
         start = time.time()
         try:
             proc = subprocess.Popen(
-                argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd, cwd=cwd,
-                env=spec["environment"], start_new_session=True, close_fds=True,
+                argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd,
+                preexec_fn=enter_workdir(cwd), env=spec["environment"],
+                start_new_session=True, close_fds=True,
                 umask=_umask(spec["environment"]), **self._credentials(ident),
             )
         except (OSError, subprocess.SubprocessError) as exc:
@@ -222,7 +225,15 @@ class Launcher:
             cwd, note = _workdir(spec["workdir"])
             out_path = os.path.join(cwd, spec["stdout"])
             err_path = os.path.join(cwd, spec["stderr"] or spec["stdout"])
-            out_fd = _open_output(out_path, append)
+            try:
+                out_fd = _open_output(out_path, append)
+            except LaunchError as exc:
+                if err_path != out_path:  # say why in the job's stderr file when it has one
+                    with contextlib.suppress(LaunchError):
+                        fd = _open_output(err_path, append)
+                        _write_fd(fd, f"slurmstepd: error: {exc}\n")
+                        os.close(fd)
+                raise
             try:
                 err_fd = out_fd if err_path == out_path else _open_output(err_path, append)
             except LaunchError:
@@ -420,7 +431,7 @@ class Launcher:
         """Append a line of the agent's own to the job's stderr file, as the user."""
         try:
             with self._as_user(job.ident):
-                fd = os.open(job.stderr_path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY)
+                fd = open_as_user(job.stderr_path, os.O_APPEND)
         except (OSError, LaunchError):
             return  # the user removed the file: nowhere to say it
         try:
@@ -556,16 +567,119 @@ def _workdir(path: str) -> tuple[str, str]:
             return path, ""
     except OSError as exc:
         problem = exc.strerror or str(exc)
-    return "/tmp", f"slurmstepd: error: couldn't chdir to `{path}': {problem}: going to /tmp instead\n"
+    return "/tmp", _chdir_note(path, problem)
+
+
+def _chdir_note(path: str, problem: str) -> str:
+    return f"slurmstepd: error: couldn't chdir to `{path}': {problem}: going to /tmp instead\n"
+
+
+def enter_workdir(path: str) -> Callable[[], None]:
+    """A ``preexec_fn`` that enters the job's directory in the child, *after* it became the
+    user: CPython's _posixsubprocess changes into ``cwd=`` before setgroups/setregid/setreuid,
+    that is as root, and calls ``preexec_fn`` after them. A directory the user cannot enter
+    (a symlink swapped in after the agent's check) gives Slurm's note on stderr (fd 2, already
+    the job's file) and /tmp, as Slurm does."""
+
+    def enter() -> None:
+        try:
+            os.chdir(path)
+        except OSError as exc:
+            os.write(2, _chdir_note(path, exc.strerror or str(exc)).encode())
+            os.chdir("/tmp")
+
+    return enter
 
 
 def _open_output(path: str, append: bool) -> int:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOCTTY | os.O_CLOEXEC
-    flags |= os.O_APPEND if append else os.O_TRUNC
+    """Open a job's output file; call it as the user (inside ``_as_user``)."""
+    flags = os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     try:
-        return os.open(path, flags, 0o644)
+        return open_as_user(path, flags)
     except OSError as exc:
         raise LaunchError(f"could not open output file {path}: {exc.strerror}") from None
+
+
+def open_as_user(path: str, flags: int = 0, mode: int = 0o644) -> int:
+    """``os.open(path, O_WRONLY | flags)`` for the user the caller acts as (the effective uid),
+    with the kernel's ``protected_symlinks`` rule applied whatever ``fs.protected_symlinks``
+    says: in a sticky world-writable directory (``/tmp``) a symlink is followed only when its
+    owner is the user or the directory's owner; any other raises ``OSError(ELOOP)`` with a
+    message that says why. The directory is opened once and the file opened relative to it,
+    and the final open is ``O_NOFOLLOW`` unless the symlink found was trusted: a symlink
+    planted between the check and the open is refused too (in a sticky directory nobody else
+    can replace the user's own entry). Directory symlinks on the way are held to the same
+    rule (``/tmp/planted-dir/x.out``)."""
+    flags |= os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC
+    parent, name = os.path.split(path)
+    if not name:
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    _check_directories(parent)
+    dir_fd = os.open(parent or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        st_dir = os.fstat(dir_fd)
+        if st_dir.st_mode & stat.S_ISVTX and st_dir.st_mode & stat.S_IWOTH:
+            try:
+                st = os.lstat(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                st = None
+            trusted = st is not None and stat.S_ISLNK(st.st_mode) and \
+                st.st_uid in (os.geteuid(), st_dir.st_uid)
+            if st is not None and stat.S_ISLNK(st.st_mode) and not trusted:
+                raise OSError(errno.ELOOP, f"refusing to follow a symlink owned by uid "
+                                           f"{st.st_uid} in sticky directory {parent or '.'}",
+                              path)
+            if not trusted:
+                try:
+                    return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+                except OSError:
+                    # ELOOP, or EACCES (Linux, O_CREAT on another's symlink): say which
+                    if _is_symlink(name, dir_fd):
+                        raise OSError(errno.ELOOP, "refusing to follow a symlink planted in "
+                                      f"sticky directory {parent or '.'}", path) from None
+                    raise
+        return os.open(name, flags, mode, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _check_directories(parent: str) -> None:
+    """The protected_symlinks rule for each symlink on the way to ``parent`` (an absolute
+    path): one in a sticky world-writable directory is followed only when the user or the
+    directory's owner owns it. Raises OSError(ELOOP) naming it."""
+    if not os.path.isabs(parent):
+        return
+    resolved = "/"
+    for part in parent.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        here = os.path.join(resolved, part)
+        try:
+            st = os.lstat(here)
+        except OSError:
+            return  # the open will say what is wrong
+        if not stat.S_ISLNK(st.st_mode):
+            resolved = here
+            continue
+        try:
+            st_dir = os.stat(resolved)
+        except OSError:
+            return
+        if st_dir.st_mode & stat.S_ISVTX and st_dir.st_mode & stat.S_IWOTH and \
+                st.st_uid not in (os.geteuid(), st_dir.st_uid):
+            raise OSError(errno.ELOOP, f"refusing to follow a symlink owned by uid "
+                                       f"{st.st_uid} in sticky directory {resolved}", here)
+        resolved = os.path.realpath(here)
+
+
+def _is_symlink(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
 
 
 def _umask(env: dict[str, str]) -> int:

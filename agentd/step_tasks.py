@@ -7,10 +7,11 @@ its stdout/stderr paths. Here, per task:
 - the output files are opened *as the user* (the launcher's effective-uid switch), each distinct
   path once per node and shared by the tasks that name it; truncated unless schedd says the file
   is shared with another node (then appended, srun having truncated it). Streams schedd marks
-  ``forward`` go to files in the agent's own spool instead, sent on to schedd for srun
-  (agentd/forward.py);
+  ``forward`` go to pipes the agent drains into its own spool, up to a per-step and per-node
+  cap (then the task waits in write()), and sends on to schedd for srun (agentd/forward.py);
 - the command is exec'd as the user with its groups, in its own session (so each task is a
-  process group the agent can signal whole), stdin from /dev/null, in srun's working directory;
+  process group the agent can signal whole), stdin from /dev/null, in srun's working directory
+  (entered after the switch to the user, ``launcher.enter_workdir``);
   a command that cannot be exec'd is Slurm's ``execve(): ...`` line in the task's stderr and
   exit code 2.
 
@@ -27,7 +28,6 @@ closes such a step's row when its job ends.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -38,13 +38,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd import launcher as lch
-from agentd.forward import TURN_CAP, StepOutput, Stream, StreamKey, message
+from agentd.forward import (
+    DEFAULT_STEP_CAP,
+    PUMP_CAP,
+    TURN_CAP,
+    StepOutput,
+    Stream,
+    StreamKey,
+    message,
+)
 from agentd.walltime import Ending, Walltime
 from schedd import protocol
 
 log = logging.getLogger("agentd.step_tasks")
 
 EXEC_FAILED = 2  # exit code of a task whose command could not be exec'd (slurmstepd's)
+DEFAULT_NODE_CAP = 1024 * 1024 * 1024  # bytes of forwarded output held on a node, at most
 
 
 @dataclass(slots=True)
@@ -56,7 +65,7 @@ class _Task:
     exit_code: int = 0
     exit_signal: int = 0
     stderr_path: str = ""
-    stderr_forwarded: bool = False  # stderr_path is the agent's file, not the user's
+    stderr_forwarded: bool = False  # stderr goes to srun (a pipe the agent reads)
     cpu: tuple[float, float] | None = None  # (user, system) seconds from wait4
 
 
@@ -82,9 +91,14 @@ class StepRunner:
     """The step tasks of one node. Uses the ``Launcher`` for identities and the uid switch, so
     the daemon must call both from its one thread."""
 
-    def __init__(self, launcher: lch.Launcher, node_name: str):
+    def __init__(self, launcher: lch.Launcher, node_name: str,
+                 step_cap: int = DEFAULT_STEP_CAP, node_cap: int = DEFAULT_NODE_CAP):
+        if step_cap <= 0 or node_cap <= 0:
+            raise ValueError("the forwarded-output caps must be positive")
         self.launcher = launcher
         self.node_name = node_name
+        self.step_cap = step_cap  # bytes of one step's forwarded output held here, at most
+        self.node_cap = node_cap  # ... of every step's together
         self._steps: dict[tuple[int, int], _Step] = {}
         self._unacked: dict[tuple[int, int], tuple[float, dict[str, Any]]] = {}
         # steps whose tasks are gone but whose forwarded output schedd has not all taken yet,
@@ -165,7 +179,7 @@ class StepRunner:
             return {}
         try:
             step.output, writers = StepOutput.create(self._forward_root, step.job_id,
-                                                     step.step_id, wanted)
+                                                     step.step_id, wanted, self.step_cap)
         except OSError as exc:
             raise lch.LaunchError(f"cannot make the forwarded output files: "
                                   f"{exc.strerror or exc}") from None
@@ -174,8 +188,7 @@ class StepRunner:
     def _note_stderr(self, step: _Step, task: _Task, entry: dict[str, Any]) -> None:
         """Where the task's stderr goes, for slurmstepd's banner when the step is stopped."""
         if "err" in _forwarded(entry) and step.output is not None:
-            task.stderr_path = step.output.path((task.procid, "err"))
-            task.stderr_forwarded = True
+            task.stderr_forwarded = True  # the banner goes into the forwarded stream
         else:
             task.stderr_path = str(entry.get("stderr") or os.devnull)
 
@@ -183,7 +196,8 @@ class StepRunner:
               out_fd: int, err_fd: int) -> None:
         try:
             proc = subprocess.Popen(
-                argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd, cwd=cwd, env=env,
+                argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd, env=env,
+                preexec_fn=lch.enter_workdir(cwd),  # entered as the user, not as root
                 start_new_session=True, close_fds=True, umask=lch._umask(env),
                 **self.launcher._credentials(step.ident),
             )
@@ -221,6 +235,7 @@ class StepRunner:
     def poll(self, now: float | None = None) -> list[tuple[tuple[int, int], dict[str, Any]]]:
         """Reap, enforce the job's walltime and KillWait; the step_ended reports now due."""
         now = time.time() if now is None else now
+        self.pump()
         for step in list(self._steps.values()):
             self._reap(step, now)
             if step.ending is None and step.walltime.expired(now):
@@ -232,6 +247,9 @@ class StepRunner:
                 self._settle(step, now)
         for key, (output, body) in list(self._draining.items()):
             if output.complete:
+                log.info("step %d.%d: %d bytes forwarded; the spool held at most %d of "
+                         "them", *key, sum(s.written for s in output.streams.values()),
+                         output.peak)
                 output.close()
                 del self._draining[key]
                 self._unacked[key] = (0.0, body)
@@ -244,8 +262,8 @@ class StepRunner:
         """The ``step_output`` chunks to send now, at most TURN_CAP bytes, each with the token
         its reply is matched by. Streams are served in turn, starting one further each call."""
         now = time.time() if now is None else now
-        outputs = [(s.key, s.output) for s in self._steps.values() if s.output is not None]
-        outputs += [(key, output) for key, (output, _) in self._draining.items()]
+        self.pump()
+        outputs = self._outputs()
         if not outputs:
             return []
         self._turn = (self._turn + 1) % len(outputs)
@@ -256,6 +274,38 @@ class StepRunner:
                                                            offset, data)))
                 budget -= len(data)
         return due
+
+    def _outputs(self) -> list[tuple[tuple[int, int], StepOutput]]:
+        outputs = [(s.key, s.output) for s in self._steps.values() if s.output is not None]
+        return outputs + [(key, output) for key, (output, _) in self._draining.items()]
+
+    def held(self) -> int:
+        """Bytes of forwarded output this node's spool holds now (every step)."""
+        return sum(output.held for _, output in self._outputs())
+
+    def pump(self) -> int:
+        """Move the tasks' output from their pipes into the spool, each step up to its cap
+        and all of them up to the node's (and PUMP_CAP per call); the bytes moved. A task
+        whose pipe is not read blocks in write(): that is the backpressure."""
+        outputs = self._outputs()
+        if not outputs:
+            return 0
+        room = min(self.node_cap - self.held(), PUMP_CAP)
+        moved = 0
+        start = self._turn % len(outputs)
+        for _, output in outputs[start:] + outputs[:start]:
+            moved += output.pump(max(room - moved, 0))
+        return moved
+
+    def pipes(self) -> list[int]:
+        """The tasks' pipes the daemon should wake up for: those the agent would read now
+        (none while the node is at its cap, but for streams schedd dropped)."""
+        full = self.held() >= self.node_cap
+        fds = []
+        for _, output in self._outputs():
+            fds += [s.pipe for s in output.streams.values() if s.pipe >= 0 and s.gone] \
+                if full else output.pipes()
+        return fds
 
     def output_answered(self, token: tuple[tuple[int, int], Stream, int],
                         reply: dict[str, Any], now: float | None = None) -> None:
@@ -340,17 +390,19 @@ class StepRunner:
         stderr on this node."""
         task = step.tasks[0] if step.tasks else None
         path = task.stderr_path if task else ""
-        if not task or not path or path == os.devnull:
+        if not task or (not task.stderr_forwarded and (not path or path == os.devnull)):
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
         reason = " DUE TO TIME LIMIT" if state == "TIMEOUT" else ""
         line = (f"slurmstepd: error: *** STEP {step.job_id}.{step.step_id} ON {self.node_name} "
                 f"CANCELLED AT {stamp}{reason} ***\n")
-        as_user = contextlib.nullcontext() if task.stderr_forwarded else \
-            self.launcher._as_user(step.ident)
+        if task.stderr_forwarded:
+            if step.output is not None:
+                step.output.add((task.procid, "err"), line.encode())
+            return
         try:
-            with as_user:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY)
+            with self.launcher._as_user(step.ident):
+                fd = lch.open_as_user(path, os.O_APPEND)
         except (OSError, lch.LaunchError):
             return
         try:

@@ -71,6 +71,10 @@ class AgentConfig:
     sample_interval: float = 10.0
     key_file: str = ""  # this node's CURVE secret key; default {keys_dir}/agents/{node}.key_secret
     schedd_key: str = ""  # schedd's CURVE public key; default {keys_dir}/schedd.key
+    # srun's forwarded output the agent holds in its (root-owned) spool, MB: per step and per
+    # node; at the cap the agent stops reading the tasks' pipes, so they wait in write()
+    step_spool_cap_mb: float = 64
+    node_spool_cap_mb: float = 1024
 
 
 @dataclass(slots=True)

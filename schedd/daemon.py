@@ -76,6 +76,9 @@ class Daemon:
             ("health", 1.0, self._health),
             ("purge", 5.0, self.state.purge),
         ]
+        if self.keyring is not None and self.keyring.refusals is not None:
+            refusals = self.keyring.refusals  # the count of refusals a peer repeated
+            self.timers.append(("log_summaries", 10.0, lambda now: refusals.flush()))
         self._timer_last = {name: 0.0 for name, _, _ in self.timers}
         self._stopping = False
         self.lease: leader.LeaderLease | None = None  # held while this schedd leads (HA)
@@ -194,8 +197,10 @@ class Daemon:
         if self.keyring is not None:
             key = (frames[-1].get("User-Id") or "").encode()
             if self.keyring.node_of(key) != node:  # a valid key, but another node's
-                log.warning("agent %r presented the key of %r: refused", node,
-                            self.keyring.node_of(key))
+                owner = self.keyring.node_of(key)
+                if self.keyring.refusals is not None:
+                    self.keyring.refusals.warning(f"{node}/{owner}", "agent %r presented the "
+                                                  "key of %r: refused", node, owner)
                 node = None
         reply = self._dispatch(frames[-1].bytes, protocol.AGENT_OPS, AGENT_HANDLERS, node,
                                denied="this agent's CURVE key is not its node's")

@@ -19,6 +19,8 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
+from schedd.logs import RepeatLimiter
+
 
 class KeyFileError(Exception):
     """A key file that is missing or unreadable; the message says which and what to run."""
@@ -98,6 +100,8 @@ class AgentKeyring:
     def __init__(self, keys_dir: Path, log=None):
         self.folder = keys_dir / "authorized"
         self.log = log
+        # a refused peer may retry many times a second: its first refusal, then a count a minute
+        self.refusals = RepeatLimiter(log) if log is not None else None
         self._mtime = -1.0
         self._nodes: dict[bytes, str] = {}
 
@@ -123,7 +127,7 @@ class AgentKeyring:
 
     def callback(self, domain: str, public_key: bytes) -> bool:
         node = self.node_of(public_key)
-        if node is None and self.log is not None:
-            self.log.warning("refused an agent with an unknown CURVE key %s",
-                             public_key.decode(errors="replace"))
+        if node is None and self.refusals is not None:
+            text = public_key.decode(errors="replace")
+            self.refusals.warning(text, "refused an agent with an unknown CURVE key %s", text)
         return node is not None

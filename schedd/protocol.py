@@ -268,7 +268,8 @@ _ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=Tru
                   "exit_code": Int(0, 255, required=True),
                   "exit_signal": Int(0, 128, required=True),
                   "end_time": Num(0, 1e13, required=True),
-                  "stats": Map(Num(0), size=64)}
+                  "stats": Map(Num(0), size=64),
+                  "error": Str(512)}  # why the agent could not start the job
 
 AGENT_OPS: dict[str, Schema] = {
     # agent -> schedd

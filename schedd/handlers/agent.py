@@ -121,4 +121,5 @@ def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
         generation=report["generation"], state=report["state"],
         end_time=float(report["end_time"]), exit_code=report["exit_code"],
         exit_signal=report["exit_signal"], stats=clean_stats(report.get("stats")),
-        detail=f"on {node}"))
+        detail=f"on {node}: {report['error']}" if report.get("error") else f"on {node}",
+        reason=report.get("error") or ""))

@@ -58,6 +58,7 @@ class RunEnd:
     exit_signal: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     detail: str = ""
+    reason: str = ""  # the agent's, when it could not start the run; else the state's
 
 
 @dataclass(slots=True)
@@ -196,7 +197,9 @@ def end_run(ctx: Context, job: Job, end: RunEnd) -> bool:
         fn(job, end, verdict)
     end_time = max(end.end_time, job.start_time)
     fields: dict[str, Any] = {
-        "state": verdict.state, "reason": END_REASONS.get(verdict.state, "None"),
+        "state": verdict.state,
+        "reason": (end.reason if verdict.state == JobState.FAILED and end.reason else
+                   END_REASONS.get(verdict.state, "None")),
         "end_time": end_time, "exit_code": end.exit_code, "exit_signal": end.exit_signal,
         "stop": None, "preempt": None,
     }

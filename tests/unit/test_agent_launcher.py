@@ -475,3 +475,199 @@ def test_recover_reports_jobs_that_ended_while_no_agent_watched(base, user):
     [done] = Launcher(base / "spool", "node7").recover()
     assert (done.job_id, done.state, done.exit_known) == (32, "COMPLETED", False)
     first.poll()
+
+
+# --- issue 12: the working directory and output paths, played as a second user -------------
+
+
+@pytest.fixture(scope="module")
+def attacker():
+    """A second throwaway user: the one who plants things in /tmp."""
+    name = f"kilna{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "-M", "-U", "-s", "/bin/sh", name], check=True)
+    try:
+        entry = pwd.getpwnam(name)
+        yield User(name, entry.pw_uid, entry.pw_gid, entry.pw_gid)
+    finally:
+        _kill_processes_of(name)
+        subprocess.run(["userdel", name], check=False)
+        subprocess.run(["groupdel", name], check=False, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def root_only(base):
+    """A directory only root may enter (0700), with a file only root may read: a job that
+    got in as root's chdir could list it (and open whatever inside it is world-readable)."""
+    secret = base / "rootonly"
+    secret.mkdir(mode=0o700)
+    (secret / "secret").write_text("root's secret\n")
+    os.chmod(secret / "secret", 0o600)
+    return secret
+
+
+def _swap_after_check(monkeypatch, workdir: Path, target: Path) -> None:
+    """Play the --chdir race without a race: the agent's check (as the user) sees the real
+    directory, then the directory is swapped for a symlink to ``target`` before the job
+    starts — what an attacker's loop achieves some of the time."""
+    check = launcher_mod._workdir
+
+    def check_then_swap(path):
+        result = check(path)  # as the user: the directory is theirs, the check passes
+        euid = os.geteuid()
+        os.seteuid(0)  # the swap is the attacker's, outside the agent's identity switch
+        try:
+            workdir.rename(workdir.with_name(workdir.name + ".moved"))
+            workdir.symlink_to(target)
+        finally:
+            os.seteuid(euid)
+        return result
+
+    monkeypatch.setattr(launcher_mod, "_workdir", check_then_swap)
+
+
+def test_a_workdir_swapped_for_a_symlink_to_a_root_only_directory_is_not_entered(
+        launcher, base, user, root_only, monkeypatch):
+    workdir = base / "work"
+    workdir.mkdir()
+    os.chown(workdir, user.uid, user.gid)
+    _swap_after_check(monkeypatch, workdir, root_only)
+    launcher.launch(spec(user, base, 40, "#!/bin/sh\npwd\nls\ncat secret\n",
+                           workdir=str(workdir)))
+    done = wait_for(launcher, 40)
+    text = output(base, 40)
+    assert "root's secret" not in text and "secret" not in text.splitlines()  # not listed
+    assert f"couldn't chdir to `{workdir}': Permission denied: going to /tmp instead" in text
+    assert "/tmp" in text.splitlines()
+    assert done.state == "FAILED"  # cat found no secret in /tmp
+
+
+def test_a_step_task_does_not_enter_a_swapped_root_only_workdir(base, user, root_only,
+                                                              monkeypatch):
+    from agentd.step_tasks import StepRunner
+
+    workdir = base / "work"
+    workdir.mkdir()
+    os.chown(workdir, user.uid, user.gid)
+    _swap_after_check(monkeypatch, workdir, root_only)
+    lau = Launcher(base / "spool", "node7", kill_wait=1)
+    steps = StepRunner(lau, "node7")
+    out = base / "out" / "task0.out"
+    step = {"job_id": 41, "step_id": 0, "user": user.name, "uid": user.uid, "gid": user.gid,
+            "argv": ["/bin/sh", "-c", "pwd; ls; cat secret"], "cwd": str(workdir),
+            "environment": {"PATH": "/usr/bin:/bin"}, "time_limit": None,
+            "job_start": time.time(), "kill_wait": 1,
+            "tasks": [{"procid": 0, "env": {}, "stdout": str(out), "stderr": str(out),
+                       "append": False}]}
+    try:
+        assert steps.launch(step)
+        deadline = time.monotonic() + WAIT
+        while not (due := steps.poll()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [(_, body)] = due
+    finally:
+        steps.close()
+        lau.close()
+    text = out.read_text()
+    assert "root's secret" not in text and "secret" not in text.splitlines()  # not listed
+    assert f"couldn't chdir to `{workdir}': Permission denied: going to /tmp instead" in text
+    assert "/tmp" in text.splitlines()
+    assert body["tasks"][0][1] != 0
+
+
+@pytest.fixture
+def sticky(base):
+    """A world-writable sticky directory like /tmp (owned by root)."""
+    path = base / "tmp"
+    path.mkdir()
+    os.chmod(path, 0o1777)
+    return path
+
+
+def _plant(who: User, link: Path, target: Path) -> None:
+    subprocess.run(["runuser", "-u", who.name, "--", "ln", "-s", str(target), str(link)],
+                   check=True)
+
+
+def test_output_through_a_symlink_planted_by_another_user_is_refused(
+        launcher, base, user, attacker, sticky):
+    important = base / "out" / "important"
+    important.write_text("precious\n")
+    os.chown(important, user.uid, user.gid)
+    _plant(attacker, sticky / "x.out", important)
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 42, "#!/bin/sh\necho clobbered\n",
+                             stdout=str(sticky / "x.out")))
+    assert "refusing to follow a symlink" in str(info.value)
+    assert important.read_text() == "precious\n"
+    assert launcher.running() == []
+
+
+def test_the_refusal_is_written_to_a_separate_stderr_file(launcher, base, user, attacker,
+                                                          sticky):
+    important = base / "out" / "important"
+    important.write_text("precious\n")
+    os.chown(important, user.uid, user.gid)
+    _plant(attacker, sticky / "y.out", important)
+    err = base / "out" / "y.err"
+    with pytest.raises(LaunchError):
+        launcher.launch(spec(user, base, 43, "#!/bin/sh\necho clobbered\n",
+                             stdout=str(sticky / "y.out"), stderr=str(err)))
+    assert "refusing to follow a symlink" in err.read_text()
+    assert important.read_text() == "precious\n"
+
+
+def test_the_users_own_symlink_in_a_sticky_directory_is_followed(launcher, base, user,
+                                                                 sticky):
+    target = base / "out" / "mine.out"
+    _plant(user, sticky / "mine.out", target)
+    launcher.launch(spec(user, base, 44, "#!/bin/sh\necho hello\n",
+                         stdout=str(sticky / "mine.out")))
+    assert wait_for(launcher, 44).state == "COMPLETED"
+    assert target.read_text() == "hello\n"
+
+
+def test_a_symlink_planted_after_the_check_is_not_followed(base, user, attacker, sticky):
+    important = base / "out" / "important"
+    important.write_text("precious\n")
+    os.chown(important, user.uid, user.gid)
+    real_lstat = os.lstat
+
+    def lstat_then_plant(path, *a, dir_fd=None, **kw):
+        try:
+            return real_lstat(path, *a, dir_fd=dir_fd, **kw)
+        finally:
+            if path == "z.out":
+                euid = os.geteuid()
+                os.seteuid(0)  # the attacker's move, between the agent's check and its open
+                try:
+                    if not (sticky / "z.out").is_symlink():
+                        _plant(attacker, sticky / "z.out", important)
+                finally:
+                    os.seteuid(euid)
+
+    try:
+        os.lstat = lstat_then_plant
+        lau = Launcher(base / "spool", "node7")
+        with pytest.raises(LaunchError) as info:
+            lau.launch(spec(user, base, 45, "#!/bin/sh\necho clobbered\n",
+                            stdout=str(sticky / "z.out")))
+    finally:
+        os.lstat = real_lstat
+    lau.close()
+    assert "refusing to follow a symlink" in str(info.value)
+    assert important.read_text() == "precious\n"
+
+
+def test_a_directory_symlink_planted_by_another_user_is_not_followed(launcher, base, user,
+                                                                     attacker, sticky):
+    victim_dir = base / "out" / "results"
+    victim_dir.mkdir()
+    os.chown(victim_dir, user.uid, user.gid)
+    (victim_dir / "x.out").write_text("precious\n")
+    os.chown(victim_dir / "x.out", user.uid, user.gid)
+    _plant(attacker, sticky / "mydir", victim_dir)
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 46, "#!/bin/sh\necho clobbered\n",
+                             stdout=str(sticky / "mydir" / "x.out")))
+    assert "refusing to follow a symlink owned by uid" in str(info.value)
+    assert (victim_dir / "x.out").read_text() == "precious\n"

@@ -67,3 +67,55 @@ def test_only_authorised_agents_get_through(tmp_path: Path, caplog) -> None:
     finally:
         auth.stop()
         ctx.term()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _lines(caplog, name: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == name]
+
+
+def test_a_refused_key_retried_many_times_is_logged_once_then_counted(tmp_path: Path,
+                                                                      caplog) -> None:
+    keys.generate_cluster(tmp_path, ["node1"])
+    rogue = keys.load_public(keys.generate(tmp_path / "rogue", "node1")[0])
+    keyring = keys.AgentKeyring(tmp_path, logging.getLogger("test.keys.flood"))
+    clock = _Clock()
+    keyring.refusals.clock = clock
+    with caplog.at_level(logging.WARNING, logger="test.keys.flood"):
+        for _ in range(500):  # an agent with a stale key, reconnecting in a tight loop
+            assert keyring.callback("*", rogue) is False
+        assert len(_lines(caplog, "test.keys.flood")) == 1
+        clock.now += 30
+        keyring.callback("*", rogue)
+        keyring.refusals.flush()
+        assert len(_lines(caplog, "test.keys.flood")) == 1  # within the minute: counted only
+        clock.now += 31
+        keyring.refusals.flush()  # the flood stopped: its count is still written, once
+        keyring.refusals.flush()
+    lines = _lines(caplog, "test.keys.flood")
+    assert len(lines) == 2
+    assert "unknown CURVE key" in lines[0]
+    assert "(500 times in the last 61 s)" in lines[1]
+
+
+def test_the_repeat_limiter_bounds_the_peers_it_tracks(caplog) -> None:
+    from schedd.logs import RepeatLimiter
+
+    clock = _Clock()
+    limiter = RepeatLimiter(logging.getLogger("test.keys.many"), max_peers=10, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="test.keys.many"):
+        for i in range(1000):  # a fresh key every time
+            limiter.warning(f"key{i}", "refused key%d", i)
+    assert len(limiter._peers) == 11  # ten peers and the rest together
+    assert len(_lines(caplog, "test.keys.many")) == 11
+    clock.now += 60
+    with caplog.at_level(logging.WARNING, logger="test.keys.many"):
+        limiter.flush()
+    assert "(989 times in the last 60 s)" in _lines(caplog, "test.keys.many")[-1]

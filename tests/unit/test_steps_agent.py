@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import os
 import pwd
 import time
@@ -155,8 +157,9 @@ def test_a_step_for_an_unknown_user_fails_at_once(runner: StepRunner, tmp_path: 
 # --- forwarded output (agentd/forward.py) ----------------------------------------------------
 
 
-def _forwarded_spec(tmp_path: Path, argv: list[str], ntasks: int = 2) -> dict[str, Any]:
-    spec = _spec(tmp_path, argv, ntasks=ntasks)
+def _forwarded_spec(tmp_path: Path, argv: list[str], ntasks: int = 2,
+                    **kw: Any) -> dict[str, Any]:
+    spec = _spec(tmp_path, argv, ntasks=ntasks, **kw)
     for task in spec["tasks"]:
         task.update(stdout="", stderr="", forward=["out", "err"])
     return spec
@@ -230,3 +233,124 @@ def test_a_cancelled_steps_banner_goes_to_its_forwarded_stderr(runner: StepRunne
     buf = StepOutput()
     assert _report(runner, buf=buf)["state"] == "CANCELLED"
     assert b"*** STEP 5.0 ON node1 CANCELLED AT" in _text(buf)[(0, "err")]
+
+
+# --- the spool cap (issue 12, item 14) -------------------------------------------------------
+
+
+def _spool_bytes(runner: StepRunner) -> int:
+    """What the agent's step spool holds on disk now, every file of every step."""
+    root = runner.launcher.spool.root / "steps"
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+def _drain(runner: StepRunner, watch, steps: int = 1, limit: float = 120.0) -> tuple[dict[tuple[int, int, str], bytearray], list[dict[str, Any]]]:
+    """Play schedd and a reading srun at once: take every chunk at the offset expected next;
+    ``watch()`` runs after every agent turn. Returns what arrived and the step_ended reports."""
+    got: dict[tuple[int, int, str], bytearray] = {}
+    reports: list[dict[str, Any]] = []
+    deadline = time.monotonic() + limit
+    while len(reports) < steps:
+        assert time.monotonic() < deadline, "the steps never ended"
+        for token, chunk in runner.output_due():
+            data = got.setdefault((chunk["step_id"], chunk["procid"], chunk["stream"]),
+                                  bytearray())
+            if chunk["offset"] == len(data):
+                data += base64.b64decode(chunk["data"])
+            runner.output_answered(token, {"expected": len(data)})
+        watch()
+        for key, body in runner.poll():
+            runner.acknowledged(key)
+            reports.append(body)
+        watch()
+    return got, reports
+
+
+def test_forwarded_output_never_makes_the_spool_exceed_the_step_cap(tmp_path: Path) -> None:
+    blob = tmp_path / "blob"
+    blob.write_bytes(os.urandom(20 * 1024 * 1024))
+    cap = 256 * 1024
+    launcher = Launcher(tmp_path / "spool", "node1", kill_wait=1, allow_root=True)
+    runner = StepRunner(launcher, "node1", step_cap=cap)
+    seen = []
+
+    def watch() -> None:
+        seen.append(_spool_bytes(runner))
+        assert runner.held() <= cap
+
+    try:
+        runner.launch(_forwarded_spec(tmp_path, ["cat", str(blob)], ntasks=1))
+        got, [report] = _drain(runner, watch)
+    finally:
+        runner.close()
+        launcher.close()
+    assert report["state"] == "COMPLETED"
+    assert max(seen) <= cap  # the task waited in write(), not the bytes on the agent's disk
+    assert max(seen) > 0
+    assert hashlib.sha256(got[(0, 0, "out")]).hexdigest() == \
+        hashlib.sha256(blob.read_bytes()).hexdigest()
+
+
+def test_the_node_cap_holds_over_every_step(tmp_path: Path) -> None:
+    blob = tmp_path / "blob"
+    blob.write_bytes(os.urandom(4 * 1024 * 1024))
+    node_cap = 300 * 1024
+    launcher = Launcher(tmp_path / "spool", "node1", kill_wait=1, allow_root=True)
+    runner = StepRunner(launcher, "node1", step_cap=256 * 1024, node_cap=node_cap)
+    seen = []
+
+    def watch() -> None:
+        seen.append(_spool_bytes(runner))
+
+    try:
+        for step_id in range(3):
+            runner.launch(_forwarded_spec(tmp_path, ["cat", str(blob)], ntasks=2,
+                                          step_id=step_id))
+        got, reports = _drain(runner, watch, steps=3)
+    finally:
+        runner.close()
+        launcher.close()
+    assert sorted(r["step_id"] for r in reports) == [0, 1, 2]
+    assert max(seen) <= node_cap
+    want = hashlib.sha256(blob.read_bytes()).hexdigest()
+    assert {k: hashlib.sha256(v).hexdigest() for k, v in got.items() if k[2] == "out"} == \
+        {(s, p, "out"): want for s in range(3) for p in range(2)}
+
+
+def test_caps_must_be_positive(tmp_path: Path) -> None:
+    launcher = Launcher(tmp_path / "spool", "node1", allow_root=True)
+    with pytest.raises(ValueError):
+        StepRunner(launcher, "node1", step_cap=0)
+    launcher.close()
+
+
+def test_a_process_that_escaped_the_task_does_not_keep_the_step_open(runner: StepRunner,
+                                                                     tmp_path: Path) -> None:
+    """A task's child that left its process group (setsid) and writes on holds the pipe
+    open; the step still ends with what the pipe held when the tasks were gone, and the
+    escaped writer is left with a closed pipe (it dies of SIGPIPE at its next write)."""
+    pidfile = tmp_path / "spammer.pid"
+    runner.launch(_forwarded_spec(tmp_path, [
+        "sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; while :; do echo spam; done' & "
+                    f"while [ ! -s {pidfile} ]; do :; done; echo done"], ntasks=1))
+    try:
+        got, [report] = _drain(runner, lambda: None)
+        assert report["state"] == "COMPLETED"
+        assert b"done\n" in got[(0, 0, "out")]
+        pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 30
+        while _alive(pid):
+            assert time.monotonic() < deadline, "the escaped writer lives on"
+            time.sleep(0.02)
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pidfile.read_text()), 9)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
