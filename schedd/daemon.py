@@ -19,7 +19,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from types import GeneratorType
 from typing import Any
 
 import zmq
@@ -34,7 +35,7 @@ from schedd.ledger.store import Store
 from schedd.lifecycle import enforcement, health, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
-from schedd.localsock import LocalServer
+from schedd.localsock import LocalServer, Work
 from schedd.logs import setup_logging
 from schedd.reports import forecast, metrics
 from schedd.routes import AGENT_HANDLERS, CLIENT_HANDLERS
@@ -126,11 +127,12 @@ class Daemon:
         log.info("schedd listening: clients %s, agents %s", self.cfg.client_endpoint,
                  self.cfg.agent_endpoint)
         while not self._stopping:
-            timeout = self._until_next_cycle(self.now()) * 1000
+            timeout = 0 if self.local.working else self._until_next_cycle(self.now()) * 1000
             ready = dict(poller.poll(timeout))
             if self.agent_sock in ready:
                 self._drain(self.agent_sock, self._handle_agent)
             self.local.ready(ready, self.now())  # each ready client: one request answered
+            self.local.step_work()  # long requests, a slice per user in turn
             now = self.now()
             if self._until_next_cycle(now) <= 0:
                 self.run_cycle(now)
@@ -209,7 +211,10 @@ class Daemon:
             if op not in handlers:  # in the wire contract, not (yet) served by this schedd
                 raise protocol.ProtocolError(protocol.E_UNKNOWN_OP,
                                              f"operation {op!r} is not supported by this schedd")
-            return protocol.reply_ok(msg_id, handlers[op](self, caller, body))
+            answer = handlers[op](self, caller, body)
+            if isinstance(answer, GeneratorType):  # a long request: in slices (localsock.Work)
+                return Slices(msg_id, answer)
+            return protocol.reply_ok(msg_id, answer)
         except protocol.ProtocolError as exc:
             return protocol.reply_error(msg_id, exc.code, exc.message)
         except RequestError as exc:
@@ -284,6 +289,27 @@ class Daemon:
         for job in transitions.start_runs(self, starts, now):
             if self.metrics is not None:
                 self.metrics.job_started(job, now)
+
+
+class Slices(Work):
+    """A handler written as a generator: it yields after each bounded slice of its work and
+    returns its reply body (schedd/handlers/sacct.py). Errors end it as _dispatch's would."""
+
+    def __init__(self, msg_id: Any, gen: Generator[None, None, dict[str, Any]]):
+        self.msg_id, self.gen = msg_id, gen
+
+    def step(self) -> bytes | None:
+        try:
+            next(self.gen)
+            return None
+        except StopIteration as done:
+            return protocol.reply_ok(self.msg_id, done.value)
+        except (protocol.ProtocolError, RequestError) as exc:
+            return protocol.reply_error(self.msg_id, exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - no request may take the daemon down
+            log.exception("request failed")
+            return protocol.reply_error(self.msg_id, protocol.E_INTERNAL,
+                                        f"internal error: {type(exc).__name__}")
 
 
 def _lead(cfg: kconfig.Config) -> leader.LeaderLease | None:

@@ -43,7 +43,17 @@ STALL_SECONDS = 30.0
 READ_CHUNK = 256 * 1024
 POLLIN, POLLOUT = 1, 2  # zmq.POLLIN, zmq.POLLOUT (the same values as poll(2)'s)
 
-Dispatch = Callable[[bytes, Caller], bytes]
+Dispatch = Callable[[bytes, Caller], Any]  # -> the reply, or a long request's Work
+
+
+class Work:
+    """A long request (sacct over a large window, ...): ``step()`` does one bounded slice of
+    it and returns None, or returns the reply once it is done. The server interleaves the
+    slices of every client's long request, one user at a time in turn, with everything else
+    the daemon does, so one user's big query never stalls another's squeue."""
+
+    def step(self) -> bytes | None:  # pragma: no cover - an interface
+        raise NotImplementedError
 
 
 def frame(payload: bytes) -> bytes:
@@ -63,6 +73,7 @@ class Connection:
     outbox: bytearray = field(default_factory=bytearray)
     stalled_since: float = 0.0  # when the pending reply was queued (0: nothing pending)
     closing: bool = False  # close once the outbox is written
+    work: Any = None  # a long request in progress (Work); nothing more is read meanwhile
 
     @property
     def fd(self) -> int:
@@ -75,6 +86,7 @@ class LocalServer:
         self.dispatch = dispatch
         self.conns: dict[int, Connection] = {}
         self._poller: Any = None
+        self._turn: dict[int, int] = {}  # uid -> which of its long requests goes next
         if os.path.exists(self.path) or os.path.islink(self.path):
             os.unlink(self.path)  # a stale socket of a dead schedd
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -157,7 +169,8 @@ class LocalServer:
 
     def _serve(self, conn: Connection) -> None:
         """Answer the next whole request, if there is one and no reply is waiting."""
-        while not conn.outbox and not conn.closing and len(conn.inbox) >= HEADER.size:
+        while (not conn.outbox and not conn.closing and conn.work is None
+               and len(conn.inbox) >= HEADER.size):
             (size,) = HEADER.unpack_from(conn.inbox)
             if size > protocol.MAX_MESSAGE_BYTES:
                 conn.closing = True  # said once, then the connection goes
@@ -170,7 +183,39 @@ class LocalServer:
                 return
             request = bytes(conn.inbox[HEADER.size:HEADER.size + size])
             del conn.inbox[:HEADER.size + size]
-            self._reply(conn, self.dispatch(request, conn.caller))
+            answer = self.dispatch(request, conn.caller)
+            if isinstance(answer, Work):
+                conn.work = answer
+                self._poller.modify(conn.fd, 0)  # nothing read until it is answered
+                return
+            self._reply(conn, answer)
+
+    # --- long requests --------------------------------------------------------------------
+
+    @property
+    def working(self) -> bool:
+        return any(c.work is not None for c in self.conns.values())
+
+    def step_work(self, budget: float = 0.02) -> None:
+        """Advance the long requests for about ``budget`` seconds: one slice per user in
+        turn (fair share between users, whatever their number of connections)."""
+        started = time.monotonic()
+        while time.monotonic() - started < budget:
+            by_user: dict[int, list[Connection]] = {}
+            for conn in self.conns.values():
+                if conn.work is not None:
+                    by_user.setdefault(conn.caller.uid, []).append(conn)
+            if not by_user:
+                return
+            for uid in sorted(by_user):
+                conns = by_user[uid]
+                conn = conns[self._turn.get(uid, 0) % len(conns)]
+                self._turn[uid] = self._turn.get(uid, 0) + 1
+                reply = conn.work.step()
+                if reply is not None:
+                    conn.work = None
+                    self._poller.modify(conn.fd, POLLIN)
+                    self._reply(conn, reply)
 
     def _reply(self, conn: Connection, payload: bytes) -> None:
         """Queue a reply; nothing more is read from this client until it has taken it (so it
