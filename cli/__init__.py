@@ -1,1 +1,1 @@
-"""The user and admin commands. Fast path: standard library + zmq only until a reply is printed."""
+"""The user and admin commands. Fast path: the standard library only until a reply is printed."""

@@ -1,23 +1,26 @@
-"""Talk to schedd: one DEALER socket over ipc (or tcp), one request at a time.
+"""Talk to schedd: one Unix-domain stream socket, one request at a time.
 
 This is also kiln's Python submit API: ``Client().call("submit", {...})`` on one connection.
-schedd learns who is calling from the ipc peer credentials, never from the message.
+schedd learns who is calling from the kernel (``SO_PEERCRED``), never from the message.
+Frames are length-prefixed JSON (``schedd/localsock.py``). Only the standard library: a
+command's cost is Python's start plus its own work.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import socket
+import struct
 from typing import Any
-
-import zmq
 
 from schedd import paths, protocol
 
 DEFAULT_TIMEOUT = 60.0
-WATCH_INTERVAL = 0.5  # seconds between checks that the schedd asked is still the one there
+HEADER = struct.Struct(">I")
+UNREACHABLE = "Unable to contact slurm controller (connect failure)"
+LOST = ("Unable to contact slurm controller (connection lost; the request may or may not "
+        "have been carried out)")
 
 
 class ClientError(Exception):
@@ -40,69 +43,75 @@ class Client:
         self.endpoints = [endpoint, *peers]  # an HA pair's schedds, tried in order
         self.timeout = timeout
         self._ids = itertools.count(1)
-        self._ctx = zmq.Context.instance()
-        self._sock: zmq.Socket | None = None
-        self._peer_id: tuple[int, int, int] | None = None
+        self._sock: socket.socket | None = None
 
-    def _socket(self) -> zmq.Socket:
+    def _socket(self) -> socket.socket:
+        """Connected to the first schedd that listens (a standby binds nothing; a dead one's
+        socket file refuses at once: no waiting out a timeout)."""
         if self._sock is None:
-            if len(self.endpoints) > 1:  # HA: the first schedd that listens (standbys do not)
-                live = next((e for e in self.endpoints if _listening(e)), None)
-                if live is None:  # between a leader's death and its standby's takeover
-                    raise ClientError("unreachable",
-                                      "Unable to contact slurm controller (connect failure)")
-                self.endpoint = live
-            if self.endpoint.startswith("ipc://") and not os.path.exists(self.endpoint[6:]):
-                raise ClientError("unreachable", "Unable to contact slurm controller (connect failure)")
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(self.endpoint)
-            self._sock = sock
-            self._peer_id = _socket_identity(self.endpoint)
+            for endpoint in self.endpoints:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self.timeout)
+                try:
+                    sock.connect(_path(endpoint))
+                except OSError:
+                    sock.close()
+                    continue
+                self.endpoint, self._sock = endpoint, sock
+                break
+            else:
+                raise ClientError("unreachable", UNREACHABLE)
         return self._sock
 
     def call(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one request and wait for its reply body; raises ClientError."""
         msg_id = next(self._ids)
-        frame = protocol.request(op, body, msg_id)
-        if len(frame) > protocol.MAX_MESSAGE_BYTES:
-            # schedd's socket drops a message over its cap without a word (ZeroMQ's
-            # MAXMSGSIZE closes the connection): say so now instead of waiting for a reply
+        reply = self.exchange(protocol.request(op, body, msg_id))
+        try:
+            decoded = _decode_reply(reply)
+        except protocol.ProtocolError as exc:
+            raise ClientError(exc.code, exc.message) from None
+        if decoded.get("ok"):
+            return decoded.get("body") or {}
+        err = decoded.get("error") or {}
+        raise ClientError(err.get("code", "error"), err.get("message", "unknown error"))
+
+    def exchange(self, request: bytes) -> bytes:
+        """One raw frame out, one back (the fuzz tests send malformed ones on purpose)."""
+        if len(request) > protocol.MAX_MESSAGE_BYTES:
             raise ClientError(protocol.E_BAD_REQUEST,
-                              f"request of {len(frame)} bytes is over the limit of "
+                              f"request of {len(request)} bytes is over the limit of "
                               f"{protocol.MAX_MESSAGE_BYTES} bytes")
         sock = self._socket()
-        sock.send(frame)
-        waited = 0.0
-        while True:
-            if not sock.poll(int(WATCH_INTERVAL * 1000)):
-                waited += WATCH_INTERVAL
-                if waited >= self.timeout:
-                    self.close()
-                    raise ClientError("unreachable",
-                                      "Unable to contact slurm controller (connect failure)")
-                if _socket_identity(self.endpoint) != self._peer_id:
-                    # the schedd we asked is gone (its socket file was removed or replaced):
-                    # our request died with it, or was done just before; never resent
-                    self.close()
-                    raise ClientError("unreachable", "Unable to contact slurm controller "
-                                      "(connection lost; the request may or may not have "
-                                      "been carried out)")
-                continue
+        try:
             try:
-                reply = _decode_reply(sock.recv())
-            except protocol.ProtocolError as exc:
-                raise ClientError(exc.code, exc.message) from None
-            if reply.get("id") != msg_id:
-                continue  # a late answer to a request that timed out earlier
-            if reply.get("ok"):
-                return reply.get("body") or {}
-            err = reply.get("error") or {}
-            raise ClientError(err.get("code", "error"), err.get("message", "unknown error"))
+                sock.sendall(HEADER.pack(len(request)) + request)
+            except BrokenPipeError:
+                pass  # schedd may have said why it closed (too many connections): read it
+            (size,) = HEADER.unpack(self._recv(sock, HEADER.size))
+            return self._recv(sock, size)
+        except TimeoutError:
+            self.close()
+            raise ClientError("unreachable", UNREACHABLE) from None
+        except OSError:
+            # the schedd we asked went away mid-request: never resent
+            self.close()
+            raise ClientError("unreachable", LOST) from None
+
+    @staticmethod
+    def _recv(sock: socket.socket, size: int) -> bytes:
+        chunks, left = [], size
+        while left:
+            chunk = sock.recv(min(left, 1 << 20))
+            if not chunk:
+                raise ConnectionResetError
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
 
     def close(self) -> None:
         if self._sock is not None:
-            self._sock.close(0)
+            self._sock.close()
             self._sock = None
 
     def __enter__(self) -> Client:
@@ -110,6 +119,15 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _path(endpoint: str) -> str:
+    if endpoint.startswith("ipc://"):
+        return endpoint[6:]
+    if "://" in endpoint:
+        raise ClientError("unreachable", f"{UNREACHABLE}: commands reach schedd over a local "
+                                         f"socket (ipc://PATH), not {endpoint}")
+    return endpoint
 
 
 def _decode_reply(frame: bytes) -> dict[str, Any]:
@@ -133,36 +151,18 @@ def _peers() -> list[str]:
     return [p for p in peers if isinstance(p, str)] if isinstance(peers, list) else []
 
 
-def _socket_identity(endpoint: str) -> tuple[int, int, int] | None:
-    """(device, inode, change time) of an ipc endpoint's socket file: a restarted schedd makes
-    a new one (the inode number alone may be reused). None for tcp endpoints and no file."""
-    if not endpoint.startswith("ipc://"):
-        return None
+def listening(endpoint: str) -> bool:
+    """Does a schedd listen there now? A connect probe."""
     try:
-        st = os.stat(endpoint[6:])
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_ctime_ns
-
-
-def _listening(endpoint: str) -> bool:
-    """Does a schedd listen there now? A connect probe (a standby binds nothing; a dead
-    leader's socket file refuses): cheap for ipc, a short TCP connect otherwise."""
-    try:
-        if endpoint.startswith("ipc://"):
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-                probe.connect(endpoint[6:])
-            return True
-        if endpoint.startswith("tcp://"):
-            host, _, port = endpoint[6:].rpartition(":")
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-                return True
-    except (OSError, ValueError):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.connect(_path(endpoint))
+        return True
+    except (OSError, ClientError):
         return False
-    return False
 
 
 def call(op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     """One request from a short-lived command."""
     with Client() as client:
         return client.call(op, body)
+

@@ -3,7 +3,7 @@
 Precedence is Slurm's: ``#SBATCH`` directives < ``SBATCH_*`` environment < command line. Only
 options the user gave are sent (schedd fills in partition defaults), plus what only the
 submitting side knows: the script, working directory, environment, submit host and command.
-This module is on the hot path of every submission: standard library, zmq and the ground
+This module is on the hot path of every submission: standard library and the ground
 modules only.
 """
 

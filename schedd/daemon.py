@@ -19,7 +19,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from types import GeneratorType
 from typing import Any
 
 import zmq
@@ -28,12 +29,13 @@ from schedd import config as kconfig
 from schedd import keys, leader, protocol, statedir
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
-from schedd.identity import from_peer_address, set_admin_lookup
+from schedd.identity import Caller, set_admin_lookup
 from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
 from schedd.lifecycle import enforcement, health, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
+from schedd.localsock import LocalServer, Work
 from schedd.logs import setup_logging
 from schedd.reports import forecast, metrics
 from schedd.routes import AGENT_HANDLERS, CLIENT_HANDLERS
@@ -56,9 +58,8 @@ class Daemon:
         self.state.load(self.now())
         set_admin_lookup(lambda uid: self.state.accounts.admin_level(uid))
         self.ctx = zmq.Context()
-        self.client_sock = self._bind(zmq.ROUTER, cfg.client_endpoint)
-        if cfg.client_endpoint.startswith("ipc://"):
-            os.chmod(cfg.client_endpoint[6:], 0o777)  # every user may ask; identity from the OS
+        # the commands' endpoint: a Unix stream socket, identity from SO_PEERCRED
+        self.local = LocalServer(cfg.client_endpoint, self._handle_client)
         self.keyring = self._start_curve() if cfg.curve else None
         self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint, curve=cfg.curve)
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
@@ -124,17 +125,17 @@ class Daemon:
 
     def run(self) -> None:
         poller = zmq.Poller()
-        poller.register(self.client_sock, zmq.POLLIN)
+        self.local.register(poller)
         poller.register(self.agent_sock, zmq.POLLIN)
         log.info("schedd listening: clients %s, agents %s", self.cfg.client_endpoint,
                  self.cfg.agent_endpoint)
         while not self._stopping:
-            timeout = self._until_next_cycle(self.now()) * 1000
+            timeout = 0 if self.local.working else self._until_next_cycle(self.now()) * 1000
             ready = dict(poller.poll(timeout))
             if self.agent_sock in ready:
                 self._drain(self.agent_sock, self._handle_agent)
-            if self.client_sock in ready:
-                self._drain(self.client_sock, self._handle_client)
+            self.local.ready(ready, self.now())  # each ready client: one request answered
+            self.local.step_work()  # long requests, a slice per user in turn
             now = self.now()
             if self._until_next_cycle(now) <= 0:
                 self.run_cycle(now)
@@ -174,7 +175,7 @@ class Daemon:
         self.state.usage.save(self.state.store, self.now(), force=True)
         if self.metrics is not None:
             self.metrics.close()
-        self.client_sock.close(0)
+        self.local.close()
         self.agent_sock.close(0)
         self.ctx.term()
         self.state.store.close()
@@ -187,10 +188,8 @@ class Daemon:
                 return
             handle(frames)
 
-    def _handle_client(self, frames: list[zmq.Frame]) -> None:
-        caller = from_peer_address(frames[-1].get("Peer-Address"))
-        reply = self._dispatch(frames[-1].bytes, protocol.CLIENT_OPS, CLIENT_HANDLERS, caller)
-        self.client_sock.send_multipart([f.bytes for f in frames[:-1]] + [reply])
+    def _handle_client(self, frame: bytes, caller: Caller) -> bytes:
+        return self._dispatch(frame, protocol.CLIENT_OPS, CLIENT_HANDLERS, caller)
 
     def _handle_agent(self, frames: list[zmq.Frame]) -> None:
         node = frames[0].bytes.decode(errors="replace")
@@ -207,7 +206,7 @@ class Daemon:
         self.agent_sock.send_multipart([f.bytes for f in frames[:-1]] + [reply])
 
     def _dispatch(self, frame: bytes, ops: dict, handlers: dict, caller: Any,
-                  denied: str = "caller identity unknown: connect over ipc") -> bytes:
+                  denied: str = "caller identity unknown") -> Any:
         msg_id = _peek_id(frame)  # so a refused request's error reply carries its id
         try:
             if caller is None:
@@ -216,7 +215,10 @@ class Daemon:
             if op not in handlers:  # in the wire contract, not (yet) served by this schedd
                 raise protocol.ProtocolError(protocol.E_UNKNOWN_OP,
                                              f"operation {op!r} is not supported by this schedd")
-            return protocol.reply_ok(msg_id, handlers[op](self, caller, body))
+            answer = handlers[op](self, caller, body)
+            if isinstance(answer, GeneratorType):  # a long request: in slices (localsock.Work)
+                return Slices(msg_id, answer)
+            return protocol.reply_ok(msg_id, answer)
         except protocol.ProtocolError as exc:
             return protocol.reply_error(msg_id, exc.code, exc.message)
         except RequestError as exc:
@@ -293,6 +295,27 @@ class Daemon:
                 self.metrics.job_started(job, now)
 
 
+class Slices(Work):
+    """A handler written as a generator: it yields after each bounded slice of its work and
+    returns its reply body (schedd/handlers/sacct.py). Errors end it as _dispatch's would."""
+
+    def __init__(self, msg_id: Any, gen: Generator[None, None, dict[str, Any]]):
+        self.msg_id, self.gen = msg_id, gen
+
+    def step(self) -> bytes | None:
+        try:
+            next(self.gen)
+            return None
+        except StopIteration as done:
+            return protocol.reply_ok(self.msg_id, done.value)
+        except (protocol.ProtocolError, RequestError) as exc:
+            return protocol.reply_error(self.msg_id, exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - no request may take the daemon down
+            log.exception("request failed")
+            return protocol.reply_error(self.msg_id, protocol.E_INTERNAL,
+                                        f"internal error: {type(exc).__name__}")
+
+
 def _lead(cfg: kconfig.Config) -> leader.LeaderLease | None:
     """Stand by until this schedd holds the leader lease; None if told to stop meanwhile."""
     lease = leader.LeaderLease(cfg.db_url, cfg.cluster_name)
@@ -339,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     except (kconfig.ConfigError, SchemaError, keys.KeyFileError, leader.LeaseError) as exc:
         print(f"schedd: error: {exc}", file=sys.stderr)
         return 1
-    except zmq.ZMQError as exc:
-        print(f"schedd: error: cannot listen: {exc}", file=sys.stderr)
+    except (zmq.ZMQError, OSError) as exc:
+        print(f"schedd: error: cannot listen: {getattr(exc, 'strerror', None) or exc}",
+              file=sys.stderr)
         return 1
     signal.signal(signal.SIGTERM, daemon.stop)
     signal.signal(signal.SIGINT, daemon.stop)

@@ -1,4 +1,4 @@
-"""Who is asking: taken from the OS (the ipc peer's credentials), never from a message field."""
+"""Who is asking: taken from the kernel (the local socket's SO_PEERCRED), never from a message field."""
 
 from __future__ import annotations
 
@@ -19,19 +19,6 @@ class Caller:
     @property
     def user(self) -> str:
         return user_name(self.uid)
-
-
-def from_peer_address(address: str | None) -> Caller | None:
-    """libzmq's ipc ``Peer-Address`` property reads ``localhost:UID:GID:PID``."""
-    if not address:
-        return None
-    parts = address.rsplit(":", 3)
-    if len(parts) != 4:
-        return None
-    try:
-        return Caller(uid=int(parts[1]), gid=int(parts[2]), pid=int(parts[3]))
-    except ValueError:
-        return None
 
 
 @lru_cache(maxsize=4096)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import pwd
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from schedd.context import Context, RequestError
@@ -26,6 +27,8 @@ from schedd.model import Job, JobState
 from schedd.reports import accounting
 
 STEP_QUERY_CHUNK = 500  # ids per IN (...) list: far below SQLite's bound-parameter limit
+PAGE = 1000  # jobs per ledger read of a long query (one slice)
+ROWS = 500  # jobs' rows built per slice
 ROW_IDENTITY = frozenset({"kind", "job_id", "job_id_raw", "step"})  # always sent
 
 
@@ -54,11 +57,13 @@ def _window(body: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _select(ctx: Context, body: dict[str, Any]) -> list[Job]:
+def _select(ctx: Context, body: dict[str, Any], out: list[Job]) -> Iterator[None]:
+    """The jobs the query names, into ``out``, a ledger page at a time (yielding between)."""
     refs = RefSet(parse_job_refs(body.get("job_ids") or [], ctx.cfg.max_array_size))
     states = parse_states(body["states"]) if body.get("states") else None
     users = _user_names(body.get("users") or []) or None
-    jobs = ctx.state.store.query_jobs(
+    pages = ctx.state.store.iter_jobs(
+        page=PAGE,
         job_ids=sorted({r.base for r in refs.refs}) if refs else None,
         users=users,
         accounts=[str(a).lower() for a in body.get("accounts") or []] or None,
@@ -70,30 +75,30 @@ def _select(ctx: Context, body: dict[str, Any]) -> list[Job]:
     partitions = {str(p) for p in body.get("partitions") or []}
     qos = {str(q) for q in body.get("qos") or []}
     nodes = {str(n) for n in body.get("nodes") or []}
-    out = []
-    for stored in jobs:
-        job = ctx.state.jobs.get(stored.id) or stored
-        if refs and not refs.matches(job):
-            continue
-        if partitions and job.partition not in partitions:
-            continue
-        if qos and job.qos not in qos:
-            continue
-        if nodes and not nodes.intersection(a.node for a in job.allocation):
-            continue
-        out.append(job)
+    for page in pages:
+        for stored in page:
+            job = ctx.state.jobs.get(stored.id) or stored
+            if refs and not refs.matches(job):
+                continue
+            if partitions and job.partition not in partitions:
+                continue
+            if qos and job.qos not in qos:
+                continue
+            if nodes and not nodes.intersection(a.node for a in job.allocation):
+                continue
+            out.append(job)
+        yield
     out.sort(key=lambda j: (j.array_job_id if j.array_job_id is not None else j.id,
                             -1 if j.array_task_id is None else j.array_task_id))
-    return out
 
 
-def _steps_of(ctx: Context, jobs: list[Job]) -> dict[int, list[dict[str, Any]]]:
+def _steps_of(ctx: Context, jobs: list[Job],
+              steps: dict[int, list[dict[str, Any]]]) -> Iterator[None]:
     ids = [j.id for j in jobs if j.start_time]
-    steps: dict[int, list[dict[str, Any]]] = {}
     for i in range(0, len(ids), STEP_QUERY_CHUNK):
         for record in ctx.state.store.query_steps(ids[i:i + STEP_QUERY_CHUNK]):
             steps.setdefault(record.job_id, []).append(dataclasses.asdict(record))
-    return steps
+        yield
 
 
 # job-row fields made from the job's steps (accounting.job_row): sacct -X still reads the steps
@@ -106,19 +111,29 @@ def _job_row_needs_steps(body: dict[str, Any]) -> bool:
     return not fields or bool(FROM_STEPS.intersection(map(str, fields)))
 
 
-def acct_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
-    """sacct's records: one row per job (array task), followed by its steps' rows."""
+def acct_jobs(ctx: Context, caller: Caller,
+              body: dict[str, Any]) -> Generator[None, None, dict[str, Any]]:
+    """sacct's records: one row per job (array task), followed by its steps' rows.
+
+    A long request: it goes in slices (a ledger page, a batch of steps, ``ROWS`` rows), and
+    the daemon runs other work — other users' squeue above all — between them."""
     now = ctx.now()
-    jobs = visible_jobs(ctx, caller, _select(ctx, body))  # PrivateData=jobs: own jobs only
+    selected: list[Job] = []
+    yield from _select(ctx, body, selected)
+    jobs = visible_jobs(ctx, caller, selected)  # PrivateData=jobs: own jobs only
     with_steps = body.get("steps", True) is not False
-    steps = _steps_of(ctx, jobs) if with_steps or _job_row_needs_steps(body) else {}
+    steps: dict[int, list[dict[str, Any]]] = {}
+    if with_steps or _job_row_needs_steps(body):
+        yield from _steps_of(ctx, jobs, steps)
     rc = accounting.RowContext(now, _policy(ctx), ctx.state.gpu_types(), ctx.cfg.cluster_name)
     rows: list[dict[str, Any]] = []
-    for job in jobs:
+    for n, job in enumerate(jobs, 1):
         if body.get("duplicates") and job.restart_count:
             for run in earlier_runs(job, ctx.state.store.job_events(job.id)):
                 rows.extend(accounting.sacct_rows(run, [], rc, False))
         rows.extend(accounting.sacct_rows(job, steps.get(job.id, []), rc, with_steps))
+        if n % ROWS == 0:
+            yield
     if body.get("fields"):  # only what the fields asked for travel (a tenth of the bytes)
         keep = ROW_IDENTITY | {str(f) for f in body["fields"]}
         rows = [{k: v for k, v in row.items() if k in keep} for row in rows]

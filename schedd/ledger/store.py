@@ -426,12 +426,15 @@ class Store:
         start: float | None = None,
         end: float | None = None,
         limit: int | None = None,
+        after_id: int | None = None,
     ) -> list[Job]:
         """sacct's query, by id. Every filter given must match (None = any).
 
         ``job_ids`` matches a job's id or its array's id (``sacct -j 7`` lists 7's tasks);
         ``start``/``end`` keep jobs that overlap the window: not ended before ``start``
-        (unfinished jobs have end_time 0 and always overlap) and submitted by ``end``.
+        (unfinished jobs have end_time 0 and always overlap) and submitted by ``end``;
+        ``after_id`` with ``limit`` reads the next page (keyset paging, for long queries that
+        go in slices: ``iter_jobs``).
         """
         c = t.jobs.c
         conds: list[Any] = []
@@ -450,11 +453,25 @@ class Store:
             conds.append(or_(c.end_time >= start, c.end_time == 0))
         if end is not None:
             conds.append(c.submit_time <= end)
+        if after_id is not None:
+            conds.append(c.id > after_id)
         stmt = select(t.jobs).where(*conds).order_by(c.id)
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._read("querying jobs") as conn:
             return [_tolerant_job(r) for r in conn.execute(stmt).mappings()]
+
+    def iter_jobs(self, page: int = 2000, **filters: Any) -> Iterator[list[Job]]:
+        """``query_jobs`` a page at a time (each page its own short read), so a caller can
+        do other work between pages."""
+        after: int | None = None
+        while True:
+            jobs = self.query_jobs(limit=page, after_id=after, **filters)
+            if jobs:
+                yield jobs
+            if len(jobs) < page:
+                return
+            after = jobs[-1].id
 
     def started_since(self, since: float, limit: int) -> list[Job]:
         """The last ``limit`` jobs started at or after ``since``, with only what forecasts need

@@ -124,23 +124,20 @@ def test_agent_with_another_nodes_key_is_refused(secure: Cluster) -> None:
 # --- identity: the socket's, never the message's ------------------------------------------
 
 _RAW_CLIENT = r"""
-import json, sys, zmq
+import json, sys
+from cli.client import Client
 from schedd import protocol
-sock = zmq.Context().socket(zmq.DEALER)
-sock.connect(sys.argv[1])
+client = Client(endpoint=sys.argv[1], timeout=10)
 out = []
 for n, line in enumerate(sys.stdin):
     op, body = json.loads(line)
-    sock.send(protocol.request(op, body, n + 1))
-    if not sock.poll(10000):
-        sys.exit("no reply")
-    out.append(json.loads(sock.recv()))
+    out.append(json.loads(client.exchange(protocol.request(op, body, n + 1))))
 print(json.dumps(out))
 """
 
 
 def _raw(cluster: Cluster, user: str, requests: list[tuple[str, dict]]) -> list[dict]:
-    """Send requests over the ipc socket as ``user`` from a bare zmq client."""
+    """Send requests over the local socket as ``user`` from a bare client."""
     res = subprocess.run(
         ["runuser", "-u", user, "--", str(BIN / "python"),
          "-c", _RAW_CLIENT, f"ipc://{cluster.home}/schedd.sock"],

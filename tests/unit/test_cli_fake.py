@@ -1,5 +1,6 @@
-"""A canned-reply schedd on an ipc socket, for testing the commands end to end without the
-daemon: a ROUTER in a thread that records each request and answers from a handler."""
+"""A canned-reply schedd on a local socket, for testing the commands end to end without the
+daemon: schedd's own LocalServer in a thread that records each request and answers from a
+handler."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import zmq
 
 from cli.client import Client, ClientError
 from schedd import protocol
+from schedd.localsock import LocalServer
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -22,31 +24,29 @@ class FakeSchedd:
         self.endpoint = f"ipc://{tmp / 'schedd.sock'}"
         self.handler = handler
         self.requests: list[tuple[str, dict[str, Any]]] = []
-        self._ctx = zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.bind(self.endpoint)
+        self._server = LocalServer(self.endpoint, self._answer)
+        self._poller = zmq.Poller()
+        self._server.register(self._poller)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
+    def _answer(self, frame: bytes, caller: Any) -> bytes:
+        msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+        self.requests.append((op, body))
+        try:
+            return protocol.reply_ok(msg_id, self.handler(op, body))
+        except ClientError as exc:
+            return protocol.reply_error(msg_id, exc.code, exc.message)
+
     def _serve(self) -> None:
         while not self._stop.is_set():
-            if not self._sock.poll(50):
-                continue
-            ident, frame = self._sock.recv_multipart()
-            msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
-            self.requests.append((op, body))
-            try:
-                reply = protocol.reply_ok(msg_id, self.handler(op, body))
-            except ClientError as exc:
-                reply = protocol.reply_error(msg_id, exc.code, exc.message)
-            self._sock.send_multipart([ident, reply])
+            self._server.ready(dict(self._poller.poll(50)), 0.0)
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
-        self._sock.close(0)
+        self._server.close()
 
     def ops(self, op: str) -> list[dict[str, Any]]:
         return [body for o, body in self.requests if o == op]

@@ -1,40 +1,157 @@
-"""The client gives up at once when the schedd it asked goes away mid-request."""
+"""The local endpoint (schedd/localsock.py) and its client (cli/client.py): identity from the
+kernel, length-prefixed frames, one reply held per client, and failures said at once."""
 
 from __future__ import annotations
 
 import os
-import time
+import socket
+import struct
+import threading
 from pathlib import Path
 
 import pytest
 import zmq
 
-from cli.client import Client, ClientError
+from cli.client import LOST, UNREACHABLE, Client, ClientError
+from schedd import protocol
+from schedd.identity import Caller
+from schedd.localsock import HEADER, LocalServer
 
 
-def test_request_to_a_vanished_schedd_fails_fast(tmp_path: Path) -> None:
-    path = tmp_path / "schedd.sock"
-    ctx = zmq.Context()
-    silent = ctx.socket(zmq.ROUTER)  # takes the request, never answers, then "crashes"
-    silent.bind(f"ipc://{path}")
-    client = Client(endpoint=f"ipc://{path}", timeout=30)
-    replacement = ctx.socket(zmq.ROUTER)
-    try:
-        client._socket()
-        time.sleep(0.01)  # a restarted schedd's socket file is newer than the first one
-        silent.close(0)
-        os.unlink(path)
-        replacement.bind(f"ipc://{path}")  # a restarted schedd: a new socket file
-        started = time.monotonic()
-        with pytest.raises(ClientError, match="connection lost"):
-            client.call("ping")
-        assert time.monotonic() - started < 10  # well inside the 30 s timeout
-    finally:
-        client.close()
-        replacement.close(0)
-        ctx.term()
+class Served:
+    """A LocalServer driven by a zmq.Poller in a thread, as the daemon drives it."""
+
+    def __init__(self, path: Path, dispatch=None):
+        self.callers: list[Caller] = []
+        self.server = LocalServer(f"ipc://{path}", dispatch or self._echo)
+        self.poller = zmq.Poller()
+        self.server.register(self.poller)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _echo(self, frame: bytes, caller: Caller) -> bytes:
+        self.callers.append(caller)
+        msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+        return protocol.reply_ok(msg_id, {"op": op, "uid": caller.uid})
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.server.ready(dict(self.poller.poll(20)), 0.0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join()
+        self.server.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    s = Served(tmp_path / "schedd.sock")
+    yield s
+    s.close()
+
+
+def test_the_caller_is_who_the_kernel_says(served: Served) -> None:
+    with Client(endpoint=f"ipc://{served.server.path}") as client:
+        assert client.call("ping") == {"op": "ping", "uid": os.getuid()}
+        assert client.call("ping", {})["op"] == "ping"  # one connection, many requests
+    assert [(c.uid, c.gid, c.pid) for c in served.callers] == [
+        (os.getuid(), os.getgid(), os.getpid())] * 2
+    assert oct(os.stat(served.server.path).st_mode & 0o777) == "0o777"
 
 
 def test_no_socket_file_is_a_connect_failure(tmp_path: Path) -> None:
     with pytest.raises(ClientError, match="connect failure"):
         Client(endpoint=f"ipc://{tmp_path}/none.sock").call("ping")
+
+
+def test_a_stale_socket_nobody_listens_on_fails_at_once(tmp_path: Path) -> None:
+    """After a crash or `kiln down` the socket file may stay: connecting is refused by the
+    kernel at once (ECONNREFUSED), not a wait for the timeout."""
+    path = tmp_path / "schedd.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens
+    with pytest.raises(ClientError) as err:
+        Client(endpoint=f"ipc://{path}", timeout=600).call("ping")
+    assert err.value.message == UNREACHABLE
+
+
+def test_a_schedd_that_dies_mid_request_is_said_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "schedd.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def take_and_die() -> None:
+        conn, _ = listener.accept()
+        conn.recv(100)
+        conn.close()  # took the request, then "crashed"
+
+    thread = threading.Thread(target=take_and_die)
+    thread.start()
+    with pytest.raises(ClientError) as err:
+        Client(endpoint=f"ipc://{path}", timeout=600).call("ping")
+    thread.join()
+    listener.close()
+    assert err.value.message == LOST
+
+
+def test_an_over_long_frame_is_refused_without_reading_it(served: Served) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(served.server.path)
+        sock.sendall(HEADER.pack(protocol.MAX_MESSAGE_BYTES + 1))
+        (size,) = HEADER.unpack(sock.recv(4, socket.MSG_WAITALL))
+        reply = sock.recv(size, socket.MSG_WAITALL)
+        assert b"over the cap" in reply
+        assert sock.recv(1) == b""  # and the connection is closed
+
+
+def test_a_client_that_never_reads_holds_one_reply(tmp_path: Path) -> None:
+    """Issue 12's 'replies nobody reads': 150 requests on a connection that never reads made
+    schedd hold 900 MB. Now a client holds one reply: the next request is not even read until
+    that reply is taken."""
+    big = b"x" * (4 << 20)
+    served = Served(tmp_path / "s.sock", lambda frame, caller: big)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(served.server.path)
+            request = protocol.request("ping", {}, 1)
+            sock.setblocking(False)
+            sent = 0
+            for _ in range(150):
+                try:
+                    sent += sock.send(HEADER.pack(len(request)) + request)
+                except BlockingIOError:
+                    break
+            deadline = 200
+            while served.server.buffered == 0 and deadline:
+                served._stop.wait(0.01)
+                deadline -= 1
+            held = served.server.buffered
+            assert 0 < held < len(big) + 2 * (4 << 20)  # one reply (and requests in flight)
+    finally:
+        served.close()
+
+
+def test_per_user_connections_are_bounded(served: Served, monkeypatch) -> None:
+    from schedd import localsock
+
+    monkeypatch.setattr(localsock, "MAX_PER_UID", 2)
+    socks = []
+    try:
+        for _ in range(2):
+            c = Client(endpoint=f"ipc://{served.server.path}")
+            c.call("ping")
+            socks.append(c)
+        third = Client(endpoint=f"ipc://{served.server.path}")
+        with pytest.raises(ClientError, match="too many connections"):
+            third.call("ping")
+    finally:
+        for c in socks:
+            c.close()
+
+
+def test_header_is_four_bytes_big_endian() -> None:
+    assert HEADER.pack(258) == struct.pack(">I", 258) == b"\x00\x00\x01\x02"

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from schedd import protocol
 from schedd.domain.jobenv import expand_output_pattern, job_environment
-from schedd.identity import from_peer_address
 from schedd.model import Job, JobState, NodeAllocation, StopMark
 from schedd.slurm import arrayspec, dependency, hostlist
 
@@ -100,13 +99,6 @@ def test_job_environment() -> None:
     assert env["SLURM_TASKS_PER_NODE"] == "4(x2)"
     assert env["PATH"] == "/bin"
     assert "SLURM_ARRAY_JOB_ID" not in env
-
-
-def test_peer_address() -> None:
-    caller = from_peer_address("localhost:1000:1001:4242")
-    assert caller is not None and (caller.uid, caller.gid, caller.pid) == (1000, 1001, 4242)
-    assert from_peer_address("") is None
-    assert from_peer_address("garbage") is None
 
 
 def test_protocol_rejects_bad_requests() -> None:

@@ -1,0 +1,268 @@
+"""The commands' local endpoint: a Unix-domain stream socket that knows who is asking.
+
+Every command (and the Python submit API, ``cli.client.Client``) connects here. The kernel
+says who the peer is (``SO_PEERCRED``: pid, uid, gid), never the message. Frames are
+length-prefixed (4 bytes, big-endian, then the versioned JSON envelope of
+``schedd.protocol``); one request is answered before the next one of the same connection is
+read, so a client that sends and never reads holds at most one reply in schedd.
+
+Bounds (no client can make schedd hold more):
+
+- a request frame is at most ``protocol.MAX_MESSAGE_BYTES``; a longer announced length gets
+  an error reply and the connection is closed, without reading the body;
+- connections: at most ``MAX_CONNECTIONS`` in all and ``MAX_PER_UID`` per user (one more is
+  accepted, told why and closed);
+- a reply not taken within ``STALL_SECONDS`` (the client stopped reading) drops the client.
+
+The server is driven by the daemon's loop (``register``/``ready`` on a ``zmq.Poller``, which
+polls plain file descriptors too): standard library only otherwise, no threads.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedd import protocol
+from schedd.identity import Caller
+
+log = logging.getLogger("schedd.localsock")
+
+HEADER = struct.Struct(">I")
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+MAX_CONNECTIONS = 1024
+MAX_PER_UID = 64
+STALL_SECONDS = 30.0
+READ_CHUNK = 256 * 1024
+POLLIN, POLLOUT = 1, 2  # zmq.POLLIN, zmq.POLLOUT (the same values as poll(2)'s)
+
+Dispatch = Callable[[bytes, Caller], Any]  # -> the reply, or a long request's Work
+
+
+class Work:
+    """A long request (sacct over a large window, ...): ``step()`` does one bounded slice of
+    it and returns None, or returns the reply once it is done. The server interleaves the
+    slices of every client's long request, one user at a time in turn, with everything else
+    the daemon does, so one user's big query never stalls another's squeue."""
+
+    def step(self) -> bytes | None:  # pragma: no cover - an interface
+        raise NotImplementedError
+
+
+def frame(payload: bytes) -> bytes:
+    return HEADER.pack(len(payload)) + payload
+
+
+def socket_path(endpoint: str) -> str:
+    """``ipc:///run/kiln/schedd.sock`` or a bare path -> the path."""
+    return endpoint[6:] if endpoint.startswith("ipc://") else endpoint
+
+
+@dataclass(slots=True)
+class Connection:
+    sock: socket.socket
+    caller: Caller
+    inbox: bytearray = field(default_factory=bytearray)
+    outbox: bytearray = field(default_factory=bytearray)
+    stalled_since: float = 0.0  # when the pending reply was queued (0: nothing pending)
+    closing: bool = False  # close once the outbox is written
+    work: Any = None  # a long request in progress (Work); nothing more is read meanwhile
+
+    @property
+    def fd(self) -> int:
+        return self.sock.fileno()
+
+
+class LocalServer:
+    def __init__(self, endpoint: str, dispatch: Dispatch, mode: int = 0o777):
+        self.path = socket_path(endpoint)
+        self.dispatch = dispatch
+        self.conns: dict[int, Connection] = {}
+        self._poller: Any = None
+        self._turn: dict[int, int] = {}  # uid -> which of its long requests goes next
+        if os.path.exists(self.path) or os.path.islink(self.path):
+            os.unlink(self.path)  # a stale socket of a dead schedd
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        os.chmod(self.path, mode)  # every user may ask; identity from the kernel
+        self.listener.listen(128)
+        self.listener.setblocking(False)
+
+    # --- the daemon's poller --------------------------------------------------------------
+
+    def register(self, poller: Any) -> None:
+        self._poller = poller
+        poller.register(self.listener.fileno(), POLLIN)
+
+    def ready(self, events: dict[Any, int], now: float) -> None:
+        """Act on what the poller reported: accept, read and answer, write."""
+        if events.get(self.listener.fileno()):
+            self._accept()
+        for fd, flags in list(events.items()):
+            conn = self.conns.get(fd) if isinstance(fd, int) else None
+            if conn is None:
+                continue
+            if flags & POLLOUT:
+                self._write(conn)
+            if flags & POLLIN and fd in self.conns:
+                self._read(conn)
+        self._drop_stalled(now)
+
+    def close(self) -> None:
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        self.listener.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    # --- connections ------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: try again at the next turn
+                log.warning("cannot accept a client: %s", exc.strerror)
+                return
+            sock.setblocking(False)
+            pid, uid, gid = PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
+            conn = Connection(sock, Caller(uid=uid, gid=gid, pid=pid))
+            problem = self._over_limit(uid)
+            self.conns[conn.fd] = conn
+            self._poller.register(conn.fd, POLLIN)
+            if problem:
+                conn.closing = True
+                self._reply(conn, protocol.reply_error(None, protocol.E_PERMISSION, problem))
+
+    def _over_limit(self, uid: int) -> str:
+        if len(self.conns) >= MAX_CONNECTIONS:
+            return "schedd has too many client connections; try again"
+        if sum(1 for c in self.conns.values() if c.caller.uid == uid) >= MAX_PER_UID:
+            return f"too many connections of uid {uid} (at most {MAX_PER_UID})"
+        return ""
+
+    def _read(self, conn: Connection) -> None:
+        try:
+            data = conn.sock.recv(READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        conn.inbox += data
+        self._serve(conn)
+
+    def _serve(self, conn: Connection) -> None:
+        """Answer the next whole request, if there is one and no reply is waiting."""
+        while (not conn.outbox and not conn.closing and conn.work is None
+               and len(conn.inbox) >= HEADER.size):
+            (size,) = HEADER.unpack_from(conn.inbox)
+            if size > protocol.MAX_MESSAGE_BYTES:
+                conn.closing = True  # said once, then the connection goes
+                conn.inbox.clear()
+                self._reply(conn, protocol.reply_error(
+                    None, protocol.E_BAD_REQUEST,
+                    f"message of {size} bytes is over the cap of {protocol.MAX_MESSAGE_BYTES}"))
+                return
+            if len(conn.inbox) < HEADER.size + size:
+                return
+            request = bytes(conn.inbox[HEADER.size:HEADER.size + size])
+            del conn.inbox[:HEADER.size + size]
+            answer = self.dispatch(request, conn.caller)
+            if isinstance(answer, Work):
+                conn.work = answer
+                self._poller.modify(conn.fd, 0)  # nothing read until it is answered
+                return
+            self._reply(conn, answer)
+
+    # --- long requests --------------------------------------------------------------------
+
+    @property
+    def working(self) -> bool:
+        return any(c.work is not None for c in self.conns.values())
+
+    def step_work(self, budget: float = 0.02) -> None:
+        """Advance the long requests for about ``budget`` seconds: one slice per user in
+        turn (fair share between users, whatever their number of connections)."""
+        started = time.monotonic()
+        while time.monotonic() - started < budget:
+            by_user: dict[int, list[Connection]] = {}
+            for conn in self.conns.values():
+                if conn.work is not None:
+                    by_user.setdefault(conn.caller.uid, []).append(conn)
+            if not by_user:
+                return
+            for uid in sorted(by_user):
+                conns = by_user[uid]
+                conn = conns[self._turn.get(uid, 0) % len(conns)]
+                self._turn[uid] = self._turn.get(uid, 0) + 1
+                reply = conn.work.step()
+                if reply is not None:
+                    conn.work = None
+                    self._poller.modify(conn.fd, POLLIN)
+                    self._reply(conn, reply)
+
+    def _reply(self, conn: Connection, payload: bytes) -> None:
+        """Queue a reply; nothing more is read from this client until it has taken it (so it
+        holds one reply and one request in schedd at the most)."""
+        conn.outbox += frame(payload)
+        conn.stalled_since = time.monotonic()
+        self._write(conn)
+
+    def _write(self, conn: Connection) -> None:
+        while conn.outbox:
+            try:
+                sent = conn.sock.send(conn.outbox)
+            except (BlockingIOError, InterruptedError):
+                self._poller.modify(conn.fd, POLLOUT)  # no reading until it is taken
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                    log.warning("client uid %d: %s", conn.caller.uid, exc.strerror)
+                self._close(conn)
+                return
+            del conn.outbox[:sent]
+        conn.stalled_since = 0.0
+        if conn.closing:
+            self._close(conn)
+            return
+        self._poller.modify(conn.fd, POLLIN)
+        if conn.inbox:
+            self._serve(conn)  # a request that arrived while the last reply was going out
+
+    def _drop_stalled(self, now: float) -> None:
+        clock = time.monotonic()
+        for conn in list(self.conns.values()):
+            if conn.outbox and clock - conn.stalled_since > STALL_SECONDS:
+                log.warning("dropping client uid %d pid %d: it stopped reading its reply "
+                            "(%d bytes waiting)", conn.caller.uid, conn.caller.pid,
+                            len(conn.outbox))
+                self._close(conn)
+
+    def _close(self, conn: Connection) -> None:
+        self.conns.pop(conn.fd, None)
+        try:
+            self._poller.unregister(conn.fd)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes schedd holds for clients (replies not yet taken, requests not yet read)."""
+        return sum(len(c.outbox) + len(c.inbox) for c in self.conns.values())
