@@ -24,23 +24,20 @@ SECRET = "SECRET=hunter2-do-not-leak"
 TOKEN = "--api-token=tok-3f9a"
 
 _RAW_CLIENT = r"""
-import json, sys, zmq
+import json, sys
+from cli.client import Client
 from schedd import protocol
-sock = zmq.Context().socket(zmq.DEALER)
-sock.connect(sys.argv[1])
+client = Client(endpoint=sys.argv[1], timeout=10)
 out = []
 for n, line in enumerate(sys.stdin):
     op, body = json.loads(line)
-    sock.send(protocol.request(op, body, n + 1))
-    if not sock.poll(10000):
-        sys.exit("no reply")
-    out.append(json.loads(sock.recv()))
+    out.append(json.loads(client.exchange(protocol.request(op, body, n + 1))))
 print(json.dumps(out))
 """
 
 
 def raw(cluster: Cluster, user: str, requests: list[tuple[str, dict]]) -> list[dict]:
-    """Requests over the ipc socket as ``user`` from a bare zmq client (no CLI filtering)."""
+    """Requests over the local socket as ``user`` from a bare client (no CLI filtering)."""
     res = subprocess.run(
         ["runuser", "-u", user, "--", str(BIN / "python"), "-c", _RAW_CLIENT,
          f"ipc://{cluster.home}/schedd.sock"],

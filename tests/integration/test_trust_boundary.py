@@ -36,7 +36,6 @@ PLANTED_PRIORITY = 1_000_000
 # unanswered: "unreachable"), so that every case is seen even then.
 _AS_USER = r"""
 import json, sys
-import zmq
 from cli.client import Client, ClientError
 from schedd import protocol
 endpoint, mode = sys.argv[1], sys.argv[2]
@@ -53,15 +52,13 @@ if mode == "client":
             except ClientError as exc:
                 out.append({"ok": False, "code": exc.code, "message": exc.message})
 else:
-    sock = zmq.Context().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
+    raw = Client(endpoint=endpoint, timeout=10)
     for n, (op, body) in enumerate(requests, 1):
-        sock.send(protocol.request(op, body, n))
-        if not sock.poll(10000):
+        try:
+            reply = json.loads(raw.exchange(protocol.request(op, body, n)))
+        except ClientError:
             out.append({"ok": False, "code": "no_reply", "message": "no reply", "id_ok": False})
             break
-        reply = json.loads(sock.recv())
         err = reply.get("error") or {}
         out.append({"ok": bool(reply.get("ok")), "code": err.get("code"),
                     "message": err.get("message", ""), "id_ok": reply.get("id") == n})
