@@ -367,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("agentd %s: %d CPUs, %d MB, %d GPUs, schedd %s (pid %d)", agent.name, agent.cpus,
              agent.memory_mb, len(agent.gpus), cfg.agent.schedd, os.getpid())
     agent.run()
+    log.info("agentd %s stopped (pid %d)", agent.name, os.getpid())  # a clean exit, status 0
     return 0
 
 

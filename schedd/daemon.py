@@ -369,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, daemon.stop)
     signal.signal(signal.SIGINT, daemon.stop)
     daemon.run()
+    log.info("schedd stopped (pid %d)", os.getpid())  # a clean exit, status 0
     return 0
 
 

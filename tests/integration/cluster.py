@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 BIN = Path(sys.executable).parent
 CLI_TIMEOUT = 60
@@ -41,6 +41,64 @@ class Cluster:
     agent_host: str = "127.0.0.1"  # where schedd listens for agents (a veth address in netns)
     schedd_extra: str = ""  # more lines for the [schedd] table (HA peers, ...)
     preempt_exempt_time: int = 0  # PreemptExemptTime: tests preempt jobs that just started
+    # what the daemons may log and do without failing the test (expect_log, expect_exit)
+    allowed_logs: list[re.Pattern[str]] = field(default_factory=list)
+    expected_exits: set[str] = field(default_factory=set)
+    _log_offsets: dict[str, int] = field(default_factory=dict, repr=False)
+    _pids: dict[str, int] = field(default_factory=dict, repr=False)
+
+    live: ClassVar[list[Cluster]] = []  # up and not yet down: checked after each test
+
+    # --- the daemons' health: their logs and their exits fail the test (conftest.py) ----------
+
+    def expect_log(self, pattern: str) -> None:
+        """A test that provokes a daemon error on purpose: a log record (or a block of a
+        daemon's stderr) matching ``pattern`` (a regex, searched) no longer fails it, for the
+        rest of this cluster's life."""
+        self.allowed_logs.append(re.compile(pattern, re.DOTALL))
+
+    def expect_exit(self, daemon: str) -> None:
+        """A test that stops or kills a daemon on purpose (``schedd``, ``agentd-node1``): its
+        exit, and the missing clean-stop line, do not fail it."""
+        self.expected_exits.add(daemon)
+
+    def log_problems(self) -> list[str]:
+        """What the daemons logged since the last look that no test expected: a traceback, an
+        ``internal`` error (a handler that raised), anything on a daemon's stderr that looks
+        like a crash. Each problem is the whole record, so the message says what broke."""
+        problems = []
+        for path in sorted((self.home / "log").glob("*")):
+            if path.suffix not in (".log", ".out") or not path.is_file():
+                continue
+            start = self._log_offsets.get(path.name, 0)
+            with open(path, "rb") as f:
+                f.seek(start)
+                data = f.read()
+            cut = data.rfind(b"\n") + 1  # a record still being written waits for next time
+            self._log_offsets[path.name] = start + cut
+            for record in _records(data[:cut].decode(errors="replace")):
+                if not _is_problem(record):
+                    continue
+                if any(p.search(record) for p in self.allowed_logs):
+                    continue
+                problems.append(f"{path.name}: {record.rstrip()[-2000:]}")
+        return problems
+
+    def check_logs(self) -> None:
+        problems = self.log_problems()
+        if problems:
+            raise AssertionError(f"daemon log(s) in {self.home}/log hold errors no test "
+                                 "expected (Cluster.expect_log allows one):\n"
+                                 + "\n---\n".join(problems))
+
+    def _daemon_pids(self) -> dict[str, int]:
+        pids = {}
+        for pid_file in (self.home / "run").glob("*.pid"):
+            try:
+                pids[pid_file.stem] = int(pid_file.read_text().strip())
+            except (OSError, ValueError):
+                continue
+        return pids
 
     def write_config(self, port: int) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -91,13 +149,37 @@ max_time = 3600
         self.write_config(port)
         res = self.run("kiln", "up", "--nodes", str(self.nodes), "--fake-gpus", self.fake_gpus)
         assert res.returncode == 0, res.stderr + res.stdout
+        if self not in Cluster.live:
+            Cluster.live.append(self)
         return res
 
     def down(self) -> None:
+        """Cancel every job and ``kiln down``; then fail if a daemon had died before (and no
+        test expected it), did not stop cleanly on SIGTERM (its clean-stop line, logged only
+        when its main returns 0, is missing), or logged an error no test expected."""
+        if self in Cluster.live:
+            Cluster.live.remove(self)
+        before = self._daemon_pids()
+        dead = [f"{name} (pid {pid}) had exited before teardown (SIGKILL, a crash)"
+                for name, pid in sorted(before.items())
+                if not _alive(pid) and name not in self.expected_exits]
         self.run("scancel", "-u", "root")
         for user in _made_users:
             self.run("scancel", "-u", user)
         self.run("kiln", "down")
+        unclean = []
+        for name, pid in sorted(before.items()):
+            if (name in self.expected_exits or any(name in d for d in dead)
+                    or not (self.home / "log" / f"{name}.log").exists()):
+                continue
+            log_text = (self.home / "log" / f"{name}.log").read_text(errors="replace")
+            if f"stopped (pid {pid})" not in log_text:
+                unclean.append(f"{name} (pid {pid}) did not stop cleanly (exit status 0 on "
+                               "SIGTERM): no clean-stop line in its log")
+        problems = dead + unclean + self.log_problems()
+        if problems:
+            raise AssertionError(f"the cluster in {self.home} ended badly:\n"
+                                 + "\n---\n".join(problems))
 
     def run(self, *args: str, user: str | None = None, input: str | None = None,
             cwd: str | Path | None = None, env: dict[str, str] | None = None,
@@ -140,6 +222,36 @@ max_time = 3600
         res = self.run("scontrol", "show", "job", str(job_id))
         assert res.returncode == 0, res.stderr
         return dict(re.findall(r"(\w[\w/:]*)=(\S*)", res.stdout))
+
+
+_RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", re.M)
+
+
+def _records(text: str) -> list[str]:
+    """A log split into records (a line with logging's timestamp and what follows it up to the
+    next; a traceback belongs to the record that logged it); text before the first record (a
+    daemon's stderr) is one record."""
+    starts = [m.start() for m in _RECORD_START.finditer(text)]
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)], strict=True)
+            if text[a:b].strip()]
+
+
+def _is_problem(record: str) -> bool:
+    return ("Traceback (most recent call last)" in record or "internal error" in record
+            or " CRITICAL " in record or "Fatal Python error" in record)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie is dead
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False
 
 
 _made_users: list[str] = []

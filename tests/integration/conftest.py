@@ -6,6 +6,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,26 @@ from tests.integration.cluster import (
 from tests.pgutil import fresh_database
 
 BACKENDS = ["sqlite", "postgresql"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here starts real daemons: ``-m integration`` selects them, ``-m "not
+    integration"`` leaves them out (pyproject.toml declares the marker)."""
+    here = str(Path(__file__).parent)
+    for item in items:
+        if str(item.path).startswith(here):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A test fails when a daemon of a cluster it used logged a traceback or an ``internal``
+    error during it that the test did not expect (``Cluster.expect_log``); what the daemons
+    log after the last test, and how they stop, ``Cluster.down`` checks."""
+    result = yield
+    for cluster in list(Cluster.live):
+        cluster.check_logs()
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -44,11 +44,13 @@ def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Cluster, subprocess.P
         _wait_log(probe / "schedd2.log", "standby: another schedd holds the leader lease")
         yield cluster, standby
     finally:
-        next(gen, None)  # scancel everything, `kiln down`, drop the database
-        if standby.poll() is None:
-            standby.send_signal(signal.SIGTERM)
-            standby.wait(timeout=15)
-        cleanup(probe)
+        try:
+            next(gen, None)  # scancel everything, `kiln down` (and its checks), drop the database
+        finally:
+            if standby.poll() is None:
+                standby.send_signal(signal.SIGTERM)
+                standby.wait(timeout=15)
+            cleanup(probe)
 
 
 def _start_schedd(cluster: Cluster, client: str, agent: str, log: Path) -> subprocess.Popen:
@@ -86,6 +88,7 @@ def test_standby_takes_over_with_every_job_and_the_agent_follows(
         assert _squeue_ids(cluster) == every
         leader = int((cluster.home / "run" / "schedd.pid").read_text())
         killed_at = time.time()
+        cluster.expect_exit("schedd")  # the leader, killed on purpose; the standby leads
         os.kill(leader, signal.SIGKILL)
         deadline = killed_at + 60
         while _squeue_ids(cluster) != every:
