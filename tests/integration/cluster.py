@@ -243,6 +243,25 @@ def _is_problem(record: str) -> bool:
             or " CRITICAL " in record or "Fatal Python error" in record)
 
 
+def until(check: Any, what: str, timeout: float = 60) -> Any:
+    """Poll ``check()`` until it returns something true, and return that. The timeout only
+    bounds a hang: the test waits on the condition, never on a duration."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened, in {timeout} s: {what}")
+        time.sleep(0.1)
+
+
+def release_file(workdir: Path, name: str = "release") -> str:
+    """A job script's line that waits until the test creates ``workdir/name``: a job that
+    runs exactly as long as the test needs, whatever the machine's load."""
+    return f"while [ ! -e {workdir / name} ]; do sleep 0.1; done"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -17,7 +17,7 @@ import pytest
 
 from agentd.sampler import fake_gpu_sample
 from schedd.reports.accounting import unit_text
-from tests.integration.cluster import Cluster, cleanup, world_tempdir
+from tests.integration.cluster import Cluster, cleanup, until, world_tempdir
 from tests.integration.conftest import BACKENDS
 from tests.pgutil import fresh_database
 
@@ -75,14 +75,14 @@ def jobs(acct: Cluster) -> Iterator[Jobs]:
                 "echo $SLURM_JOB_GPUS > ok.gpus; sleep 2", cwd=workdir)
     fail = submit("-A", "bio", "-J", "acct-fail", "--gres=gpu:1", "--wrap", "sleep 1; exit 3",
                   cwd=workdir)
-    cancel = submit("-A", "physics", "-J", "acct-cancel", "--gres=gpu:1", "--wrap", "sleep 60",
-                    cwd=workdir)
+    cancel = submit("-A", "physics", "-J", "acct-cancel", "--gres=gpu:1", "--wrap",
+                    "touch cancel.started; sleep 60", cwd=workdir)
     timeout = submit("-A", "bio", "-J", "acct-tmo", "-t", "0:02", "--wrap", "sleep 60",
                      cwd=workdir)
     array = submit("-A", "bio", "-J", "acct-arr", "--array=0-2", "--wrap",
                    "sleep 1; exit $SLURM_ARRAY_TASK_ID", cwd=workdir)
     acct.wait(cancel, {"RUNNING"})
-    time.sleep(1)
+    until(lambda: (workdir / "cancel.started").exists(), "the job to be cancelled runs its script")
     assert acct.run("scancel", str(cancel)).returncode == 0
     wait_ended(acct, [ok, fail, cancel, timeout, array], expect=7)
     yield Jobs(since, workdir, ok, fail, cancel, timeout, array)

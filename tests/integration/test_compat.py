@@ -16,7 +16,7 @@ import pytest
 
 from agentd.sampler import fake_gpu_sample
 from cli.seff import size_text
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, release_file, until
 from tests.integration.conftest import BACKENDS, _cluster
 
 MIN_JOB_AGE = 4
@@ -112,13 +112,12 @@ def test_seff_shows_the_synthetic_gpu_utilisation(compat: Cluster, workdir: Path
 
 
 def test_why_explains_a_job_waiting_for_resources(compat: Cluster, workdir: Path) -> None:
-    blocker = compat.sbatch("--gres=gpu:8", "-t", "0:20", "--wrap", "sleep 1", cwd=workdir)
+    blocker = compat.sbatch("--gres=gpu:8", "-t", "0:20", "--wrap", release_file(workdir),
+                            cwd=workdir)
     compat.wait(blocker, {"RUNNING"})
     waiting = compat.sbatch("--gres=gpu:8", "-t", "0:10", "--wrap", "true", cwd=workdir)
     held = compat.sbatch("-H", "--wrap", "true", cwd=workdir)
-    deadline = time.time() + 20
-    while time.time() < deadline and compat.job(waiting)["reason"] != "Resources":
-        time.sleep(0.2)
+    until(lambda: compat.job(waiting)["reason"] == "Resources", "the cycle to rank the job")
     res = compat.run("kiln", "why", str(waiting))
     assert res.returncode == 0, res.stderr
     assert f"Job {waiting} (root, account " in res.stdout
@@ -129,6 +128,7 @@ def test_why_explains_a_job_waiting_for_resources(compat: Cluster, workdir: Path
     res = compat.run("kiln", "why", str(held))
     assert "you held it (scontrol hold / sbatch -H)" in res.stdout
     compat.run("scancel", str(held))
+    (workdir / "release").touch()
     compat.wait(waiting, {"COMPLETED"})
     stats = compat.run("kiln", "stats", "--json")
     assert stats.returncode == 0, stats.stderr

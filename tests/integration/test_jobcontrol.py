@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, release_file
 
 
 def until(check, what: str, timeout: float = 30):
@@ -156,11 +156,17 @@ def test_afternotok_runs_only_after_a_failure(cluster: Cluster, workdir: Path) -
 
 def test_singleton_runs_one_job_of_a_name_at_a_time(cluster: Cluster, workdir: Path) -> None:
     first = cluster.sbatch("-J", "solo", "-d", "singleton", "-o", "/dev/null", "--wrap",
-                           "sleep 2", cwd=workdir)
+                           release_file(workdir), cwd=workdir)
     second = cluster.sbatch("-J", "solo", "-d", "singleton", "-o", "/dev/null", "--wrap",
                             "true", cwd=workdir)
-    cluster.wait(first, {"RUNNING", "COMPLETED"})
-    assert cluster.job(second)["state"] == "PENDING"
+    cluster.wait(first, {"RUNNING"})
+    # a third job, submitted after the second, runs to its end: cycles have passed that
+    # kept the second waiting on the first
+    probe = cluster.sbatch("-o", "/dev/null", "--wrap", "true", cwd=workdir)
+    cluster.wait(probe, {"COMPLETED"})
+    second_job = cluster.job(second)
+    assert (second_job["state"], second_job["reason"]) == ("PENDING", "Dependency")
+    (workdir / "release").touch()
     done_first = cluster.wait(first, {"COMPLETED"})
     done_second = cluster.wait(second, {"COMPLETED"})
     assert done_second["start_time"] >= done_first["end_time"]

@@ -129,7 +129,9 @@ def test_afterok_on_a_failed_job_never_runs(cluster: Cluster, workdir: Path) -> 
 
 def test_hold_and_release(cluster: Cluster, workdir: Path) -> None:
     job_id = cluster.sbatch("-H", "--wrap", "true", cwd=workdir)
-    time.sleep(1.0)
+    # a job submitted after it runs to its end: cycles have passed that left the held job be
+    probe = cluster.sbatch("--wrap", "true", cwd=workdir)
+    cluster.wait(probe, {"COMPLETED"})
     job = cluster.job(job_id)
     assert job["state"] == "PENDING" and job["reason"] == "JobHeldUser"
     squeue = cluster.run("squeue", "-h", "-j", str(job_id), "-o", "%i %t %r")

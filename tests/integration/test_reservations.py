@@ -39,6 +39,15 @@ def reason_of(cluster: Cluster, job_id: int, reason: str, timeout: float = 30) -
                          f"not PENDING ({reason})")
 
 
+def _reservation(cluster: Cluster, name: str) -> dict:
+    """The reservation as schedd's wire reports it (the data behind scontrol show)."""
+    from cli.client import Client
+
+    with Client(endpoint=f"ipc://{cluster.home}/schedd.sock", timeout=10) as client:
+        (resv,) = client.call("query_reservations", {"names": [name]})["reservations"]
+    return resv
+
+
 def cancel_everything(cluster: Cluster, *users: str) -> None:
     for user in users:
         cluster.run("scancel", "-u", user)
@@ -112,16 +121,17 @@ def test_only_operators_create_reservations(cluster: Cluster, accounts: str) -> 
 
 def test_member_job_starts_when_the_window_opens(cluster: Cluster, accounts: str,
                                                  workdir: Path) -> None:
-    before = time.time()
     res = cluster.run("scontrol", "create", "reservation", "ReservationName=soon",
                       "StartTime=now+8", "Duration=3", "Accounts=chem", "TRES=gres/gpu=4")
     assert res.returncode == 0, res.stderr
+    window = _reservation(cluster, "soon")
+    assert window["state"] == "INACTIVE"  # the job cannot start at once
     try:
         job_id = cluster.sbatch("-A", "chem", "--reservation=soon", "-t", "1", "--gres=gpu:4",
                                 "-o", "/dev/null", "--wrap", "sleep 1", cwd=workdir)
         reason_of(cluster, job_id, "Reservation")
         job = cluster.wait(job_id, {"COMPLETED"}, timeout=60)
-        assert job["start_time"] >= before + 8
+        assert job["start_time"] >= window["start_time"]  # not before the window opened
         assert len(job["allocation"][0]["gpus"]) == 4
     finally:
         cancel_everything(cluster, "root")
