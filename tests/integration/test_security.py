@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from schedd import keys
-from tests.integration.cluster import BIN, Cluster, cleanup, world_tempdir
+from tests.integration.cluster import BIN, Cluster, cleanup, until, world_tempdir
 from tests.integration.conftest import BACKENDS, _cluster
 
 DENIED = "Access/permission denied"
@@ -62,10 +63,16 @@ def _wait_log(path: Path, text: str, timeout: float = 15) -> str:
 # --- agents: CURVE keys -----------------------------------------------------------------------
 
 
-def _rogue_agent(cluster: Cluster, tmp: Path, node: str, key_secret: Path) -> subprocess.Popen:
-    """An agentd for ``node`` that authenticates with ``key_secret`` (a kiln.toml of its own)."""
+def _rogue_agent(cluster: Cluster, tmp: Path, node: str, key_secret: Path,
+                 fail_over: bool = False) -> subprocess.Popen:
+    """An agentd for ``node`` that authenticates with ``key_secret`` (a kiln.toml of its own).
+    With ``fail_over``, schedd's agent endpoint is also its "other" schedd: each time schedd
+    stays silent for three heartbeats the agent logs it and knocks again, on a new socket."""
     conf = (cluster.home / "kiln.toml").read_text()
     conf = conf.replace("[agent]\n", f'[agent]\nkey_file = "{key_secret}"\n', 1)
+    if fail_over:
+        endpoint = re.search(r'^agent_endpoint = "([^"]+)"$', conf, re.M).group(1)
+        conf = conf.replace("[schedd]\n", f'[schedd]\nagent_peers = ["{endpoint}"]\n', 1)
     conf = f'home = "{cluster.home}"\n' + conf
     (tmp / "kiln.toml").write_text(conf)
     return subprocess.Popen(
@@ -90,11 +97,13 @@ def test_agent_with_an_unknown_key_is_refused_and_logged(secure: Cluster) -> Non
     proc = None
     try:
         _, secret = keys.generate(tmp / "keys", "rogue")
-        proc = _rogue_agent(secure, tmp, "rogue", secret)
+        proc = _rogue_agent(secure, tmp, "rogue", secret, fail_over=True)
         log = _wait_log(secure.home / "log" / "schedd.log",
                         "refused an agent with an unknown CURVE key")
         assert keys.load_public(tmp / "keys" / "rogue.key").decode() in log
-        time.sleep(2)  # a few heartbeats' worth: still nothing gets through
+        # it knocks twice more, each time after three heartbeats unanswered: still refused
+        until(lambda: (tmp / "agentd.log").read_text().count("schedd silent for") >= 2,
+              "the rogue agent to find schedd silent twice", timeout=60)
         assert proc.poll() is None  # it keeps knocking; nobody answers
         assert _sinfo_nodes(secure) == ["node1"]
         assert "registered with schedd" not in (tmp / "agentd.log").read_text()
