@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import pwd
@@ -592,12 +593,24 @@ def enter_workdir(path: str) -> Callable[[], None]:
 
 
 def _open_output(path: str, append: bool) -> int:
-    """Open a job's output file; call it as the user (inside ``_as_user``)."""
+    """Open a job's output file; call it as the user (inside ``_as_user``).
+
+    The job always writes through an ``O_APPEND`` description, in truncate mode too (emptied
+    by ``O_TRUNC`` first, then switched to appending): the lines the agent adds to the file
+    (the time-limit banner, an OOM note) are appended through descriptions of their own, and
+    with a job writing at a private offset of its own a job that prints after SIGTERM would
+    write over them. Appending, every write lands at the end, whole and in order."""
     flags = os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     try:
-        return open_as_user(path, flags)
+        fd = open_as_user(path, flags)
     except OSError as exc:
         raise LaunchError(f"could not open output file {path}: {exc.strerror}") from None
+    if not append:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        except OSError:
+            pass  # a device or FIFO as the output (-o /dev/null): no end of file to keep
+    return fd
 
 
 def open_as_user(path: str, flags: int = 0, mode: int = 0o644) -> int:
