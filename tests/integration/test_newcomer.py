@@ -1,0 +1,86 @@
+"""What a newcomer hits in the first hour (issue 17), as they would type it: the command, what it
+prints, its exit code. Two nodes with four fake A100s each, as the README's tour."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.integration.cluster import Cluster
+
+NODE_CONFIG = "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"
+
+
+def _node(cluster: Cluster, name: str) -> dict[str, str]:
+    res = cluster.run("scontrol", "show", "node", name)
+    assert res.returncode == 0, res.stderr
+    return dict(re.findall(r"(\w[\w/:]*)=(\S*)", res.stdout))
+
+
+# --- which resource does not fit (item 6) ---------------------------------------------------
+
+
+def test_too_much_memory_names_the_largest_node(two_nodes: Cluster) -> None:
+    mem = int(_node(two_nodes, "node1")["RealMemory"])
+    res = two_nodes.run("sbatch", "--mem", f"{mem + 1}", "--wrap", "true")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == NODE_CONFIG + (f"sbatch: error: no node has {mem + 1} MB of memory "
+                                        f"(largest: {mem} MB, node1)\n")
+
+
+def test_absent_gpu_type_names_the_types_there_are(two_nodes: Cluster) -> None:
+    res = two_nodes.run("sbatch", "--gres=gpu:v100:1", "--wrap", "true")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == NODE_CONFIG + ("sbatch: error: no node has GPUs of type v100 "
+                                        "(types here: a100)\n")
+
+
+@pytest.mark.parametrize("gres", ["--gres=gpu:5", "--gpus-per-node=5"])
+def test_too_many_gpus_per_node(two_nodes: Cluster, gres: str) -> None:
+    res = two_nodes.run("sbatch", gres, "--wrap", "true")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == NODE_CONFIG + "sbatch: error: no node has 5 GPUs (largest: 4, node1)\n"
+
+
+def test_too_many_gpus_of_a_type(two_nodes: Cluster) -> None:
+    res = two_nodes.run("sbatch", "--gres=gpu:a100:6", "--wrap", "true")
+    assert res.stderr == NODE_CONFIG + ("sbatch: error: no node has 6 a100 GPUs "
+                                        "(largest: 4, node1)\n")
+
+
+def test_too_many_nodes(two_nodes: Cluster) -> None:
+    res = two_nodes.run("sbatch", "-N", "3", "--wrap", "true")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == NODE_CONFIG + ("sbatch: error: 3 nodes requested, partition gpu has 2 "
+                                        "(node[1-2])\n")
+
+
+def test_too_many_cpus(two_nodes: Cluster) -> None:
+    cpus = int(_node(two_nodes, "node1")["CPUTot"])
+    res = two_nodes.run("sbatch", "-c", str(cpus + 1), "--wrap", "true")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == NODE_CONFIG + (f"sbatch: error: no node has {cpus + 1} CPUs "
+                                        f"(largest: {cpus}, node1)\n")
+
+
+def test_a_shape_that_fits_is_still_accepted(two_nodes: Cluster) -> None:
+    res = two_nodes.run("sbatch", "--test-only", "-N", "2", "--gres=gpu:a100:4", "--wrap", "true")
+    assert res.returncode == 0, res.stderr
+
+
+def test_scontrol_update_to_a_shape_no_node_holds(two_nodes: Cluster) -> None:
+    job_id = two_nodes.sbatch("-H", "--wrap", "true")
+    res = two_nodes.run("scontrol", "update", f"JobId={job_id}", "NumNodes=3")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == (f"Requested node configuration is not available for job {job_id}\n"
+                          "3 nodes requested, partition gpu has 2 (node[1-2])\n")
+    two_nodes.run("scancel", str(job_id))
+
+
+def test_srun_outside_an_allocation_says_the_same(two_nodes: Cluster) -> None:
+    res = two_nodes.run("srun", "--gres=gpu:v100:1", "true")
+    assert res.returncode == 1
+    assert res.stderr == ("srun: error: Unable to allocate resources: Requested node "
+                          "configuration is not available\n"
+                          "srun: error: no node has GPUs of type v100 (types here: a100)\n")
