@@ -84,3 +84,26 @@ def test_srun_outside_an_allocation_says_the_same(two_nodes: Cluster) -> None:
     assert res.stderr == ("srun: error: Unable to allocate resources: Requested node "
                           "configuration is not available\n"
                           "srun: error: no node has GPUs of type v100 (types here: a100)\n")
+
+
+# --- smaller items (item 9) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["squeue", "sacct"])
+def test_unknown_user_is_an_error(two_nodes: Cluster, command: str) -> None:
+    res = two_nodes.run(command, "-u", "nosuchuser")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == f"{command}: error: Invalid user: nosuchuser\n"
+
+
+@pytest.mark.parametrize("command", ["squeue", "sacct"])
+def test_known_users_still_list(two_nodes: Cluster, command: str) -> None:
+    res = two_nodes.run(command, "-u", "root,0")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+
+
+def test_schedd_log_starts_without_alembic_lines(two_nodes: Cluster) -> None:
+    text = (two_nodes.home / "log" / "schedd.log").read_text()
+    assert text, "schedd wrote no log"
+    assert [line for line in text.splitlines() if " alembic" in line] == []
