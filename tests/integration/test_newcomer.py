@@ -107,3 +107,24 @@ def test_schedd_log_starts_without_alembic_lines(two_nodes: Cluster) -> None:
     text = (two_nodes.home / "log" / "schedd.log").read_text()
     assert text, "schedd wrote no log"
     assert [line for line in text.splitlines() if " alembic" in line] == []
+
+
+def test_first_real_account_becomes_the_default(two_nodes: Cluster, other_user: str,
+                                                workdir) -> None:
+    """A user who submitted before any account existed got an automatic root association;
+    added to a real account, that account becomes their default, as a new user's would."""
+    first = two_nodes.sbatch("-H", "--wrap", "true", user=other_user, cwd=workdir)
+    show = ("sacctmgr", "-n", "-P", "show", "user", other_user, "format=User,DefaultAccount")
+    assert two_nodes.run(*show).stdout == f"{other_user}|root\n"
+    two_nodes.run("scancel", str(first))
+    for args in (("add", "account", "physics"), ("add", "user", other_user, "Account=physics")):
+        res = two_nodes.run("sacctmgr", "-i", *args)
+        assert res.returncode == 0, res.stdout + res.stderr
+    assert two_nodes.run(*show).stdout == f"{other_user}|physics\n"
+    job_id = two_nodes.sbatch("-H", "--wrap", "true", user=other_user, cwd=workdir)
+    res = two_nodes.run("squeue", "-h", "-j", str(job_id), "-o", "%a")
+    assert res.stdout.strip() == "physics"
+    two_nodes.run("scancel", str(job_id))
+    # root, who also got the automatic association, keeps root when added to nothing else
+    assert two_nodes.run("sacctmgr", "-n", "-P", "show", "user", "root",
+                         "format=User,DefaultAccount").stdout == "root|root\n"
