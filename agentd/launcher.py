@@ -205,6 +205,9 @@ class Launcher:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             message = f"execve(): {script}: {getattr(exc, 'strerror', None) or exc}"
+            interpreter = _interpreter(spec["script"])
+            if interpreter and getattr(exc, "errno", None) in (errno.ENOENT, errno.EACCES):
+                message += f" (the script's #! interpreter {interpreter})"
             _write_fd(err_fd, f"slurmstepd: error: {message}\n")
             raise LaunchError(message) from None
         finally:
@@ -693,6 +696,15 @@ def _is_symlink(name: str, dir_fd: int) -> bool:
         return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
     except OSError:
         return False
+
+
+def _interpreter(script: str) -> str:
+    """The program a ``#!`` script names ('' without one): execve's ENOENT or EACCES is
+    about it, not about the spooled script the message names."""
+    if not script.startswith("#!"):
+        return ""
+    words = script[2:].split("\n", 1)[0].split()
+    return words[0] if words else ""
 
 
 def _umask(env: dict[str, str]) -> int:

@@ -128,3 +128,55 @@ def test_first_real_account_becomes_the_default(two_nodes: Cluster, other_user: 
     # root, who also got the automatic association, keeps root when added to nothing else
     assert two_nodes.run("sacctmgr", "-n", "-P", "show", "user", "root",
                          "format=User,DefaultAccount").stdout == "root|root\n"
+
+
+# --- launch failures are said where the user looks (item 4) ---------------------------------
+
+
+def _failed(cluster: Cluster, job_id: int) -> dict[str, str]:
+    """What the user sees of a job that could not start: scontrol's Reason, sacct's row,
+    kiln why's lines."""
+    job = cluster.wait(job_id, {"FAILED", "COMPLETED", "CANCELLED"})
+    assert job["state"] == "FAILED"
+    acct = cluster.run("sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "JobID,State,Reason")
+    why = cluster.run("kiln", "why", str(job_id))
+    assert acct.returncode == 0 and why.returncode == 0, acct.stderr + why.stderr
+    return {"scontrol": cluster.scontrol_show_job(job_id)["Reason"], "sacct": acct.stdout,
+            "why": why.stdout}
+
+
+def test_missing_output_directory(two_nodes: Cluster, other_user: str, workdir) -> None:
+    job_id = two_nodes.sbatch("-o", "nodir/out.txt", "-e", "err-%j.txt", "--wrap", "true",
+                              user=other_user, cwd=workdir)
+    seen = _failed(two_nodes, job_id)
+    why = f"could not open output file {workdir}/nodir/out.txt: No such file or directory"
+    assert seen["scontrol"] == ("launch failed: " + why).replace(" ", "_")
+    assert seen["sacct"] == f"{job_id}|FAILED|launch failed: {why}\n"
+    assert seen["why"].splitlines()[1] == f"  Reason: launch failed: {why}"
+    # the job's stderr file, which could be opened, says it too
+    assert (workdir / f"err-{job_id}.txt").read_text() == f"slurmstepd: error: {why}\n"
+
+
+def test_unwritable_working_directory(two_nodes: Cluster, other_user: str, workdir) -> None:
+    locked = workdir / "locked"
+    locked.mkdir(mode=0o755)  # root's: the user can enter it, not write in it
+    job_id = two_nodes.sbatch("-D", str(locked), "--wrap", "true", user=other_user, cwd=workdir)
+    seen = _failed(two_nodes, job_id)
+    why = f"could not open output file {locked}/slurm-{job_id}.out: Permission denied"
+    assert seen["sacct"] == f"{job_id}|FAILED|launch failed: {why}\n"
+    assert seen["scontrol"] == ("launch failed: " + why).replace(" ", "_")
+    assert f"  Reason: launch failed: {why}" in seen["why"].splitlines()
+
+
+def test_script_whose_interpreter_cannot_run(two_nodes: Cluster, other_user: str,
+                                             workdir) -> None:
+    script = workdir / "job.sh"
+    script.write_text("#!/nonexistent/python3\nprint('hi')\n")
+    job_id = two_nodes.sbatch("-o", "job-%j.txt", str(script), user=other_user, cwd=workdir)
+    seen = _failed(two_nodes, job_id)
+    text = (workdir / f"job-{job_id}.txt").read_text()
+    assert re.fullmatch(r"slurmstepd: error: execve\(\): \S+: No such file or directory "
+                        r"\(the script's #! interpreter /nonexistent/python3\)\n", text), text
+    said = text.removeprefix("slurmstepd: error: ").rstrip("\n")
+    assert seen["sacct"] == f"{job_id}|FAILED|launch failed: {said}\n"
+    assert f"  Reason: launch failed: {said}" in seen["why"].splitlines()
