@@ -346,11 +346,11 @@ def add_users(ctx: Context, caller: Caller, names: list[str],
 def _auto_root_only(accounts: Accounts, names: list[str], new_users: list[str]) -> list[str]:
     """The existing users among ``names`` whose default is root and whose only associations
     are under root: what ``resolve`` creates on the fly for a user of a cluster with no
-    accounts yet."""
+    accounts yet. User root (the fresh ledger's own, root/root) keeps root, as in Slurm."""
     out = []
     for name in dict.fromkeys(names):
         user = accounts.users.get(name)
-        if name in new_users or user is None or user.default_account != ROOT:
+        if name in new_users or name == ROOT or user is None or user.default_account != ROOT:
             continue
         if all(account == ROOT for account, who in accounts.assocs if who == name):
             out.append(name)

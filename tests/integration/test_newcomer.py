@@ -125,7 +125,8 @@ def test_first_real_account_becomes_the_default(two_nodes: Cluster, other_user: 
     res = two_nodes.run("squeue", "-h", "-j", str(job_id), "-o", "%a")
     assert res.stdout.strip() == "physics"
     two_nodes.run("scancel", str(job_id))
-    # root, who also got the automatic association, keeps root when added to nothing else
+    # user root (the fresh ledger's root/root, not an automatic one) keeps root, as in Slurm
+    assert two_nodes.run("sacctmgr", "-i", "add", "user", "root", "Account=physics").returncode == 0
     assert two_nodes.run("sacctmgr", "-n", "-P", "show", "user", "root",
                          "format=User,DefaultAccount").stdout == "root|root\n"
 
