@@ -43,9 +43,9 @@ def sh_blocks(text: str) -> list[list[str]]:
         pending = ""
         for raw in body.splitlines():
             if raw.rstrip().endswith("\\"):
-                pending += raw.rstrip()[:-1] + " "
+                pending += raw.rstrip()[:-1].strip() + " "
                 continue
-            line = (pending + raw).strip()
+            line = (pending + raw.strip()).strip()
             pending = ""
             if line and not line.startswith("#"):
                 lines.append(line)
@@ -106,4 +106,4 @@ def _quote(s: str) -> str:
 
 def test_sh_blocks_joins_continuations() -> None:
     text = "x\n```sh\na \\\n    b\n# note\nc  # d\n```\n```python\nno\n```\n"
-    assert sh_blocks(text) == [["a  b", "c  # d"]]
+    assert sh_blocks(text) == [["a b", "c  # d"]]
