@@ -71,7 +71,12 @@ _BANNER_REASONS = {
 
 class LaunchError(Exception):
     """The job could not be started; the message is one line (also written to its stderr file
-    when that file could be opened). The daemon reports the job FAILED."""
+    when that file could be opened). The daemon reports the job FAILED with ``exit_code``
+    (an exec failure's errno, as slurmstepd's ``_exit(errno)``; else 1)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass(slots=True)
@@ -204,12 +209,9 @@ class Launcher:
                 umask=_umask(spec["environment"]), **self._credentials(ident),
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            message = f"execve(): {script}: {getattr(exc, 'strerror', None) or exc}"
-            interpreter = _interpreter(spec["script"])
-            if interpreter and getattr(exc, "errno", None) in (errno.ENOENT, errno.EACCES):
-                message += f" (the script's #! interpreter {interpreter})"
+            message, code = _exec_failure(spec["script"], script, exc)
             _write_fd(err_fd, f"slurmstepd: error: {message}\n")
-            raise LaunchError(message) from None
+            raise LaunchError(message, code) from None
         finally:
             os.close(out_fd)
             if err_fd != out_fd:
@@ -698,13 +700,23 @@ def _is_symlink(name: str, dir_fd: int) -> bool:
         return False
 
 
-def _interpreter(script: str) -> str:
-    """The program a ``#!`` script names ('' without one): execve's ENOENT or EACCES is
-    about it, not about the spooled script the message names."""
-    if not script.startswith("#!"):
-        return ""
-    words = script[2:].split("\n", 1)[0].split()
-    return words[0] if words else ""
+def _exec_failure(text: str, script: Path, exc: BaseException) -> tuple[str, int]:
+    """slurmstepd's line for an exec that failed, and the exit code it reports (errno).
+
+    A ``#!`` script whose interpreter is missing (ENOENT) is Slurm's ``execve(): bad
+    interpreter(<the #! line>): No such file or directory``; one whose interpreter the user may
+    not run (EACCES) names it too, after Slurm's ``execve(): <script>: Permission denied``
+    (the spooled script itself is the user's, 0700)."""
+    err = getattr(exc, "errno", None)
+    problem = getattr(exc, "strerror", None) or str(exc)
+    shebang = text.split("\n", 1)[0][2:].rstrip() if text.startswith("#!") else ""
+    if err == errno.ENOENT and shebang:
+        message = f"execve(): bad interpreter({shebang}): {problem}"
+    else:
+        message = f"execve(): {script}: {problem}"
+        if err == errno.EACCES and shebang:
+            message += f" (the script's #! interpreter {shebang.split()[0]})"
+    return message, err if isinstance(err, int) and 0 < err < 256 else 1
 
 
 def _umask(env: dict[str, str]) -> int:

@@ -322,9 +322,22 @@ def test_bad_launch_specs_are_one_line_errors(launcher, base, user, change, mess
 def test_missing_interpreter_is_reported_in_stderr(launcher, base, user):
     with pytest.raises(LaunchError) as info:
         launcher.launch(spec(user, base, 14, "#!/no/such/shell\ntrue\n"))
-    assert "execve()" in str(info.value)
-    assert "slurmstepd: error: execve():" in output(base, 14)
+    # slurmstepd's words, and its _exit(errno): ENOENT
+    assert str(info.value) == "execve(): bad interpreter(/no/such/shell): No such file or directory"
+    assert info.value.exit_code == 2
+    assert output(base, 14) == f"slurmstepd: error: {info.value}\n"
     assert not launcher.spool.script_path(14, 1).exists()
+
+
+def test_interpreter_the_user_may_not_run_is_named(launcher, base, user):
+    private = base / "private"
+    private.mkdir(mode=0o700)  # root's
+    shell = private / "sh"
+    shell.symlink_to("/bin/sh")
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 16, f"#!{shell} -e\ntrue\n"))
+    assert str(info.value).endswith(f": Permission denied (the script's #! interpreter {shell})")
+    assert info.value.exit_code == 13
 
 
 def test_resent_launch_is_ignored_and_other_generation_refused(launcher, base, user):
