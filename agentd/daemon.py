@@ -259,8 +259,9 @@ class Agent:
         except (LaunchError, protocol.ProtocolError) as exc:
             log.error("launch of job %s failed: %s", spec.get("job_id"), exc)
             now = time.time()
-            self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", 1, 0,
-                                  now, now), error=f"launch failed: {exc}")
+            code = exc.exit_code if isinstance(exc, LaunchError) else 1
+            self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", code,
+                                  0, now, now), error=f"launch failed: {exc}")
             return
         self.sampler.track(spec)
         self._send("job_started", {"node": self.name, "job_id": spec["job_id"],

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import pwd
@@ -70,7 +71,12 @@ _BANNER_REASONS = {
 
 class LaunchError(Exception):
     """The job could not be started; the message is one line (also written to its stderr file
-    when that file could be opened). The daemon reports the job FAILED."""
+    when that file could be opened). The daemon reports the job FAILED with ``exit_code``
+    (an exec failure's errno, as slurmstepd's ``_exit(errno)``; else 1)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass(slots=True)
@@ -203,9 +209,9 @@ class Launcher:
                 umask=_umask(spec["environment"]), **self._credentials(ident),
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            message = f"execve(): {script}: {getattr(exc, 'strerror', None) or exc}"
+            message, code = _exec_failure(spec["script"], script, exc)
             _write_fd(err_fd, f"slurmstepd: error: {message}\n")
-            raise LaunchError(message) from None
+            raise LaunchError(message, code) from None
         finally:
             os.close(out_fd)
             if err_fd != out_fd:
@@ -592,12 +598,24 @@ def enter_workdir(path: str) -> Callable[[], None]:
 
 
 def _open_output(path: str, append: bool) -> int:
-    """Open a job's output file; call it as the user (inside ``_as_user``)."""
+    """Open a job's output file; call it as the user (inside ``_as_user``).
+
+    The job always writes through an ``O_APPEND`` description, in truncate mode too (emptied
+    by ``O_TRUNC`` first, then switched to appending): the lines the agent adds to the file
+    (the time-limit banner, an OOM note) are appended through descriptions of their own, and
+    with a job writing at a private offset of its own a job that prints after SIGTERM would
+    write over them. Appending, every write lands at the end, whole and in order."""
     flags = os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     try:
-        return open_as_user(path, flags)
+        fd = open_as_user(path, flags)
     except OSError as exc:
         raise LaunchError(f"could not open output file {path}: {exc.strerror}") from None
+    if not append:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        except OSError:
+            pass  # a device or FIFO as the output (-o /dev/null): no end of file to keep
+    return fd
 
 
 def open_as_user(path: str, flags: int = 0, mode: int = 0o644) -> int:
@@ -680,6 +698,25 @@ def _is_symlink(name: str, dir_fd: int) -> bool:
         return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
     except OSError:
         return False
+
+
+def _exec_failure(text: str, script: Path, exc: BaseException) -> tuple[str, int]:
+    """slurmstepd's line for an exec that failed, and the exit code it reports (errno).
+
+    A ``#!`` script whose interpreter is missing (ENOENT) is Slurm's ``execve(): bad
+    interpreter(<the #! line>): No such file or directory``; one whose interpreter the user may
+    not run (EACCES) names it too, after Slurm's ``execve(): <script>: Permission denied``
+    (the spooled script itself is the user's, 0700)."""
+    err = getattr(exc, "errno", None)
+    problem = getattr(exc, "strerror", None) or str(exc)
+    shebang = text.split("\n", 1)[0][2:].rstrip() if text.startswith("#!") else ""
+    if err == errno.ENOENT and shebang:
+        message = f"execve(): bad interpreter({shebang}): {problem}"
+    else:
+        message = f"execve(): {script}: {problem}"
+        if err == errno.EACCES and shebang:
+            message += f" (the script's #! interpreter {shebang.split()[0]})"
+    return message, err if isinstance(err, int) and 0 < err < 256 else 1
 
 
 def _umask(env: dict[str, str]) -> int:

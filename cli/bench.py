@@ -119,7 +119,7 @@ def peak_rss_mb() -> float:
 
 @click.group()
 def bench() -> None:
-    """Benchmarks; each prints figures as ``name value`` lines."""
+    """Benchmarks; each prints figures as "NAME VALUE" lines."""
 
 
 @bench.command("sched")

@@ -67,3 +67,23 @@ def run_command(prog: str, body: Callable[[Sequence[str]], int],
     except Exception as exc:  # noqa: BLE001 - the promise is: never a traceback
         print(f"{prog}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+NODE_CONFIG = "Requested node configuration is not available"
+
+
+def submit_failure(message: str, lead: str) -> list[str]:
+    """The lines (each printed after ``<prog>: error: ``) for schedd's refusal of a
+    submission: ``lead`` is sbatch's ``Batch job submission failed`` or srun's ``Unable to
+    allocate resources``.
+
+    Slurm prints a limit's name on its own line first (``AssocMaxSubmitJobLimit``), then
+    ``<lead>: <policy line>``: a multi-line message keeps that shape. A shape no node can hold
+    is the exception: Slurm's ``<lead>: Requested node configuration is not available`` comes
+    first, as scripts match it, and kiln's line naming the resource that does not fit
+    follows."""
+    lines = message.split("\n") or [""]
+    if lines[0] == NODE_CONFIG:
+        return [f"{lead}: {lines[0]}", *lines[1:]]
+    *first, last = lines
+    return [*first, f"{lead}: {last}"]

@@ -847,3 +847,18 @@ def list_filters(values: dict[str, str | None], dests: dict[str, str]) -> dict[s
             raise OptionError(f"'{values['nodelist']}' invalid entry for --nodelist") from None
     return body
 
+
+def check_users(names: list[str]) -> list[str]:
+    """``-u/--user`` names for squeue and sacct: each must be a user of this host (or a
+    numeric uid), as Slurm's ``uid_from_string`` has it; otherwise OptionError with Slurm's
+    ``Invalid user: NAME``."""
+    import pwd
+
+    for name in names:
+        if name.isdigit():
+            continue
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            raise OptionError(f"Invalid user: {name}") from None
+    return names

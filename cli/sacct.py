@@ -33,6 +33,7 @@ from cli.options import (
     Opt,
     OptionError,
     OptionTable,
+    check_users,
     parse_argv,
     parse_begin,
     parse_states,
@@ -397,7 +398,10 @@ def build_query(values: dict[str, list[str | None]], specs: list[JobSpec],
             query[dest] = listed(key)
     users = listed("user")
     if users:
-        query["users"] = users
+        try:
+            query["users"] = check_users(users)
+        except OptionError as exc:
+            fail(exc.message)
     elif "allusers" not in values and not specs and os.getuid() != 0:
         query["users"] = [getpass.getuser()]
     if values.get("nodelist"):

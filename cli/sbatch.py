@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command
+from cli.errors import CommandError, fail, run_command, submit_failure
 from cli.options import (
     SBATCH_TABLE,
     OptionError,
@@ -192,10 +192,7 @@ def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
     try:
         reply = _call_retrying(client, {"job": job, "test_only": test_only})
     except ClientError as exc:
-        # Slurm prints a limit's name on its own line first (`AssocMaxSubmitJobLimit`), so a
-        # multi-line message from schedd keeps that shape.
-        *first, last = exc.message.split("\n") or [""]
-        raise CommandError(*first, f"Batch job submission failed: {last}") from None
+        raise CommandError(*submit_failure(exc.message, "Batch job submission failed")) from None
     job_id = reply["job_id"]
     if test_only:
         when = reply.get("start_time") or 0

@@ -505,8 +505,9 @@ def job_action(command: str, args: list[str]) -> int:
 
 
 def _print_job_errors(errors: list[dict[str, Any]]) -> int:
-    for err in errors:
-        print(f"{err.get('message', '')} for job {err.get('job_id', '')}", file=sys.stderr)
+    for err in errors:  # a second line of the message (what does not fit) follows as is
+        first, *more = str(err.get("message", "")).split("\n")
+        print(f"{first} for job {err.get('job_id', '')}", *more, sep="\n", file=sys.stderr)
     return 1 if errors else 0
 
 

@@ -40,6 +40,7 @@ from cli.options import (
     Opt,
     OptionError,
     OptionTable,
+    check_users,
     list_filters,
     parse_argv,
     parse_states,
@@ -103,6 +104,7 @@ def build_query(values: dict[str, str | None], positional: list[str]) -> dict[st
         query.update(list_filters(values, {"users": "users", "accounts": "accounts",
                                            "partitions": "partitions", "qos": "qos",
                                            "name": "names"}))
+        check_users(query.get("users", []))
     except OptionError as exc:
         fail(exc.message)
     if values.get("states"):

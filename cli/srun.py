@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command
+from cli.errors import CommandError, fail, run_command, submit_failure
 from cli.options import (
     NO_ARG,
     OPTIONAL,
@@ -481,7 +481,7 @@ def run_job(settings: Settings, command: list[str], argv: list[str]) -> int:
             try:
                 job_id = client.call("submit", {"job": job})["job_id"]
             except ClientError as exc:
-                fail(f"Unable to allocate resources: {exc.message}")
+                fail(*submit_failure(exc.message, "Unable to allocate resources"))
             tails = [Tail(job["stdout"], sys.stdout.buffer), Tail(job["stderr"],
                                                                   sys.stderr.buffer)]
             final = _wait_job(client, job_id, tails, interrupts, bool(settings.get("_quiet")))

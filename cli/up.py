@@ -220,7 +220,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
 
 @click.command()
 def down() -> None:
-    """Stop the agents and schedd started by `kiln up` (running jobs are left alone)."""
+    """Stop the agents and schedd started by 'kiln up' (running jobs are left alone)."""
     run = kconfig.kiln_home() / "run"
     pid_files = sorted(run.glob("agentd-*.pid")) + [run / "schedd.pid"]
     stopped = []

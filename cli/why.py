@@ -41,7 +41,11 @@ def explain_lines(reply: dict[str, Any], stats: dict[str, Any] | None) -> list[s
     head = (f"Job {job['job_id']} ({job['user']}, account {job['account']}, partition "
             f"{job['partition']}) is {job['state']}")
     if job["state"] != "PENDING":
-        return [head + _not_pending(job, now) + "."]
+        lines = [head + _not_pending(job, now) + "."]
+        reason = job.get("reason") or ""
+        if job["state"] not in ("RUNNING", "COMPLETING") and reason not in ("", "None"):
+            lines.append(f"  Reason: {reason}")  # a launch failure says what went wrong
+        return lines
     lines = [f"{head}: {job['reason']}.", f"  Why: {reply['reason_text']}."]
     if reply.get("position"):
         lines.append(f"  Position: {reply['position']} of {reply['queue_length']} jobs the "

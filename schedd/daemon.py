@@ -354,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg.agent_endpoint = args.agent_endpoint or cfg.agent_endpoint
         statedir.secure(cfg)  # umask 077, state dir root-only, no readable password
         setup_logging(args.log_file, args.log_level.upper())
+        # alembic's INFO lines (plugin set-up, "Context impl ...") say nothing to an operator
+        # of a ledger schedd only checks; its warnings and errors still come through
+        logging.getLogger("alembic").setLevel(logging.WARNING)
         lease = _lead(cfg) if cfg.ha else None
         if cfg.ha and lease is None:
             return 0  # stopped while standing by

@@ -11,17 +11,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
 from schedd.domain.reservation import ACCESS_DENIED
 from schedd.identity import Caller, is_operator
-from schedd.model import Job, JobState
+from schedd.model import Job, JobState, Node
 from schedd.slurm import arrayspec, dependency
 from schedd.slurm.hostlist import HostlistError, compress, expand
 from schedd.slurm.text import has_control
+
+if TYPE_CHECKING:
+    from schedd.scheduler.snapshot import PendingJob
 
 log = logging.getLogger("schedd.admission")
 
@@ -152,15 +156,70 @@ def check_shape(ctx: Context, job: Job) -> None:
     nodes = [n for n in ctx.state.nodes.values() if job.partition in n.partitions]
     if not nodes:
         return  # no node has registered yet: the job waits for one
-    fitting = [
-        n for n in nodes
-        if n.cpus >= view.cpus_per_node and n.memory_mb >= view.mem_per_node_mb
-        and len(n.gpus) >= view.gpus_per_node
-        and (not view.gpu_type or n.gpu_model == view.gpu_type.lower())
-        and view.features <= set(n.features)
-    ]
+    fitting = [n for n in nodes if _holds(n, view)]
     if len(fitting) < view.num_nodes:
-        raise RequestError(NODE_CONFIG)
+        # Slurm's line first (scripts match it), then which resource does not fit
+        raise RequestError(f"{NODE_CONFIG}\n{misfit(job.partition, nodes, view)}")
+
+
+def _holds(node: Node, view: PendingJob) -> bool:
+    return (node.cpus >= view.cpus_per_node and node.memory_mb >= view.mem_per_node_mb
+            and len(node.gpus) >= view.gpus_per_node
+            and (not view.gpu_type or node.gpu_model == view.gpu_type.lower())
+            and view.features <= set(node.features))
+
+
+def _largest(nodes: list[Node], value: Callable[[Node], int]) -> tuple[int, str]:
+    best = min(nodes, key=lambda n: (-value(n), n.name))
+    return value(best), best.name
+
+
+def misfit(partition: str, nodes: list[Node], view: PendingJob) -> str:
+    """One line naming what no node of ``partition`` (``nodes``, not empty) can give a job
+    shaped as ``view``, and the nearest fit there is."""
+    if view.num_nodes > len(nodes):
+        return (f"{view.num_nodes} nodes requested, partition {partition} has "
+                f"{len(nodes)} ({compress(sorted(n.name for n in nodes))})")
+    gpu_type = view.gpu_type.lower()
+    typed = [n for n in nodes if n.gpu_model == gpu_type] if gpu_type else nodes
+    if not typed:
+        types = sorted({n.gpu_model for n in nodes if n.gpus})
+        here = f"types here: {', '.join(types)}" if types else "no node here has GPUs"
+        return f"no node has GPUs of type {gpu_type} ({here})"
+    if view.gpus_per_node and all(len(n.gpus) < view.gpus_per_node for n in typed):
+        most, name = _largest(typed, lambda n: len(n.gpus))
+        kind = f"{gpu_type} GPUs" if gpu_type else "GPUs"
+        return f"no node has {view.gpus_per_node} {kind} (largest: {most}, {name})"
+    if all(n.memory_mb < view.mem_per_node_mb for n in nodes):
+        most, name = _largest(nodes, lambda n: n.memory_mb)
+        return (f"no node has {view.mem_per_node_mb} MB of memory "
+                f"(largest: {most} MB, {name})")
+    if all(n.cpus < view.cpus_per_node for n in nodes):
+        most, name = _largest(nodes, lambda n: n.cpus)
+        return f"no node has {view.cpus_per_node} CPUs (largest: {most}, {name})"
+    missing = sorted(f for f in view.features if not any(f in n.features for n in nodes))
+    if missing:
+        have = sorted({f for n in nodes for f in n.features})
+        return (f"no node has feature {', '.join(missing)} "
+                f"(features here: {', '.join(have) or 'none'})")
+    share = _share(view)
+    fitting = sorted(n.name for n in nodes if _holds(n, view))
+    if not fitting:
+        return f"no node has {share} at once"
+    return (f"{view.num_nodes} nodes requested with {share} each; only {len(fitting)} "
+            f"can hold that ({compress(fitting)})")
+
+
+def _share(view: PendingJob) -> str:
+    parts = [f"{view.cpus_per_node} CPUs"]
+    if view.mem_per_node_mb:
+        parts.append(f"{view.mem_per_node_mb} MB of memory")
+    if view.gpus_per_node:
+        parts.append(f"{view.gpus_per_node} {view.gpu_type.lower() + ' ' if view.gpu_type else ''}"
+                     "GPUs")
+    if view.features:
+        parts.append("features " + ",".join(sorted(view.features)))
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
 
 
 def expand_array(ctx: Context, template: Job) -> list[Job]:

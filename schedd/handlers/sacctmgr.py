@@ -323,6 +323,13 @@ def add_users(ctx: Context, caller: Caller, names: list[str],
                     admin_level_name(level) if level else "None")
         accounts.users[name] = user
         change.users.append(user_row(user))
+    for name in _auto_root_only(accounts, names, new_users):
+        # only the automatic root association of a cluster with no accounts yet: the first
+        # real account becomes the default, as a new user's would
+        real = [a for a in wanted if a != ROOT]
+        if real:
+            accounts.users[name].default_account = default if default in real else real[0]
+            change.users.append(user_row(accounts.users[name]))
     out.out.append(" Associations =")
     for account, name in new_assocs:
         a = Association(account, name)
@@ -333,6 +340,20 @@ def add_users(ctx: Context, caller: Caller, names: list[str],
     out.out.append(" Non Default Settings")
     out.out += [f"  {LIMIT_NAMES.get(k, k):<13} = {v}" for k, v in fields.items()]
     commit(ctx, caller, change, "sacctmgr add user", ",".join(names), accounts)
+    return out
+
+
+def _auto_root_only(accounts: Accounts, names: list[str], new_users: list[str]) -> list[str]:
+    """The existing users among ``names`` whose default is root and whose only associations
+    are under root: what ``resolve`` creates on the fly for a user of a cluster with no
+    accounts yet. User root (the fresh ledger's own, root/root) keeps root, as in Slurm."""
+    out = []
+    for name in dict.fromkeys(names):
+        user = accounts.users.get(name)
+        if name in new_users or name == ROOT or user is None or user.default_account != ROOT:
+            continue
+        if all(account == ROOT for account, who in accounts.assocs if who == name):
+            out.append(name)
     return out
 
 

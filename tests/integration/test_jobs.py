@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -72,6 +73,28 @@ def test_walltime_kills_the_whole_group(cluster: Cluster, workdir: Path) -> None
         time.sleep(0.2)
     assert not _group_alive(pgid), "a process of the timed-out job survived SIGKILL"
     assert "DUE TO TIME LIMIT" in (workdir / f"slurm-{job_id}.out").read_text()
+
+
+def test_time_limit_banner_survives_a_job_that_prints_after_term(cluster: Cluster,
+                                                                   workdir: Path) -> None:
+    """The checkpoint-on-TERM pattern: the job prints after SIGTERM into its stdout=stderr
+    file; Slurm's banner stays whole and the job's later lines follow it."""
+    script = workdir / "ckpt.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "trap 'echo checkpoint saved; echo exiting after TERM; exit 0' TERM\n"
+        "echo started\n"
+        "sleep 600 &\n"
+        "wait\n"
+    )
+    job_id = cluster.sbatch("-t", "0:03", "-o", "ckpt-%j.txt", str(script), cwd=workdir)
+    job = cluster.wait(job_id, {"TIMEOUT", "COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
+    assert job["state"] == "TIMEOUT"
+    lines = (workdir / f"ckpt-{job_id}.txt").read_text().splitlines()
+    assert lines[0] == "started", lines
+    assert re.fullmatch(rf"slurmstepd: error: \*\*\* JOB {job_id} ON node1 CANCELLED AT "
+                        r"\S+ DUE TO TIME LIMIT \*\*\*", lines[1]), lines
+    assert lines[2:] == ["checkpoint saved", "exiting after TERM"], lines
 
 
 def test_environment_inside_the_job(cluster: Cluster, workdir: Path) -> None:

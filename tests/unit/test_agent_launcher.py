@@ -10,6 +10,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -321,9 +322,22 @@ def test_bad_launch_specs_are_one_line_errors(launcher, base, user, change, mess
 def test_missing_interpreter_is_reported_in_stderr(launcher, base, user):
     with pytest.raises(LaunchError) as info:
         launcher.launch(spec(user, base, 14, "#!/no/such/shell\ntrue\n"))
-    assert "execve()" in str(info.value)
-    assert "slurmstepd: error: execve():" in output(base, 14)
+    # slurmstepd's words, and its _exit(errno): ENOENT
+    assert str(info.value) == "execve(): bad interpreter(/no/such/shell): No such file or directory"
+    assert info.value.exit_code == 2
+    assert output(base, 14) == f"slurmstepd: error: {info.value}\n"
     assert not launcher.spool.script_path(14, 1).exists()
+
+
+def test_interpreter_the_user_may_not_run_is_named(launcher, base, user):
+    private = base / "private"
+    private.mkdir(mode=0o700)  # root's
+    shell = private / "sh"
+    shell.symlink_to("/bin/sh")
+    with pytest.raises(LaunchError) as info:
+        launcher.launch(spec(user, base, 16, f"#!{shell} -e\ntrue\n"))
+    assert str(info.value).endswith(f": Permission denied (the script's #! interpreter {shell})")
+    assert info.value.exit_code == 13
 
 
 def test_resent_launch_is_ignored_and_other_generation_refused(launcher, base, user):
@@ -359,6 +373,33 @@ def test_time_limit_kills_the_whole_group(launcher, base, user):
     text = output(base, 20)
     assert "slurmstepd: error: *** JOB 20 ON node7 CANCELLED AT " in text
     assert text.rstrip().endswith("DUE TO TIME LIMIT ***")
+
+
+CHECKPOINT_ON_TERM = """#!/bin/bash
+trap 'echo "checkpoint saved"; echo "exiting after TERM"; exit 0' TERM
+echo started
+sleep 600 &
+wait
+"""
+
+
+@pytest.mark.parametrize("open_mode", ["truncate", "append"])
+def test_time_limit_banner_is_not_overwritten_by_later_output(launcher, base, user, open_mode):
+    """A job that prints after SIGTERM (checkpoint on TERM): the banner stays whole, and the
+    job's later lines follow it, in truncate mode as in append mode."""
+    out = base / "out" / "slurm-24.out"
+    out.write_text("old content of an earlier run\n")
+    os.chown(out, user.uid, user.gid)
+    launcher.launch(spec(user, base, 24, CHECKPOINT_ON_TERM, time_limit=2,
+                         open_mode=open_mode))
+    assert wait_for(launcher, 24).state == "TIMEOUT"
+    lines = out.read_text().splitlines()
+    if open_mode == "append":
+        assert lines.pop(0) == "old content of an earlier run"
+    assert lines[0] == "started"
+    assert re.fullmatch(r"slurmstepd: error: \*\*\* JOB 24 ON node7 CANCELLED AT "
+                        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d DUE TO TIME LIMIT \*\*\*", lines[1]), lines
+    assert lines[2:] == ["checkpoint saved", "exiting after TERM"]
 
 
 def test_terminate_cancels_the_whole_group(launcher, base, user):

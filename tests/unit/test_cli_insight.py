@@ -67,6 +67,17 @@ def test_why_lines_for_a_pending_job() -> None:
     assert lines[-1].endswith("8 GPUs on n1, ends by never (no time limit)")
 
 
+def test_why_for_a_job_that_could_not_start_says_why() -> None:
+    job = {"job_id": "9", "user": "bob", "account": "ml", "partition": "gpu", "priority": 1,
+           "state": "FAILED", "end_time": 990.0,
+           "reason": "launch failed: could not open output file /x/out: Permission denied"}
+    assert why.explain_lines({"now": 1000.0, "job": job}, None) == [
+        f"Job 9 (bob, account ml, partition gpu) is FAILED; it ended at {why.fmt_time(990.0)}.",
+        "  Reason: launch failed: could not open output file /x/out: Permission denied"]
+    job.update(state="COMPLETED", reason="None")
+    assert len(why.explain_lines({"now": 1000.0, "job": job}, None)) == 1
+
+
 def test_why_for_a_running_job_and_stats_without_data() -> None:
     job = {"job_id": "8", "user": "bob", "account": "ml", "partition": "gpu", "priority": 1,
            "state": "RUNNING", "reason": "None", "start_time": 940.0, "node_list": "n2"}

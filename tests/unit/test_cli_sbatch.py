@@ -294,3 +294,17 @@ def test_max_job_count_is_retried_as_slurm_does(fake_schedd, monkeypatch, capsys
     assert capsys.readouterr().err.endswith(
         "sbatch: error: Batch job submission failed: Resource temporarily unavailable\n")
     assert naps[3:] == list(range(1, 16))
+
+
+def test_shape_refusal_keeps_slurms_line_first(fake_schedd, capsys) -> None:  # noqa: F811
+    def refuse(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise ClientError("invalid", "Requested node configuration is not available\n"
+                                     "no node has 32768 MB of memory (largest: 24105 MB, node1)")
+
+    fake_schedd(refuse)
+    assert sbatch.main(["--mem", "32G", "--wrap", "true"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("sbatch: error: Batch job submission failed: Requested node configuration "
+                   "is not available\n"
+                   "sbatch: error: no node has 32768 MB of memory (largest: 24105 MB, node1)\n")

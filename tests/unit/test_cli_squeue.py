@@ -127,15 +127,22 @@ def test_reference_custom_formats(fake_schedd, capsys) -> None:  # noqa: F811
 
 def test_filters_become_the_query(fake_schedd, capsys) -> None:  # noqa: F811
     fake = serve(fake_schedd, REFERENCE_JOBS)
-    assert squeue.main(["-u", "a,b", "-t", "PD,r", "-p", "debug", "-A", "x", "-q", "normal",
+    assert squeue.main(["-u", "root,1", "-t", "PD,r", "-p", "debug", "-A", "x", "-q", "normal",
                         "-n", "n1", "-w", "vm[1-2]", "--job", "1,2_3", "-h"]) == 0
     assert without_fields(fake.ops("query_jobs")[-1]) == {
-        "users": ["a", "b"], "states": ["PENDING", "RUNNING"], "partitions": ["debug"],
+        "users": ["root", "1"], "states": ["PENDING", "RUNNING"], "partitions": ["debug"],
         "accounts": ["x"], "qos": ["normal"], "names": ["n1"], "nodes": ["vm1", "vm2"],
         "job_ids": ["1", "2_3"]}
     assert squeue.main(["-t", "all", "-j", "5", "-h"]) == 0
     assert without_fields(fake.ops("query_jobs")[-1]) == {"all_states": True, "job_ids": ["5"]}
     capsys.readouterr()
+
+
+def test_unknown_user_is_slurms_error(fake_schedd, capsys) -> None:  # noqa: F811
+    fake = serve(fake_schedd, REFERENCE_JOBS)
+    assert squeue.main(["-u", "root,nosuchuser"]) == 1
+    assert capsys.readouterr() == ("", "squeue: error: Invalid user: nosuchuser\n")
+    assert fake.ops("query_jobs") == []
 
 
 def test_single_unknown_job_is_slurms_error(fake_schedd, capsys) -> None:  # noqa: F811
