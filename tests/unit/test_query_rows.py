@@ -134,7 +134,7 @@ def test_fields_are_in_the_wire_contract() -> None:
 
 
 ARGVS = [
-    [], ["-h"], ["-o", "%i %j %T"], ["-u", "amy", "-t", "PD", "-o", "%i %j %T"], ["-l"],
+    [], ["-h"], ["-o", "%i %j %T"], ["-u", "1001", "-t", "PD", "-o", "%i %j %T"], ["-l"],
     ["--start"], ["-r"], ["-h", "-S", "-Q,i"], ["-P", "-h"], ["-h", "-S", "+M,-j"],
     ["-O", "JobID,JobArrayID,State:10,Name:.20|,ArrayJobID,ArrayTaskID,NumCPUs,TimeLimit,"
            "SubmitTime,ReasonList,TimeUsed,TimeLeft,MinMemory,tres-per-node"],
