@@ -217,6 +217,20 @@ class LocalServer:
                     self._poller.modify(conn.fd, POLLIN)
                     self._reply(conn, reply)
 
+    def waiting(self, work: Work) -> bool:
+        """Is a client still waiting for this long request?"""
+        return any(c.work is work for c in self.conns.values())
+
+    def complete(self, work: Work, reply: bytes) -> None:
+        """Answer a long request finished elsewhere (agentd's relay: schedd's reply came);
+        dropped if its client went away meanwhile."""
+        for conn in self.conns.values():
+            if conn.work is work:
+                conn.work = None
+                self._poller.modify(conn.fd, POLLIN)
+                self._reply(conn, reply)
+                return
+
     def _reply(self, conn: Connection, payload: bytes) -> None:
         """Queue a reply; nothing more is read from this client until it has taken it (so it
         holds one reply and one request in schedd at the most)."""
