@@ -37,6 +37,7 @@ log = logging.getLogger("schedd.relay")
 CHUNK = 1 << 20  # bytes of a reply per relay message
 IDLE_SECONDS = 60.0  # a reply whose next chunk nobody asked for this long is dropped
 MAX_HELD = 4096  # replies held for agents at once
+MAX_HELD_PER_NODE = 256  # ... for one node's agent (its socket has 1,024 connections at most)
 
 
 @dataclass(slots=True)
@@ -103,7 +104,8 @@ class Relays:
             self._send(route, msg_id, 0, reply, len(reply), more=False)
             return
         self._expire(now or time.monotonic())
-        if len(self.held) >= MAX_HELD:
+        if len(self.held) >= MAX_HELD or sum(
+                1 for h in self.held.values() if h.node == node) >= MAX_HELD_PER_NODE:
             self._send_error(route, msg_id, protocol.E_AGAIN,
                              "schedd holds too many relayed replies; try again")
             return
@@ -112,6 +114,7 @@ class Relays:
         self._send(route, msg_id, handle, reply[:CHUNK], len(reply), more=True)
 
     def next_chunk(self, route: list[bytes], msg_id: Any, node: str, handle: int) -> None:
+        self._expire(time.monotonic())
         held = self.held.get(handle)
         if held is None or held.node != node:
             self._send_error(route, msg_id, protocol.E_INVALID,

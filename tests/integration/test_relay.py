@@ -129,8 +129,9 @@ def test_commands_inside_a_job_on_node2_act_as_its_user(relayed: Relayed, workdi
         "sbatch --parsable -H --wrap 'sleep 300' > follow 2> follow.err\n"
         "squeue -j $(cat follow) -h -o %u > follow.user 2>&1\n"
         "scancel $(cat follow) > cancel.out 2>&1; echo $? > cancel\n"
-        "stat -c %i " + shlex.quote(cluster.socket) + " > inode\n")
-    job_id = cluster.sbatch("-w", "node2", "job.sh", user=user, cwd=workdir)
+        "stat -c %i " + shlex.quote(cluster.socket) + " > inode\n"
+        "srun -n 2 hostname > srun.out 2>&1; echo $? > srun.rc\n")
+    job_id = cluster.sbatch("-w", "node2", "-n", "2", "job.sh", user=user, cwd=workdir)
     job = cluster.wait(job_id, {"COMPLETED", "FAILED"}, timeout=60)
     assert job["state"] == "COMPLETED", (workdir / f"slurm-{job_id}.out").read_text()
     assert job["node_list"] == "node2"
@@ -144,6 +145,25 @@ def test_commands_inside_a_job_on_node2_act_as_its_user(relayed: Relayed, workdi
     assert (workdir / "cancel").read_text().strip() == "0", (workdir / "cancel.out").read_text()
     followed = cluster.job(follow)
     assert followed["user"] == user and followed["state"] == "CANCELLED"
+    srun = (workdir / "srun.out").read_text()
+    assert (workdir / "srun.rc").read_text().strip() == "0", srun
+    assert len(srun.split()) == 2, srun
+
+
+def test_a_job_on_node2_requeues_itself(relayed: Relayed, workdir: Path) -> None:
+    cluster, user = relayed.cluster, relayed.user
+    (workdir / "job.sh").write_text(
+        "#!/bin/sh\n"
+        "echo $SLURM_RESTART_COUNT >> runs\n"
+        "if [ \"$SLURM_RESTART_COUNT\" = 0 ]; then\n"
+        "  scontrol requeue $SLURM_JOB_ID > requeue.out 2>&1; echo $? > requeue.rc\n"
+        "  sleep 60\n"
+        "fi\n")
+    job_id = cluster.sbatch("-w", "node2", "--requeue", "job.sh", user=user, cwd=workdir)
+    job = cluster.wait(job_id, {"COMPLETED", "FAILED"}, timeout=60)
+    # (the requeue ends the run at once: scontrol itself is killed with it, before it exits)
+    assert job["state"] == "COMPLETED" and job["restart_count"] == 1, job
+    assert (workdir / "runs").read_text().split() == ["0", "1"]
 
 
 def test_a_user_on_node2_cannot_act_on_someone_elses_job(relayed: Relayed,
@@ -232,3 +252,21 @@ def test_an_agent_whose_key_is_not_authorised_cannot_relay(relayed: Relayed) -> 
         assert res.returncode != 0 and UNREACHABLE in res.stderr
     finally:
         _stop(rogue)
+
+
+def test_a_node_cut_off_from_schedd_says_so_at_once(relayed: Relayed) -> None:
+    """Once its agent has heard nothing for three heartbeats, a command on node2 is told at
+    once (not after a timeout); when the link is back, commands work again."""
+    user = relayed.user
+
+    def refused() -> bool:
+        res = relayed.inside(relayed.node2, "squeue", "-h", user=user)
+        return res.returncode != 0 and f"{UNREACHABLE} (connect failure)" in res.stderr
+
+    relayed.ns.cut()
+    try:
+        _until(refused, 30, "node2's commands never said schedd was unreachable")
+    finally:
+        relayed.ns.restore()
+    _until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
+           30, "node2's commands did not come back with the link")
