@@ -167,7 +167,7 @@ class Relay:
             work.data = bytearray()
         work.data += chunk
         if not body.get("more"):
-            self._finish(work, bytes(work.data))
+            self._finish(work, work.data)  # copied once, into the command's outbox
             return True
         if not self.server.waiting(work):
             return True  # the command went away: schedd drops the rest in a while
@@ -186,7 +186,7 @@ class Relay:
         for work in works:
             self._finish(work, protocol.reply_error(work.client_id, "unreachable", LOST))
 
-    def _finish(self, work: Relayed, reply: bytes) -> None:
+    def _finish(self, work: Relayed, reply: bytes | bytearray) -> None:
         work.data = None
         self.server.complete(work, reply)
 
