@@ -219,3 +219,40 @@ def test_auto_serves_only_where_no_schedd_is(tmp_path: Path) -> None:
     assert agent_relay.should_serve("auto", f"ipc://{path}")[0]  # our own, from a crash
     assert not agent_relay.should_serve(False, f"ipc://{path}")[0]
     assert agent_relay.should_serve(True, f"ipc://{path}")[0]
+
+
+def test_a_relayed_long_request_is_worked_in_slices(daemon: Daemon) -> None:
+    _relay(daemon, _submit_frame())
+    _reply(daemon)
+    assert _relay(daemon, protocol.request("acct_jobs", {"start": 0}, 11)) is None
+    assert daemon.relays.working and not daemon.sent  # type: ignore[attr-defined]
+    for _ in range(1000):
+        if not daemon.relays.working:
+            break
+        daemon.relays.step_work()
+    header, chunk = _reply(daemon)
+    assert header["ok"] and json.loads(chunk)["id"] == 11 and json.loads(chunk)["ok"]
+
+
+def test_a_relay_only_agent_says_hello(daemon: Daemon) -> None:
+    frame = protocol.request("relay_hello", {"node": "node2"}, 3)
+    reply = json.loads(daemon._dispatch(frame, protocol.AGENT_OPS, AGENT_HANDLERS, "node2",
+                                        route=[b"node2"]))
+    assert reply["ok"] and reply["body"]["heartbeat_interval"] == daemon.cfg.heartbeat_interval
+    frame = protocol.request("relay_hello", {"node": "node1"}, 3)
+    reply = json.loads(daemon._dispatch(frame, protocol.AGENT_OPS, AGENT_HANDLERS, "node2",
+                                        route=[b"node2"]))
+    assert not reply["ok"]
+    assert "node2" not in daemon.state.nodes  # a hello registers nothing
+
+
+def test_serve_commands_and_relay_root_nodes_are_checked(tmp_path: Path) -> None:
+    from schedd.config import ConfigError, from_dict
+
+    cfg = from_dict({"agent": {"serve_commands": "auto", "relay_only": True},
+                     "schedd": {"relay_root_nodes": ["gpu01"]}}, tmp_path / "kiln.toml")
+    assert cfg.agent.relay_only and cfg.relay_root_nodes == ["gpu01"]
+    with pytest.raises(ConfigError, match="serve_commands"):
+        from_dict({"agent": {"serve_commands": "sometimes"}}, tmp_path / "kiln.toml")
+    with pytest.raises(ConfigError, match="relay_root_nodes"):
+        from_dict({"schedd": {"relay_root_nodes": "gpu01"}}, tmp_path / "kiln.toml")
