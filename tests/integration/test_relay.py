@@ -36,6 +36,14 @@ class Relayed:
     login: subprocess.Popen  # login1's relay-only agent: own mount namespace
     user: str
 
+    def serving(self, agent: subprocess.Popen) -> None:
+        """Wait until the agent serves the socket in its namespace (its mark is there: until
+        its tmpfs is mounted, the namespace still shows the head's socket)."""
+        probe = ["/usr/bin/test", "-S", self.cluster.socket, "-a", "-f",
+                 f"{self.cluster.socket}.agent"]
+        _until(lambda: self.inside(agent, *probe).returncode == 0, 30,
+               "the agent never served the commands' socket")
+
     def inside(self, agent: subprocess.Popen, *args: str, user: str | None = None,
                ) -> subprocess.CompletedProcess[str]:
         """A command run in that agent's namespaces (as on its node), as ``user``."""
@@ -96,6 +104,8 @@ def relayed(request: pytest.FixtureRequest, other_user: str) -> Iterator[Relayed
         login = _agent(cluster, "login1", [], "--relay-only")
         stack.callback(_stop, login)
         r = Relayed(cluster, ns, node2, login, other_user)
+        r.serving(node2)
+        r.serving(login)
         _until(lambda: _nodes(cluster).get("node2", "").strip() == "idle", 30,
                "node2 never registered")
         _until(lambda: r.inside(login, "squeue", "-h", user=other_user).returncode == 0, 30,
@@ -243,9 +253,7 @@ def test_an_agent_whose_key_is_not_authorised_cannot_relay(relayed: Relayed) -> 
     keys.generate(cluster.home / "keys" / "agents", "rogue")  # a key pair, never authorised
     rogue = _agent(cluster, "rogue", [], "--relay-only")
     try:
-        probe = ["/usr/bin/test", "-S", cluster.socket]
-        _until(lambda: relayed.inside(rogue, *probe).returncode == 0, 30,
-               "the rogue agent never served its socket")
+        relayed.serving(rogue)
         res = relayed.inside(rogue, "squeue", "-h", user=user)
         assert res.returncode != 0 and UNREACHABLE in res.stderr, res.stdout + res.stderr
         res = relayed.inside(rogue, "sbatch", "--wrap", "true", user=user)
@@ -270,3 +278,23 @@ def test_a_node_cut_off_from_schedd_says_so_at_once(relayed: Relayed) -> None:
         relayed.ns.restore()
     _until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
            30, "node2's commands did not come back with the link")
+
+
+def test_a_request_in_flight_when_schedd_goes_silent_is_told_lost(relayed: Relayed) -> None:
+    """Relayed just after the link is cut (the agent heard schedd a moment ago): the command is
+    told "connection lost" once the agent gives schedd up, and is not resent."""
+    user = relayed.user
+    _until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
+           30, "node2's commands do not work")
+    relayed.ns.cut()
+    try:
+        res = relayed.inside(relayed.node2, "squeue", "-h", user=user)
+    finally:
+        relayed.ns.restore()
+    assert res.returncode != 0
+    assert "connection lost; the request may or may not have been carried out" in res.stderr, \
+        res.stderr
+    _until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
+           30, "node2's commands did not come back with the link")
+    log = (relayed.cluster.home / "log" / "agentd-node2.log").read_text()
+    assert "schedd silent" in log
