@@ -118,12 +118,10 @@ class Agent:
         self.sock.connect(endpoint)
         return self.sock
 
-    def _fail_over(self, now: float, step: int = 1) -> None:
+    def _fail_over(self, now: float) -> None:
         """schedd has been silent too long and there is another to try: move to the next
-        endpoint and register there (with every unacknowledged end report). ``step`` 0: a
-        fresh socket to the same one (what ZeroMQ still queued for the old one is dropped,
-        so a relayed request is never delivered late)."""
-        self._endpoint = (self._endpoint + step) % len(self.endpoints)
+        endpoint and register there (with every unacknowledged end report)."""
+        self._endpoint = (self._endpoint + 1) % len(self.endpoints)
         log.warning("schedd silent for %.0f s: trying %s", now - self._last_heard,
                     self.endpoints[self._endpoint])
         if self.relay is not None:
@@ -352,7 +350,12 @@ class Agent:
                 if len(self.endpoints) > 1:
                     self._fail_over(now)
                 elif self.relay is not None and self.relay.pending:
-                    self._fail_over(now, step=0)  # the commands waiting are told at once
+                    # the commands waiting are told; the socket stays (a fresh one would be
+                    # refused by schedd's ROUTER while it still holds the old connection)
+                    log.warning("schedd silent for %.0f s: %d relayed commands told the "
+                                "connection was lost", now - self._last_heard,
+                                len(self.relay.pending))
+                    self.relay.lost()
             elif self.relay is not None and self.relay.server.conns:
                 self.relay.server.ready({}, time.monotonic())  # clients that stopped reading
         if self.relay is not None:

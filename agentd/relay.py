@@ -8,10 +8,10 @@ request to schedd over its CURVE channel as ``relay`` {node, uid, gid, pid, requ
 identity being what the kernel said. schedd's reply comes back in chunks of at most 1 MiB,
 each fetched when the last one arrived (``relay_next``), and goes to the waiting command.
 
-- A relayed request is sent once. If schedd falls silent while it waits (no heartbeat reply
-  for three heartbeat intervals) the command gets Slurm's "connection lost" (the request may or
-  may not have been carried out) and the agent opens a fresh socket, so nothing ZeroMQ still
-  queued for the old connection is delivered later.
+- A relayed request is sent once. If schedd falls silent while it waits (no word for three
+  heartbeat intervals) the command gets Slurm's "connection lost" (the request may or may not
+  have been carried out): what was already handed to ZeroMQ may still reach schedd when the
+  link comes back, once, but the agent never sends it again and its late reply is dropped.
 - While schedd is unreachable (never heard, or silent as above) a command is told so at once.
 
 Whether to serve (``[agent] serve_commands``): true, false, or "auto" (the default): serve
