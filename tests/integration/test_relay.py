@@ -248,6 +248,32 @@ def test_a_login_node_relays_and_is_no_node(relayed: Relayed) -> None:
         res.stdout + res.stderr
 
 
+_MANY = r"""
+import json
+from cli.client import Client
+job = {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "held": "user", "comment": "c" * 1500}
+with Client() as c:
+    ids = [c.call("submit", {"job": job})["job_id"] for _ in range(1000)]
+    raw = c.exchange(json.dumps({"v": 1, "op": "query_jobs", "id": 1,
+                                 "body": {"job_ids": [str(i) for i in ids]}}).encode())
+    print(len(raw), len(json.loads(raw)["body"]["jobs"]))
+"""
+
+
+def test_a_reply_of_megabytes_comes_through_in_chunks(relayed: Relayed) -> None:
+    cluster, user = relayed.cluster, relayed.user
+    try:
+        res = relayed.inside(relayed.login, "python", "-c", _MANY, user=user)
+        assert res.returncode == 0, res.stderr
+        size, count = map(int, res.stdout.split())
+        assert count == 1000 and size > 2 * (1 << 20)  # three relay chunks or more
+        listed = relayed.inside(relayed.login, "squeue", "-h", "-u", user, "-o", "%i",
+                                user=user)
+        assert len(listed.stdout.split()) == 1000, listed.stderr
+    finally:
+        cluster.run("scancel", "-u", user)
+
+
 def test_an_agent_whose_key_is_not_authorised_cannot_relay(relayed: Relayed) -> None:
     cluster, user = relayed.cluster, relayed.user
     keys.generate(cluster.home / "keys" / "agents", "rogue")  # a key pair, never authorised
