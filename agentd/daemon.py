@@ -8,7 +8,9 @@ Every turn:
    step tasks' forwarded output (agentd/forward.py) until schedd has taken it;
 4. heartbeat on its interval, listing what runs here, so schedd can reconcile.
 
-Talks to schedd over one DEALER socket whose identity is the node name.
+Talks to schedd over one DEALER socket whose identity is the node name. On a node that is not
+the head it also serves the commands' endpoint and relays them to schedd (agentd/relay.py); a
+login node's agent does only that (``--relay-only``: no node registered, no jobs).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import zmq
 from agentd import gpus as gpu_discovery
 from agentd.forward import check_cap
 from agentd.launcher import Finished, Launcher, LaunchError
+from agentd.relay import Relay, should_serve
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
 from schedd import config as kconfig
@@ -46,11 +49,15 @@ RESEND_AFTER = 3.0  # seconds before an unacknowledged report is sent again
 class Agent:
     def __init__(self, cfg: kconfig.Config, node_name: str, cpus: int | None = None,
                  memory_mb: int | None = None, fake_gpus: str | None = None,
-                 features: list[str] | None = None, spool_dir: str | None = None):
+                 features: list[str] | None = None, spool_dir: str | None = None,
+                 relay_only: bool | None = None, serve_commands: bool | str | None = None):
         self.cfg = cfg
         self.name = node_name
+        self.relay_only = cfg.agent.relay_only if relay_only is None else relay_only
         host_cpus, host_mem = gpu_discovery.node_resources()
         fake = cfg.agent.fake_gpus if fake_gpus is None else fake_gpus
+        if self.relay_only:
+            fake = "0"  # a login node offers nothing to jobs
         self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name)
         self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval)
         self.cpus = cpus or host_cpus
@@ -84,6 +91,22 @@ class Agent:
         self._stopping = False
         for fin in recovered:  # ended while no agent watched: sent with the registration
             self._unacked[(fin.job_id, fin.generation)] = (0.0, self._end_body(fin))
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+        self.relay: Relay | None = None  # the commands' endpoint, when this is not the head
+        setting = cfg.agent.serve_commands if serve_commands is None else serve_commands
+        serve, why = should_serve(setting, cfg.client_endpoint)
+        if serve:
+            self.relay = Relay(cfg.client_endpoint, node_name, lambda: next(self._ids),
+                               self._send_frame, self._silence_window)
+            self.relay.register(self.poller)
+            log.info("serving the commands' endpoint %s, relayed to schedd (%s)",
+                     self.relay.path, why)
+        else:
+            log.info("not serving the commands' endpoint: %s", why)
+            if self.relay_only:
+                log.warning("relay-only, but not serving the commands' endpoint: this agent "
+                            "does nothing")
 
     def _open_socket(self, endpoint: str) -> zmq.Socket:
         self.sock = self.ctx.socket(zmq.DEALER)
@@ -101,11 +124,19 @@ class Agent:
         self._endpoint = (self._endpoint + 1) % len(self.endpoints)
         log.warning("schedd silent for %.0f s: trying %s", now - self._last_heard,
                     self.endpoints[self._endpoint])
+        if self.relay is not None:
+            self.relay.lost()  # the commands waiting are told; nothing is resent
+        self.poller.unregister(self.sock)
         self.sock.close(0)
         self.sock = self._open_socket(self.endpoints[self._endpoint])
+        self.poller.register(self.sock, zmq.POLLIN)
         self._last_heard = now
         self._registered = False
         self.register()
+
+    def _silence_window(self) -> float:
+        """Seconds without a word from schedd after which it counts as gone."""
+        return max(3 * self.heartbeat_interval, 3.0)
 
     def _use_curve(self, cfg: kconfig.Config) -> None:
         """Authenticate to schedd with this node's key pair, and schedd by its public key."""
@@ -130,7 +161,18 @@ class Agent:
             log.warning("schedd unreachable; %s not sent", op)
         return msg_id
 
+    def _send_frame(self, frame: bytes) -> bool:
+        try:
+            self.sock.send(frame, zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
+
     def register(self) -> None:
+        if self.relay_only:  # no node: a hello, so that schedd's replies say it is there
+            self._send("relay_hello", {"node": self.name})
+            self._last_heartbeat = time.time()
+            return
         node = {"name": self.name, "cpus": self.cpus, "memory_mb": self.memory_mb,
                 "gpus": [dataclasses.asdict(g) for g in self.gpus],
                 "features": self.features, "address": socket.gethostname(),
@@ -169,12 +211,16 @@ class Agent:
 
     # --- receiving -----------------------------------------------------------------------------
 
-    def _on_message(self, frame: bytes) -> None:
+    def _on_message(self, frame: bytes, more: list[bytes] | None = None) -> None:
         self._last_heard = time.time()
+        if self.relay is not None:
+            self.relay.heard()
         try:
             msg = protocol.decode(frame)
         except protocol.ProtocolError as exc:
             log.warning("bad message from schedd: %s", exc.message)
+            return
+        if self.relay is not None and "op" not in msg and self.relay.on_reply(msg, more or []):
             return
         if "op" in msg:
             self._on_command(msg)
@@ -203,7 +249,13 @@ class Agent:
                 self._acknowledged(key)
             log.info("registered with schedd")
         elif op == "heartbeat" and body.get("register"):
+            if self.relay is not None:
+                self.relay.lost()  # a schedd that does not know us never saw what we relayed
             self.register()
+        elif op == "relay_hello":
+            self._registered = True
+            self.heartbeat_interval = float(body.get("heartbeat_interval",
+                                                     self.heartbeat_interval))
         elif op == "job_ended":
             key = self._report_ids.pop(msg_id, None)  # type: ignore[arg-type]
             if key is not None:
@@ -271,16 +323,17 @@ class Agent:
 
     def run(self) -> None:
         self.register()
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
         while not self._stopping:
-            if self._wait(poller):
+            ready = self._wait()
+            if ready:
                 for _ in range(1000):
                     try:
-                        frame = self.sock.recv(zmq.NOBLOCK)
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._on_message(frame)
+                    self._on_message(frames[0], frames[1:])
+                if self.relay is not None:
+                    self.relay.server.ready(ready, time.monotonic())
             now = time.time()
             self.sampler.tick(now, self.launcher.running())
             for fin in self.launcher.poll(now):
@@ -294,28 +347,43 @@ class Agent:
                     pending.clear()
             if now - self._last_heartbeat >= self.heartbeat_interval:
                 self._heartbeat(now)
-            if len(self.endpoints) > 1 and \
-                    now - self._last_heard > max(3 * self.heartbeat_interval, 3.0):
-                self._fail_over(now)
-                poller = zmq.Poller()
-                poller.register(self.sock, zmq.POLLIN)
+            if now - self._last_heard > self._silence_window():
+                if len(self.endpoints) > 1:
+                    self._fail_over(now)
+                elif self.relay is not None and self.relay.pending:
+                    # the commands waiting are told; the socket stays (a fresh one would be
+                    # refused by schedd's ROUTER while it still holds the old connection)
+                    log.warning("schedd silent for %.0f s: %d relayed commands told the "
+                                "connection was lost", now - self._last_heard,
+                                len(self.relay.pending))
+                    self.relay.lost()
+            elif self.relay is not None and self.relay.server.conns:
+                self.relay.server.ready({}, time.monotonic())  # clients that stopped reading
+        if self.relay is not None:
+            self.relay.close()
         self.sock.close(0)
         self.ctx.term()
 
-    def _wait(self, poller: zmq.Poller) -> bool:
-        """Wait up to a tick for schedd, or for step output the agent would read now (the
-        pipes of steps under their spool cap); True when something is ready."""
+    def _wait(self) -> dict[Any, int]:
+        """Wait up to a tick for schedd, a command on the local endpoint, or step output the
+        agent would read now (the pipes of steps under their spool cap); what is ready."""
         pipes = self.steps.pipes()
-        if not pipes:
-            return bool(poller.poll(TICK_MS))
-        turn = zmq.Poller()
-        turn.register(self.sock, zmq.POLLIN)
         for fd in pipes:
-            turn.register(fd, zmq.POLLIN)
-        return bool(turn.poll(TICK_MS))
+            self.poller.register(fd, zmq.POLLIN)
+        try:
+            return dict(self.poller.poll(TICK_MS))
+        finally:
+            for fd in pipes:
+                try:
+                    self.poller.unregister(fd)
+                except KeyError:
+                    pass
 
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now
+        if self.relay_only:
+            self.register()  # a hello
+            return
         if not self._registered:
             self.register()
             return
@@ -349,6 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", type=int, help="memory to offer, MB (default: all)")
     parser.add_argument("--features", default="", help="comma-separated node features")
     parser.add_argument("--spool", help="spool directory")
+    parser.add_argument("--relay-only", action="store_true", default=None,
+                        help="a login node: relay commands to schedd; register no node, run "
+                             "no jobs ([agent] relay_only)")
+    parser.add_argument("--serve-commands", choices=("auto", "yes", "no"),
+                        help="serve the commands' endpoint and relay it to schedd "
+                             "([agent] serve_commands; auto: unless schedd listens there)")
     parser.add_argument("--log-file")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -358,15 +432,21 @@ def main(argv: list[str] | None = None) -> int:
         agent = Agent(cfg, args.node, cpus=args.cpus, memory_mb=args.memory,
                       fake_gpus=args.fake_gpus,
                       features=[f for f in args.features.split(",") if f],
-                      spool_dir=args.spool)
+                      spool_dir=args.spool, relay_only=args.relay_only,
+                      serve_commands={"yes": True, "no": False, "auto": "auto",
+                                      None: None}[args.serve_commands])
     except (kconfig.ConfigError, ValueError, gpu_discovery.GPUDiscoveryError, OSError,
             keys.KeyFileError) as exc:
         print(f"agentd: error: {exc}", file=sys.stderr)
         return 1
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
-    log.info("agentd %s: %d CPUs, %d MB, %d GPUs, schedd %s (pid %d)", agent.name, agent.cpus,
-             agent.memory_mb, len(agent.gpus), cfg.agent.schedd, os.getpid())
+    if agent.relay_only:
+        log.info("agentd %s: relay only (no node), schedd %s (pid %d)", agent.name,
+                 cfg.agent.schedd, os.getpid())
+    else:
+        log.info("agentd %s: %d CPUs, %d MB, %d GPUs, schedd %s (pid %d)", agent.name, agent.cpus,
+                 agent.memory_mb, len(agent.gpus), cfg.agent.schedd, os.getpid())
     agent.run()
     log.info("agentd %s stopped (pid %d)", agent.name, os.getpid())  # a clean exit, status 0
     return 0

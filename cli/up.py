@@ -200,7 +200,8 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
             continue
         args = [sys.executable, "-m", "agentd.daemon", "--config", str(conf_path),
                 "--node", name, "--log-file", str(logs / f"agentd-{name}.log"),
-                "--spool", str(home / "spool" / name)]
+                "--spool", str(home / "spool" / name),
+                "--serve-commands", "no"]  # schedd serves this host's commands
         if fake_gpus:
             args += ["--fake-gpus", fake_gpus]
         if cpus:

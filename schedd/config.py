@@ -75,6 +75,11 @@ class AgentConfig:
     # node; at the cap the agent stops reading the tasks' pipes, so they wait in write()
     step_spool_cap_mb: float = 64
     node_spool_cap_mb: float = 1024
+    # the commands' endpoint on this node (client_endpoint's path), relayed to schedd over the
+    # agent's CURVE channel (docs/architecture.md, "The relay"): true, false, or "auto" = serve
+    # it unless a schedd listens there (the head node) or a schedd's socket file is there
+    serve_commands: bool | str = "auto"
+    relay_only: bool = False  # a login node: relays commands, registers no node, runs no jobs
 
 
 @dataclass(slots=True)
@@ -117,6 +122,8 @@ class Config:
     ha: bool = False
     client_peers: list[str] = field(default_factory=list)  # other schedds' client endpoints
     agent_peers: list[str] = field(default_factory=list)  # other schedds' agent endpoints
+    # nodes whose agents may relay commands of root (and of schedd's own user); none by default
+    relay_root_nodes: list[str] = field(default_factory=list)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     partitions: list[Partition] = field(default_factory=list)
@@ -139,6 +146,13 @@ class Config:
             raise ConfigError(f"[schedd] private_data: a list of "
                               f"{', '.join(sorted(PRIVATE_DATA))}, not {self.private_data!r}")
         self.private_data = [str(k).lower() for k in kinds]
+        if self.agent.serve_commands not in (True, False, "auto"):
+            raise ConfigError(f"[agent] serve_commands: true, false or \"auto\", not "
+                              f"{self.agent.serve_commands!r}")
+        if not isinstance(self.relay_root_nodes, list) or not all(
+                isinstance(n, str) for n in self.relay_root_nodes):
+            raise ConfigError(f"[schedd] relay_root_nodes: a list of node names, not "
+                              f"{self.relay_root_nodes!r}")
 
     def private(self, kind: str) -> bool:
         """PrivateData=kind: users see only their own (jobs, usage, accounts, users)."""

@@ -37,6 +37,7 @@ from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
 from schedd.localsock import LocalServer, Work
 from schedd.logs import setup_logging
+from schedd.relay import Pending, RelayError, Relays
 from schedd.reports import forecast, metrics
 from schedd.routes import AGENT_HANDLERS, CLIENT_HANDLERS
 from schedd.scheduler.snapshot import Decisions
@@ -45,6 +46,7 @@ from schedd.state import State
 
 log = logging.getLogger("schedd")
 
+RELAY_OPS = frozenset({"relay", "relay_next", "relay_hello"})
 MAX_BATCH = 2000  # requests answered per turn before the scheduler gets a look-in
 
 
@@ -64,6 +66,8 @@ class Daemon:
         self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint, curve=cfg.curve)
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.agents = AgentRegistry(cfg, self._send_to_agent)
+        # commands of other nodes, relayed by their agents (schedd/relay.py)
+        self.relays = Relays(cfg.relay_root_nodes, self._send_relay)
         self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/srun.py)
         self.preemption = preemption.Tracker.from_state(self.state)  # victims in GraceTime
         self.planner = Planner(cfg, self.state, self.agents, self.preemption)
@@ -113,6 +117,12 @@ class Daemon:
         except zmq.ZMQError as exc:
             log.warning("could not send to agent %s: %s", identity.decode(errors="replace"), exc)
 
+    def _send_relay(self, frames: list[bytes]) -> None:
+        try:
+            self.agent_sock.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.warning("could not send a relayed reply: %s", exc)
+
     # --- context for handlers ------------------------------------------------------------------
 
     def now(self) -> float:
@@ -130,12 +140,14 @@ class Daemon:
         log.info("schedd listening: clients %s, agents %s", self.cfg.client_endpoint,
                  self.cfg.agent_endpoint)
         while not self._stopping:
-            timeout = 0 if self.local.working else self._until_next_cycle(self.now()) * 1000
+            busy = self.local.working or self.relays.working
+            timeout = 0 if busy else self._until_next_cycle(self.now()) * 1000
             ready = dict(poller.poll(timeout))
             if self.agent_sock in ready:
                 self._drain(self.agent_sock, self._handle_agent)
             self.local.ready(ready, self.now())  # each ready client: one request answered
             self.local.step_work()  # long requests, a slice per user in turn
+            self.relays.step_work()  # and those relayed from other nodes
             now = self.now()
             if self._until_next_cycle(now) <= 0:
                 self.run_cycle(now)
@@ -201,17 +213,47 @@ class Daemon:
                     self.keyring.refusals.warning(f"{node}/{owner}", "agent %r presented the "
                                                   "key of %r: refused", node, owner)
                 node = None
+        route = [f.bytes for f in frames[:-1]]
         reply = self._dispatch(frames[-1].bytes, protocol.AGENT_OPS, AGENT_HANDLERS, node,
-                               denied="this agent's CURVE key is not its node's")
-        self.agent_sock.send_multipart([f.bytes for f in frames[:-1]] + [reply])
+                               denied="this agent's CURVE key is not its node's", route=route)
+        if reply is not None:  # None: a relay op, answered by schedd/relay.py
+            self.agent_sock.send_multipart([*route, reply])
+
+    def _relay(self, route: list[bytes], msg_id: Any, op: str, body: dict[str, Any],
+               node: str) -> bytes | None:
+        """A relay op of an agent: a command of its node (``relay``), the next chunk of a
+        reply (``relay_next``), a relay-only agent's hello. The relayed identity is taken
+        only as ``Relays.caller`` allows; the inner request is dispatched as a local one."""
+        try:
+            if op == "relay":
+                caller = self.relays.caller(node, self.keyring is not None, body)
+            else:
+                self.relays.check_node(node, self.keyring is not None, body)
+        except RelayError as exc:
+            return protocol.reply_error(msg_id, protocol.E_PERMISSION, str(exc))
+        if op == "relay_hello":
+            return protocol.reply_ok(msg_id, {"heartbeat_interval": self.cfg.heartbeat_interval})
+        if op == "relay_next":
+            self.relays.next_chunk(route, msg_id, node, body["handle"])
+            return None
+        inner = body["request"].encode("utf-8", "surrogateescape")
+        answer = self._dispatch(inner, protocol.CLIENT_OPS, CLIENT_HANDLERS, caller)
+        if isinstance(answer, Work):
+            self.relays.add(Pending(route, msg_id, node, caller, answer))
+        else:
+            self.relays.answer(route, msg_id, node, answer)
+        return None
 
     def _dispatch(self, frame: bytes, ops: dict, handlers: dict, caller: Any,
-                  denied: str = "caller identity unknown") -> Any:
+                  denied: str = "caller identity unknown",
+                  route: list[bytes] | None = None) -> Any:
         msg_id = _peek_id(frame)  # so a refused request's error reply carries its id
         try:
             if caller is None:
                 raise protocol.ProtocolError(protocol.E_PERMISSION, denied)
             msg_id, op, body = protocol.decode_request(frame, ops)
+            if route is not None and op in RELAY_OPS:
+                return self._relay(route, msg_id, op, body, caller)
             if op not in handlers:  # in the wire contract, not (yet) served by this schedd
                 raise protocol.ProtocolError(protocol.E_UNKNOWN_OP,
                                              f"operation {op!r} is not supported by this schedd")

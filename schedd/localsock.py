@@ -217,10 +217,25 @@ class LocalServer:
                     self._poller.modify(conn.fd, POLLIN)
                     self._reply(conn, reply)
 
-    def _reply(self, conn: Connection, payload: bytes) -> None:
+    def waiting(self, work: Work) -> bool:
+        """Is a client still waiting for this long request?"""
+        return any(c.work is work for c in self.conns.values())
+
+    def complete(self, work: Work, reply: bytes | bytearray) -> None:
+        """Answer a long request finished elsewhere (agentd's relay: schedd's reply came);
+        dropped if its client went away meanwhile."""
+        for conn in self.conns.values():
+            if conn.work is work:
+                conn.work = None
+                self._poller.modify(conn.fd, POLLIN)
+                self._reply(conn, reply)
+                return
+
+    def _reply(self, conn: Connection, payload: bytes | bytearray) -> None:
         """Queue a reply; nothing more is read from this client until it has taken it (so it
         holds one reply and one request in schedd at the most)."""
-        conn.outbox += frame(payload)
+        conn.outbox += HEADER.pack(len(payload))
+        conn.outbox += payload  # no concatenated copy of a large reply
         conn.stalled_since = time.monotonic()
         self._write(conn)
 

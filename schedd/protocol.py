@@ -295,6 +295,16 @@ AGENT_OPS: dict[str, Schema] = {
                     "step_id": Int(0, required=True), "procid": Int(0, required=True),
                     "stream": Str(8, required=True, choices=("out", "err")),
                     "offset": Int(0, required=True), "data": Str(MAX_OUTPUT_DATA, required=True)},
+    # the relay (agentd/relay.py, schedd/relay.py): a command on this node asked `request` (its
+    # frame, as text); uid/gid/pid are what the agent's socket read from the kernel. The reply
+    # is {"size": bytes of the whole reply, "handle": N, "more": bool} and, as a second frame,
+    # the reply's first chunk; `relay_next` asks for the next chunk of reply `handle`
+    "relay": {"node": Str(256, required=True), "uid": Int(0, 2**32 - 1, required=True),
+              "gid": Int(0, 2**32 - 1, required=True), "pid": Int(0, 2**32 - 1),
+              "request": Str(MAX_MESSAGE_BYTES, required=True)},
+    "relay_next": {"node": Str(256, required=True), "handle": Int(0, required=True)},
+    # a relay-only agent (a login node) saying it is there: the reply is its liveness
+    "relay_hello": {"node": Str(256, required=True)},
 }
 
 # One node's share of a step (agentd/step_tasks.py runs it): its tasks, each with its own

@@ -41,6 +41,7 @@ class Cluster:
     agent_host: str = "127.0.0.1"  # where schedd listens for agents (a veth address in netns)
     schedd_extra: str = ""  # more lines for the [schedd] table (HA peers, ...)
     preempt_exempt_time: int = 0  # PreemptExemptTime: tests preempt jobs that just started
+    socket_subdir: bool = False  # the commands' socket in KILN_HOME/sock/, not KILN_HOME
     # what the daemons may log and do without failing the test (expect_log, expect_exit)
     allowed_logs: list[re.Pattern[str]] = field(default_factory=list)
     expected_exits: set[str] = field(default_factory=set)
@@ -100,14 +101,22 @@ class Cluster:
                 continue
         return pids
 
+    @property
+    def socket(self) -> str:
+        """The path of the commands' socket on the head node (schedd's)."""
+        return f"{self.home}/sock/schedd.sock" if self.socket_subdir else \
+            f"{self.home}/schedd.sock"
+
     def write_config(self, port: int) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o755)
+        if self.socket_subdir:
+            os.makedirs(self.home / "sock", mode=0o755, exist_ok=True)
         (self.home / "kiln.toml").write_text(
             f"""cluster_name = "kiln"
 [schedd]
 db_url = "{self.db_url}"
-client_endpoint = "ipc://{self.home}/schedd.sock"
+client_endpoint = "ipc://{self.socket}"
 agent_endpoint = "tcp://{self.agent_host}:{port}"
 kill_wait = {self.kill_wait}
 min_job_age = {self.min_job_age}
@@ -203,7 +212,7 @@ max_time = 3600
         """The job as schedd's wire reports it (the data behind squeue/scontrol)."""
         from cli.client import Client
 
-        with Client(endpoint=f"ipc://{self.home}/schedd.sock", timeout=10) as client:
+        with Client(endpoint=f"ipc://{self.socket}", timeout=10) as client:
             jobs = client.call("query_jobs", {"job_ids": [str(job_id)]})["jobs"]
         return jobs[0]
 
