@@ -41,6 +41,7 @@ MAX_CONNECTIONS = 1024
 MAX_PER_UID = 64
 STALL_SECONDS = 30.0
 READ_CHUNK = 256 * 1024
+PER_USER_TURN = 2  # requests of one user answered per turn of the loop
 POLLIN, POLLOUT = 1, 2  # zmq.POLLIN, zmq.POLLOUT (the same values as poll(2)'s)
 
 Dispatch = Callable[[bytes, Caller], Any]  # -> the reply, or a long request's Work
@@ -102,9 +103,13 @@ class LocalServer:
         poller.register(self.listener.fileno(), POLLIN)
 
     def ready(self, events: dict[Any, int], now: float) -> None:
-        """Act on what the poller reported: accept, read and answer, write."""
+        """Act on what the poller reported: accept, write, and read and answer — at most
+        ``PER_USER_TURN`` requests of each user per turn, so one user with many connections
+        never makes another wait behind all of them (the rest stay readable: the poller
+        reports them again at once, in the next turn)."""
         if events.get(self.listener.fileno()):
             self._accept()
+        readable: dict[int, list[Connection]] = {}
         for fd, flags in list(events.items()):
             conn = self.conns.get(fd) if isinstance(fd, int) else None
             if conn is None:
@@ -112,7 +117,14 @@ class LocalServer:
             if flags & POLLOUT:
                 self._write(conn)
             if flags & POLLIN and fd in self.conns:
-                self._read(conn)
+                readable.setdefault(conn.caller.uid, []).append(conn)
+        for uid, conns in readable.items():
+            start = self._turn.get(-uid - 1, 0)  # rotate which of a user's connections goes
+            self._turn[-uid - 1] = start + PER_USER_TURN
+            for i in range(min(PER_USER_TURN, len(conns))):
+                conn = conns[(start + i) % len(conns)]
+                if conn.fd in self.conns:
+                    self._read(conn)
         self._drop_stalled(now)
 
     def close(self) -> None:

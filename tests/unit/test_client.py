@@ -155,3 +155,39 @@ def test_per_user_connections_are_bounded(served: Served, monkeypatch) -> None:
 
 def test_header_is_four_bytes_big_endian() -> None:
     assert HEADER.pack(258) == struct.pack(">I", 258) == b"\x00\x00\x01\x02"
+
+
+def test_one_turn_answers_a_few_requests_of_each_user(tmp_path: Path) -> None:
+    """A user with many connections cannot make another wait behind all of them: a turn of
+    the loop answers at most PER_USER_TURN requests of each user."""
+    from schedd import localsock
+    from schedd.localsock import Connection
+
+    answered: list[int] = []
+
+    def dispatch(frame: bytes, caller: Caller) -> bytes:
+        answered.append(caller.uid)
+        return protocol.reply_ok(1, {})
+
+    server = LocalServer(f"ipc://{tmp_path}/t.sock", dispatch)
+    poller = zmq.Poller()
+    server.register(poller)
+    request = protocol.request("ping", {}, 1)
+    events, theirs = {}, []
+    for uid in [1001] * 6 + [1002]:
+        ours, peer = socket.socketpair()
+        ours.setblocking(False)
+        peer.sendall(HEADER.pack(len(request)) + request)
+        theirs.append(peer)
+        conn = Connection(ours, Caller(uid=uid, gid=uid, pid=0))
+        server.conns[conn.fd] = conn
+        poller.register(conn.fd, localsock.POLLIN)
+        events[conn.fd] = localsock.POLLIN
+    server.ready(events, 0.0)
+    assert sorted(answered) == [1001] * localsock.PER_USER_TURN + [1002]
+    for _ in range(5):  # the rest in the next turns, as the poller reports them again
+        server.ready(dict(poller.poll(0)), 0.0)
+    assert answered.count(1001) == 6
+    for peer in theirs:
+        peer.close()
+    server.close()
