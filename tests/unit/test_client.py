@@ -7,6 +7,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import zmq
 from cli.client import LOST, UNREACHABLE, Client, ClientError
 from schedd import protocol
 from schedd.identity import Caller
-from schedd.localsock import HEADER, LocalServer
+from schedd.localsock import HEADER, LocalServer, Work
 
 
 class Served:
@@ -37,7 +38,8 @@ class Served:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.server.ready(dict(self.poller.poll(20)), 0.0)
+            self.server.ready(dict(self.poller.poll(0 if self.server.working else 20)), 0.0)
+            self.server.step_work(budget=0.002)
 
     def close(self) -> None:
         self._stop.set()
@@ -191,3 +193,72 @@ def test_one_turn_answers_a_few_requests_of_each_user(tmp_path: Path) -> None:
     for peer in theirs:
         peer.close()
     server.close()
+
+
+class Counting(Work):
+    """A long request of ``total`` slices that records who ran when."""
+
+    def __init__(self, name: str, total: int, log: list[str]):
+        self.name, self.left, self.log = name, total, log
+
+    def step(self) -> bytes | None:
+        self.log.append(self.name)
+        self.left -= 1
+        if self.name == "long":
+            time.sleep(0.0005)  # a slice of real work
+        return None if self.left else protocol.reply_ok(1, {"done": self.name})
+
+
+def test_long_requests_go_in_slices_one_user_at_a_time(tmp_path: Path) -> None:
+    """Issue 12's expensive queries: four unfiltered sacct of one user pushed others' squeue
+    to 2.4 s. Long requests now go in slices, and each user gets a slice in turn however many
+    long requests it has in flight."""
+    from schedd.localsock import Connection
+
+    served = Served(tmp_path / "s.sock")
+    served.close()  # the thread is not needed: drive step_work by hand
+    server = LocalServer(f"ipc://{tmp_path}/t.sock", lambda f, c: b"")
+    poller = zmq.Poller()
+    server.register(poller)
+    log: list[str] = []
+    pairs = []
+    for uid, name in [(1001, "a1"), (1001, "a2"), (1001, "a3"), (1002, "b")]:
+        ours, theirs = socket.socketpair()
+        pairs.append(theirs)
+        conn = Connection(ours, Caller(uid=uid, gid=uid, pid=0))
+        conn.work = Counting(name, 6 if uid == 1001 else 3, log)
+        server.conns[conn.fd] = conn
+        poller.register(conn.fd, 0)
+    server.step_work(budget=10.0)
+    assert not server.working
+    # b (the other user) had every other slice until its request was done
+    assert log[:6] == ["a1", "b", "a2", "b", "a3", "b"]
+    assert log.count("b") == 3 and len(log) == 21
+    for theirs in pairs:
+        (size,) = HEADER.unpack(theirs.recv(4, socket.MSG_WAITALL))
+        assert b'"done"' in theirs.recv(size, socket.MSG_WAITALL)
+        theirs.close()
+    server.close()
+
+
+def test_a_quick_request_is_answered_while_a_long_one_runs(tmp_path: Path) -> None:
+    log: list[str] = []
+    long = Counting("long", 10_000, log)
+
+    def dispatch(frame: bytes, caller: Caller):
+        msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+        return long if op == "acct_jobs" else protocol.reply_ok(msg_id, {"left": long.left})
+
+    served = Served(tmp_path / "s.sock", dispatch)
+    try:
+        slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        slow.connect(served.server.path)
+        request = protocol.request("acct_jobs", {}, 1)
+        slow.sendall(HEADER.pack(len(request)) + request)
+        while not log:  # the long request has started
+            served._stop.wait(0.001)
+        with Client(endpoint=f"ipc://{served.server.path}", timeout=60) as client:
+            assert client.call("ping")["left"] > 0  # answered before the long one ended
+        slow.close()
+    finally:
+        served.close()
