@@ -337,7 +337,7 @@ class Agent:
             now = time.time()
             self.sampler.tick(now, self.launcher.running())
             for fin in self.launcher.poll(now):
-                self._report(fin)
+                self._report(fin, error=f"launch failed: {fin.error}" if fin.error else "")
             for key, body in self.steps.poll(now):
                 self._step_reports[self._send("step_ended", body)] = key
             for token, body in self.steps.output_due(now):

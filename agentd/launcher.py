@@ -1,26 +1,30 @@
-"""Starting, signalling, timing and reaping batch jobs on this node: the agent's slurmstepd.
+"""Starting, signalling and reaping batch jobs on this node, through one supervisor per job.
 
 The daemon hands ``Launcher`` the launch instructions schedd sent (``protocol.LAUNCH_FIELDS``)
 and calls ``poll()`` from its loop; ``poll`` never blocks. Per job:
 
 - **launch**: the script goes to the spool (0700, owned by the user); stdout/stderr are opened
   *as the user* (the agent switches its effective uid for the ``open`` calls, so a path cannot
-  make root clobber a file the user could not write); the script is exec'd directly when it has
-  a ``#!`` line (else by ``/bin/bash``) in its own session, with stdin from /dev/null, exactly
-  the environment schedd built, in the job's workdir (or /tmp, with Slurm's note in stderr), as
-  the user with their supplementary groups. Python's ``subprocess`` does the uid switch in C
-  between fork and exec: no shell or Python process is added per job.
-- **walltime** (``agentd.walltime``): the ``--signal`` warning (to the batch shell with ``B:``,
-  else, as in Slurm, to every process of the job but the batch shell, so that an untrapped
-  signal does not end the script under its checkpointing steps), then SIGCONT+SIGTERM to the
-  process group at the limit with Slurm's ``*** JOB ... DUE TO TIME LIMIT ***`` line in stderr, SIGKILL
-  after KillWait. Measured from the agent's own launch time; schedd's clock plays no part.
-- **end**: a job is finished when its batch shell has been reaped and no live process of its
-  process group remains (leftovers of a normally ended script are SIGKILLed, as Slurm does).
+  make root clobber a file the user could not write); then the job's supervisor
+  (``agentd.stepd``, kiln's slurmstepd) is started in a session of its own with those files as
+  its stdout/stderr and stdin from /dev/null. The supervisor execs the script directly when it
+  has a ``#!`` line (else by ``/bin/bash``) in its own session, with exactly the environment
+  schedd built, in the job's workdir (or /tmp, with Slurm's note in stderr), as the user with
+  their supplementary groups; it enforces the walltime (``agentd.walltime``) and writes the
+  job's end durably to the spool. A script that cannot be exec'd is a job that ends FAILED
+  with the errno as exit code (``Finished.error`` says why), as slurmstepd's ``_exit(errno)``.
+- **control**: ``terminate`` and ``signal`` are commands written to the supervisor's FIFO; the
+  supervisor sends the signals (SIGCONT+SIGTERM with Slurm's banner, SIGKILL after KillWait).
+- **end**: the supervisor exits once the batch shell is reaped and its process group is
+  empty; ``poll`` reaps it (or, for a supervisor re-attached after an agent restart, sees it
+  gone) and reads the end it wrote.
 
-Each job's record in the spool (``agentd.spool``) lets ``recover()`` adopt jobs still running
-after an agent restart. A recovered job is not our child, so its exit status is lost: it ends
-as COMPLETED (or as the state of a kill already under way) with ``exit_known=False``.
+Each job's record in the spool (``agentd.spool``) names its supervisor (pid and create time),
+so ``recover()`` re-attaches to the supervisors still running after an agent restart and
+reads the end of jobs that ended meanwhile: their state and exit code are the true ones. Only
+a supervisor that died without writing its end (killed itself, or a reboot) leaves a job whose
+exit status is lost: it ends as COMPLETED (or as the state of a kill already asked for) with
+``exit_known=False``, and what remains of its process group is killed.
 
 Limits of a process group: a process that calls ``setsid`` itself leaves the job's group and
 escapes its signals (Slurm needs cgroups for that); CPU, memory and GPU isolation are not done
@@ -33,23 +37,26 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import pwd
 import signal as _signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from agentd import stepd
 from agentd.spool import Spool
-from agentd.walltime import Ending, SignalSpec, SignalSpecError, Walltime, parse_signal
+from agentd.walltime import SignalSpec, SignalSpecError, parse_signal
 from schedd import protocol
 
 log = logging.getLogger("agentd.launcher")
@@ -57,16 +64,16 @@ log = logging.getLogger("agentd.launcher")
 OPEN_MODES = ("append", "truncate")
 MAX_ENDED = 10_000  # ended jobs kept for re-reporting when the daemon never calls forget()
 IDENTITY_TTL = 60.0  # seconds a user's groups are cached (NSS can be slow: LDAP, sssd)
-FULL_REAP_INTERVAL = 1.0  # seconds: waitpid every job even when no child seemed to exit
-GROUP_SCAN_INTERVAL = 0.5  # seconds between /proc searches for a killed group's survivors
+FULL_REAP_INTERVAL = 1.0  # seconds: look at every supervisor even when no child seemed to exit
 _RECORD_DROP = ("script", "environment")  # not kept in the spool record: bulky, not needed
-_BANNER_REASONS = {
-    "CANCELLED": "",
-    "TIMEOUT": " DUE TO TIME LIMIT",
-    "PREEMPTED": " DUE TO PREEMPTION",
-    "REQUEUED": " DUE TO JOB REQUEUE",
-    "NODE_FAIL": " DUE TO NODE FAILURE",
-}
+# the supervisor finds the agentd package where this agent found it, whatever the job's
+# environment says (the job's environment is applied only at the job's own exec)
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+# process helpers shared with the supervisor and step_tasks (one copy, in agentd.stepd)
+reap, _exit_of, _kill, _killpg = stepd.reap, stepd.exit_of, stepd.kill, stepd.killpg
+_group_alive, _group_members, _write_fd = stepd.group_alive, stepd.group_members, stepd.write_fd
+_chdir_note = stepd.chdir_note
 
 
 class LaunchError(Exception):
@@ -82,8 +89,8 @@ class LaunchError(Exception):
 @dataclass(slots=True)
 class Finished:
     """How a job ended, as ``job_ended`` reports it. ``exit_signal`` is the signal that killed
-    the batch shell (0 if it exited); ``exit_known`` is False for a job recovered after an agent
-    restart, whose exit status nobody could wait for."""
+    the batch shell (0 if it exited); ``exit_known`` is False for a job whose supervisor died
+    without writing its end, so that nobody could wait for its exit status."""
 
     job_id: int
     generation: int
@@ -92,9 +99,10 @@ class Finished:
     exit_signal: int
     start_time: float
     end_time: float
-    exit_known: bool = True
+    exit_known: bool = True  # False only when the job's supervisor died without its end
     cpu_user: float | None = None  # seconds, from wait4: the batch shell and what it reaped
     cpu_system: float | None = None
+    error: str = ""  # why the job could not be started (its script could not be exec'd)
 
     @property
     def cpu(self) -> tuple[float, float] | None:
@@ -114,26 +122,20 @@ class Identity:
     gid: int
     groups: tuple[int, ...]
 
-
 @dataclass(slots=True)
 class _Job:
+    """A job whose supervisor runs (``proc``: ours; ``adopted``: re-attached after a restart)."""
+
     job_id: int
     generation: int
     ident: Identity
-    pid: int
+    stepd_pid: int
     start_time: float
-    stderr_path: str
-    kill_wait: int
-    walltime: Walltime
     record: dict[str, Any]
-    proc: subprocess.Popen | None = None  # None for a job adopted by recover()
+    proc: subprocess.Popen | None = None  # the supervisor, when this agent started it
     adopted: psutil.Process | None = None
-    ending: Ending | None = None
-    exited: bool = False
-    status: int | None = None  # raw wait status; None when unknown
-    cpu: tuple[float, float] | None = None  # (user, system) seconds from wait4; None unknown
-    end_time: float = 0.0
-    scanned_at: float = 0.0  # when /proc was last searched for the group's live processes
+    pid: int = 0  # the batch shell, once the supervisor has said (0: not yet)
+    asked: str = ""  # the state the agent asked the supervisor to end the job as
 
     @property
     def key(self) -> tuple[int, int]:
@@ -198,31 +200,54 @@ class Launcher:
 
     def _start(self, spec: dict[str, Any], ident: Identity, script: Path,
                warning: SignalSpec | None) -> _Job:
+        """Start the job's supervisor; it execs the job (``agentd.stepd``)."""
+        key = (spec["job_id"], spec["generation"])
         out_fd, err_fd, cwd, err_path = self._open_files(spec, ident)
-        argv = [str(script)] if spec["script"].startswith("#!") else ["/bin/bash", str(script)]
         start = time.time()
+        kill_wait = spec["kill_wait"] if spec["kill_wait"] >= 0 else self.kill_wait
+        argv = [str(script)] if spec["script"].startswith("#!") else ["/bin/bash", str(script)]
+        launch = {
+            "job_id": key[0], "generation": key[1], "node": self.node_name, "argv": argv,
+            "environment": spec["environment"], "cwd": cwd, "umask": _umask(spec["environment"]),
+            "switch_user": os.geteuid() == 0, "uid": ident.uid, "gid": ident.gid,
+            "groups": list(ident.groups), "script_head": spec["script"].split("\n", 1)[0],
+            "time_limit": spec["time_limit"], "signal": spec.get("signal") or "",
+            "kill_wait": kill_wait, "launch_time": start}
+        control = self.spool.stepd_path(*key, "ctl")
         try:
-            proc = subprocess.Popen(
-                argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd,
-                preexec_fn=enter_workdir(cwd), env=spec["environment"],
-                start_new_session=True, close_fds=True,
-                umask=_umask(spec["environment"]), **self._credentials(ident),
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            message, code = _exec_failure(spec["script"], script, exc)
-            _write_fd(err_fd, f"slurmstepd: error: {message}\n")
-            raise LaunchError(message, code) from None
-        finally:
+            self.spool.remove_stepd_files(*key)  # a stale run's, from an old spool
+            self.spool.write_small(self.spool.stepd_path(*key, "launch"), json.dumps(launch))
+            os.mkfifo(control, 0o600)
+            # held open read-write by the supervisor: a command sent before it reads waits
+            ctl_fd = os.open(control, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
             os.close(out_fd)
             if err_fd != out_fd:
                 os.close(err_fd)
-        kill_wait = spec["kill_wait"] if spec["kill_wait"] >= 0 else self.kill_wait
+            self.spool.remove_stepd_files(*key)
+            raise LaunchError(f"cannot spool the job's supervisor files: "
+                              f"{exc.strerror or exc}") from None
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-s", "-m", "agentd.stepd", str(self.spool.root),
+                 str(key[0]), str(key[1]), str(ctl_fd)],
+                stdin=self._devnull, stdout=out_fd, stderr=err_fd, pass_fds=(ctl_fd,),
+                cwd="/", env={"PYTHONPATH": _PACKAGE_ROOT, "PATH": os.defpath},
+                start_new_session=True, close_fds=True)
+        except OSError as exc:
+            self.spool.remove_stepd_files(*key)
+            raise LaunchError(f"cannot start the job's supervisor: {exc.strerror or exc}") \
+                from None
+        finally:
+            os.close(ctl_fd)
+            os.close(out_fd)
+            if err_fd != out_fd:
+                os.close(err_fd)
         record = {k: v for k, v in spec.items() if k not in _RECORD_DROP}
-        record.update(pid=proc.pid, pgid=proc.pid, create_time=_create_time(proc.pid),
+        record.update(stepd_pid=proc.pid, stepd_create_time=_create_time(proc.pid),
                       launch_time=start, stderr_path=err_path, kill_wait=kill_wait,
                       oom_kills=_oom_kills())
-        return _Job(spec["job_id"], spec["generation"], ident, proc.pid, start, err_path,
-                    kill_wait, Walltime(start, spec["time_limit"], warning), record, proc=proc)
+        return _Job(key[0], key[1], ident, proc.pid, start, record, proc=proc)
 
     def _open_files(self, spec: dict[str, Any], ident: Identity) -> tuple[int, int, str, str]:
         """(stdout fd, stderr fd, working directory, stderr path), all checked as the user."""
@@ -292,16 +317,14 @@ class Launcher:
 
     def terminate(self, job_id: int, generation: int, state: str = "CANCELLED",
                   now: float | None = None) -> bool:
-        """Stop a job: SIGCONT+SIGTERM to its group now, SIGKILL after KillWait; it will be
-        reported as ``state`` unless it had already ended. False for an unknown job."""
+        """Stop a job: its supervisor sends SIGCONT+SIGTERM to its group now and SIGKILL after
+        KillWait; it is reported as ``state`` unless it had already ended (the first reason
+        wins). False for an unknown job."""
         job = self._jobs.get((job_id, generation))
         if job is None:
             return False
-        now = time.time() if now is None else now
-        if not job.exited:
-            self._reap(job, now)  # an exit not yet polled still counts as "already ended"
-        if not job.exited and job.ending is None:
-            self._begin_ending(job, state, now)
+        job.asked = job.asked or state
+        self._command(job, {"op": "terminate", "state": state})
         return True
 
     def signal(self, job_id: int, generation: int, sig: str, batch_only: bool = False) -> bool:
@@ -311,20 +334,39 @@ class Launcher:
         if job is None:
             return False
         try:
-            signum = parse_signal(sig)
+            parse_signal(sig)
         except SignalSpecError:
             return False
-        if batch_only:
-            if not job.exited:
-                _kill(job.pid, signum)
-        else:
-            _killpg(job.pid, signum)
+        self._command(job, {"op": "signal", "signal": sig, "batch_only": batch_only})
         return True
 
+    def _command(self, job: _Job, command: dict[str, Any]) -> bool:
+        """Write one command line to the job's supervisor; False when it no longer listens
+        (it has ended, or died: ``poll`` finds out which)."""
+        line = json.dumps(command, separators=(",", ":")).encode() + b"\n"
+        try:
+            fd = os.open(self.spool.stepd_path(*job.key, "ctl"),
+                         os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return False  # ENXIO: nobody holds it open any more; ENOENT: cleaned up
+        try:
+            return os.write(fd, line) == len(line)  # < PIPE_BUF: written whole or not at all
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
     def running(self) -> list[dict[str, Any]]:
-        """Jobs whose processes still live here, for heartbeats and reconciliation."""
-        return [{"job_id": j.job_id, "generation": j.generation, "pid": j.pid,
+        """Jobs whose supervisor still lives here, for heartbeats and reconciliation; ``pid``
+        is the batch shell's (0 until its supervisor has started it)."""
+        return [{"job_id": j.job_id, "generation": j.generation, "pid": self._job_pid(j),
                  "start_time": j.start_time} for j in self._jobs.values()]
+
+    def _job_pid(self, job: _Job) -> int:
+        if not job.pid:
+            with contextlib.suppress(OSError, ValueError):
+                job.pid = int(self.spool.stepd_path(*job.key, "pid").read_text())
+        return job.pid
 
     def checkpoint_age(self, job_id: int, generation: int, now: float) -> float | None:
         """Seconds since the job last touched ``$KILN_CHECKPOINT_FILE`` (in its private
@@ -351,124 +393,74 @@ class Launcher:
     # --- the loop --------------------------------------------------------------------------
 
     def poll(self, now: float | None = None) -> list[Finished]:
-        """Reap, enforce walltimes and KillWait, and return the jobs that finished. Never
-        blocks; call it often (its granularity is the walltime's)."""
+        """Reap the supervisors that exited and return their jobs' ends. Never blocks; one
+        waitpid per job when a child exited, and at least every ``FULL_REAP_INTERVAL``."""
         now = time.time() if now is None else now
-        reap = _child_exited() or now - self._full_reap >= FULL_REAP_INTERVAL
-        if reap:
-            self._full_reap = now
+        if not (_child_exited() or now - self._full_reap >= FULL_REAP_INTERVAL):
+            return []
+        self._full_reap = now
         finished = []
         for job in list(self._jobs.values()):
-            done = self._step(job, now, reap)
-            if done is not None:
-                finished.append(done)
+            if self._supervisor_gone(job):
+                finished.append(self._finish(job, now))
         return finished
 
-    def _step(self, job: _Job, now: float, reap: bool = True) -> Finished | None:
-        if not job.exited and (reap or job.proc is None):
-            self._reap(job, now)
-        if not job.exited and job.ending is None:
-            self._watch_walltime(job, now)
-        if job.ending is not None and job.ending.kill_due(now):
-            self._kill(job)
-        if not job.exited:
-            return None
-        if job.ending is None:
-            if not _killpg(job.pid, _signal.SIGKILL):
-                return self._finish(job)
-            # the script ended but left processes behind: Slurm kills them with the step
-            job.ending = Ending(state="", began=now, kill_at=now, killed=True)
-        if not _killpg(job.pid, 0):
-            return self._finish(job)
-        if not job.ending.killed or now - job.scanned_at < GROUP_SCAN_INTERVAL:
-            return None  # still within KillWait, or looked a moment ago
-        job.scanned_at = now
-        if _group_alive(job.pid):
-            _killpg(job.pid, _signal.SIGKILL)  # again, for any process forked meanwhile
-            return None
-        return self._finish(job)  # only zombies left, whose parent has yet to reap them
-
-    def _reap(self, job: _Job, now: float) -> None:
+    def _supervisor_gone(self, job: _Job) -> bool:
         if job.proc is not None:
-            pid, status, job.cpu = reap(job.pid)
+            pid, status, _ = reap(job.stepd_pid)
             if pid == 0:
-                return
+                return False
             job.proc.returncode = 0 if status is None else os.waitstatus_to_exitcode(status)
-        else:
-            status = None
-            if _adopted_alive(job.adopted):
-                return
-        job.exited, job.status, job.end_time = True, status, now
+            return True
+        return not _adopted_alive(job.adopted)
 
-    def _watch_walltime(self, job: _Job, now: float) -> None:
-        warning = job.walltime.warning
-        if warning is not None and job.walltime.warning_due(now):
-            if warning.batch_only:
-                _kill(job.pid, warning.signum)
-            else:  # Slurm: "all job steps will be signaled, but not the batch shell itself"
-                for pid in _group_members(job.pid):
-                    if pid != job.pid:
-                        _kill(pid, warning.signum)
-            job.record["warned"] = True
-            self._save(job)
-        if job.walltime.expired(now):
-            self._begin_ending(job, "TIMEOUT", now)
-
-    def _begin_ending(self, job: _Job, state: str, now: float) -> None:
-        self._banner(job, state, now)
-        _killpg(job.pid, _signal.SIGCONT)
-        _killpg(job.pid, _signal.SIGTERM)
-        job.ending = Ending.start(state, now, job.kill_wait)
-        job.record["ending"] = asdict(job.ending)
-        self._save(job)
-
-    def _kill(self, job: _Job) -> None:
-        _killpg(job.pid, _signal.SIGKILL)
-        job.ending.killed = True
-
-    def _banner(self, job: _Job, state: str, now: float) -> None:
-        """Slurm's '*** JOB N ON node CANCELLED AT ... ***' line, in the job's stderr file."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
-        reason = _BANNER_REASONS.get(state, f" DUE TO {state}")
-        self._write_stderr(job, f"slurmstepd: error: *** JOB {job.job_id} ON {self.node_name} "
-                                f"CANCELLED AT {stamp}{reason} ***\n")
-
-    def _write_stderr(self, job: _Job, line: str) -> None:
-        """Append a line of the agent's own to the job's stderr file, as the user."""
-        try:
-            with self._as_user(job.ident):
-                fd = open_as_user(job.stderr_path, os.O_APPEND)
-        except (OSError, LaunchError):
-            return  # the user removed the file: nowhere to say it
-        try:
-            _write_fd(fd, line)
-        finally:
-            os.close(fd)
-
-    def _finish(self, job: _Job) -> Finished:
-        code, sig = _exit_of(job.status)
-        if job.ending is not None and job.ending.state:
-            state = job.ending.state
-        elif sig == _signal.SIGKILL and _oom_kills() > job.record.get("oom_kills", -1) >= 0:
-            state = "OUT_OF_MEMORY"
+    def _finish(self, job: _Job, now: float) -> Finished:
+        written = self.spool.read_exit(*job.key)
+        done = _finished_from(written) if written is not None else None
+        if done is None:
+            done = self._lost(job, now)
+        elif done.state == "FAILED" and done.exit_signal == _signal.SIGKILL and \
+                _oom_kills() > job.record.get("oom_kills", -1) >= 0:
+            done.state = "OUT_OF_MEMORY"
             self._write_stderr(job, f"slurmstepd: error: Detected 1 oom_kill event in StepId="
                                     f"{job.job_id}.batch. Some of the step tasks have been "
                                     f"OOM Killed.\n")
-        else:
-            state = "COMPLETED" if code == 0 and sig == 0 else "FAILED"
-        user, system = job.cpu if job.cpu is not None else (None, None)
-        done = Finished(job.job_id, job.generation, state, code, sig, job.start_time,
-                        job.end_time, exit_known=job.status is not None, cpu_user=user,
-                        cpu_system=system)
         del self._jobs[job.key]
         self._ended[job.key] = done
         while len(self._ended) > MAX_ENDED:
             self.forget(*next(iter(self._ended)))
         self.spool.remove_script(*job.key)
         self.spool.remove_private_dir(*job.key)
+        self.spool.remove_stepd_files(*job.key)
         job.record["finished"] = done.to_dict()
         self._save(job)
         return done
+
+    def _lost(self, job: _Job, now: float) -> Finished:
+        """The supervisor died without writing the job's end: nobody can know how it ended.
+        What is left of the job's group (same user, started after the launch) is killed."""
+        log.warning("the supervisor of job %s died without its end: exit status lost",
+                    job.job_id)
+        pid = self._job_pid(job)
+        with contextlib.suppress(psutil.Error):
+            leader = psutil.Process(pid) if pid else None
+            if leader is not None and leader.uids().real == job.ident.uid and \
+                    leader.create_time() >= job.start_time - 1:
+                _killpg(pid, _signal.SIGKILL)
+        return Finished(job.job_id, job.generation, job.asked or "COMPLETED", 0, 0,
+                        job.start_time, now, exit_known=False)
+
+    def _write_stderr(self, job: _Job, line: str) -> None:
+        """Append a line of the agent's own to the job's stderr file, as the user."""
+        try:
+            with self._as_user(job.ident):
+                fd = open_as_user(job.record["stderr_path"], os.O_APPEND)
+        except (OSError, LaunchError):
+            return  # the user removed the file: nowhere to say it
+        try:
+            _write_fd(fd, line)
+        finally:
+            os.close(fd)
 
     def _save(self, job: _Job) -> None:
         """Keep the job's record current; a full or broken spool must not stop the job."""
@@ -480,8 +472,9 @@ class Launcher:
     # --- restart ---------------------------------------------------------------------------
 
     def recover(self, now: float | None = None) -> list[Finished]:
-        """After an agent restart: adopt the spool's jobs whose process (pid and create time)
-        still lives, and return those that ended meanwhile or were never forgotten."""
+        """After an agent restart: re-attach to the spool's jobs whose supervisor (pid and
+        create time) still lives, and return those that ended meanwhile (with the end their
+        supervisor wrote) or were never forgotten."""
         now = time.time() if now is None else now
         out = []
         for record in self.spool.records():
@@ -498,23 +491,18 @@ class Launcher:
         if key in self._jobs or key in self._ended:
             return None
         if "finished" in record:
-            done = Finished(**record["finished"])
+            done = _finished_from(record["finished"])
+            if done is None:
+                raise ValueError("unreadable end")
             self._ended[key] = done
             return done
         ident = _lookup(record["user"], record["uid"], record["gid"])
-        warning = SignalSpec.parse(record["signal"]) if record.get("signal") else None
-        clock = Walltime(record["launch_time"], record["time_limit"], warning,
-                         warned=bool(record.get("warned")))
-        job = _Job(key[0], key[1], ident, record["pid"], record["launch_time"],
-                   record["stderr_path"], record["kill_wait"], clock, record,
-                   adopted=_same_process(record["pid"], record["create_time"]))
-        if record.get("ending"):
-            job.ending = Ending(**record["ending"])
+        job = _Job(key[0], key[1], ident, record["stepd_pid"], record["launch_time"], record,
+                   adopted=_same_process(record["stepd_pid"], record["stepd_create_time"]))
         self._jobs[key] = job
         if job.adopted is not None:
             return None
-        job.exited, job.end_time = True, now  # it ended while no agent watched
-        return self._step(job, now)
+        return self._finish(job, now)  # it ended while no agent watched
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -574,10 +562,6 @@ def _workdir(path: str) -> tuple[str, str]:
     except OSError as exc:
         problem = exc.strerror or str(exc)
     return "/tmp", _chdir_note(path, problem)
-
-
-def _chdir_note(path: str, problem: str) -> str:
-    return f"slurmstepd: error: couldn't chdir to `{path}': {problem}: going to /tmp instead\n"
 
 
 def enter_workdir(path: str) -> Callable[[], None]:
@@ -700,25 +684,6 @@ def _is_symlink(name: str, dir_fd: int) -> bool:
         return False
 
 
-def _exec_failure(text: str, script: Path, exc: BaseException) -> tuple[str, int]:
-    """slurmstepd's line for an exec that failed, and the exit code it reports (errno).
-
-    A ``#!`` script whose interpreter is missing (ENOENT) is Slurm's ``execve(): bad
-    interpreter(<the #! line>): No such file or directory``; one whose interpreter the user may
-    not run (EACCES) names it too, after Slurm's ``execve(): <script>: Permission denied``
-    (the spooled script itself is the user's, 0700)."""
-    err = getattr(exc, "errno", None)
-    problem = getattr(exc, "strerror", None) or str(exc)
-    shebang = text.split("\n", 1)[0][2:].rstrip() if text.startswith("#!") else ""
-    if err == errno.ENOENT and shebang:
-        message = f"execve(): bad interpreter({shebang}): {problem}"
-    else:
-        message = f"execve(): {script}: {problem}"
-        if err == errno.EACCES and shebang:
-            message += f" (the script's #! interpreter {shebang.split()[0]})"
-    return message, err if isinstance(err, int) and 0 < err < 256 else 1
-
-
 def _umask(env: dict[str, str]) -> int:
     """The submitter's umask, which sbatch passes as SLURM_UMASK (octal); -1 = leave as is."""
     text = env.get("SLURM_UMASK", "")
@@ -727,14 +692,6 @@ def _umask(env: dict[str, str]) -> int:
     except ValueError:
         return -1
     return value if 0 <= value <= 0o777 else -1
-
-
-def _write_fd(fd: int, text: str) -> None:
-    try:
-        os.write(fd, text.encode())
-    except OSError:
-        pass
-
 
 def _create_time(pid: int) -> float:
     try:
@@ -776,27 +733,14 @@ def _oom_kills() -> int:
     return -1
 
 
-def reap(pid: int) -> tuple[int, int | None, tuple[float, float] | None]:
-    """waitpid(WNOHANG) that also keeps the child's CPU time: (pid or 0 while it runs, raw
-    status, (user, system) seconds). wait4's usage covers the child and every descendant it
-    waited for, which is what Slurm's TotalCPU counts; a child someone else reaped gives
-    (pid, None, None)."""
+def _finished_from(data: dict[str, Any]) -> Finished | None:
+    """A ``Finished`` from its dict (a supervisor's exit file, a spool record); None when
+    the dict is not one (a torn or foreign file)."""
+    known = {f.name for f in fields(Finished)}
     try:
-        got, status, usage = os.wait4(pid, os.WNOHANG)
-    except ChildProcessError:
-        return pid, None, None
-    if got == 0:
-        return 0, None, None
-    return got, status, (usage.ru_utime, usage.ru_stime)
-
-
-def _exit_of(status: int | None) -> tuple[int, int]:
-    """(exit code, signal) of a raw wait status; (0, 0) when unknown."""
-    if status is None:
-        return 0, 0
-    if os.WIFSIGNALED(status):
-        return 0, os.WTERMSIG(status)
-    return os.WEXITSTATUS(status), 0
+        return Finished(**{k: v for k, v in data.items() if k in known})
+    except TypeError:
+        return None
 
 
 def _child_exited() -> bool:
@@ -806,47 +750,3 @@ def _child_exited() -> bool:
         return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return False
-
-
-def _kill(pid: int, signum: int) -> bool:
-    try:
-        os.kill(pid, signum)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a set-uid program, for an agent that is not root: it exists
-        return True
-
-
-def _killpg(pgid: int, signum: int) -> bool:
-    """Signal a process group; False when it has no member left."""
-    try:
-        os.killpg(pgid, signum)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # only set-uid members, for an agent that is not root
-        return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Does any live (non-zombie) process remain in the group? Zombies whose parent is slow to
-    reap them (a container's PID 1 may never do it) do not count: they hold no resources."""
-    return _killpg(pgid, 0) and bool(_group_members(pgid))
-
-
-def _group_members(pgid: int) -> list[int]:
-    """The live (non-zombie) processes of a process group, found in /proc: kept for rare
-    moments (a --signal warning, a killed group that will not go), as it reads every process."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            members.append(int(entry.name))
-    return members

@@ -227,6 +227,8 @@ class Sampler:
         if due:
             self._last = now
         for item in running:
+            if not item["pid"]:
+                continue  # its supervisor has not started it yet
             key = (int(item["job_id"]), int(item["generation"]))
             samples = self.jobs.setdefault(key, JobSamples())  # adopted after a restart
             if due or not samples.samples:

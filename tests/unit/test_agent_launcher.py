@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from agentd import launcher as launcher_mod
+from agentd import stepd
 from agentd.launcher import Finished, Launcher, LaunchError
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a test user")
@@ -86,7 +87,8 @@ def launcher(base):
     yield lau
     for job in lau.running():  # a failed test must not leave sleepers behind
         try:
-            os.killpg(job["pid"], signal.SIGKILL)
+            if job["pid"]:
+                os.killpg(job["pid"], signal.SIGKILL)
         except ProcessLookupError:
             pass
     lau.poll()
@@ -116,6 +118,15 @@ def wait_for(launcher: Launcher, job_id: int, generation: int = 1) -> Finished:
                 return done
         time.sleep(0.05)
     pytest.fail(f"job {job_id} did not finish")
+
+
+def job_pid(launcher: Launcher, job_id: int | None = None) -> int:
+    """The batch shell's pid, once the job's supervisor has started it."""
+    def known() -> int:
+        return next((r["pid"] for r in launcher.running()
+                     if job_id in (None, r["job_id"]) and r["pid"]), 0)
+    wait_until(known, "the supervisor started the job")
+    return known()
 
 
 def wait_until(predicate, what: str) -> None:
@@ -267,9 +278,11 @@ def test_script_is_spooled_privately_and_removed(launcher, base, user):
     script = launcher.spool.script_path(10, 1)
     st = script.stat()
     assert (st.st_uid, st.st_mode & 0o777) == (user.uid, 0o700)
+    pid = job_pid(launcher)
     record = json.loads(launcher.spool.record_path(10, 1).read_text())
-    assert record["pid"] == record["pgid"] == launcher.running()[0]["pid"]
-    assert record["create_time"] > 0 and record["launch_time"] > 0
+    assert psutil.Process(pid).ppid() == record["stepd_pid"]  # the job's supervisor
+    assert os.getpgid(pid) == pid and os.getsid(pid) != os.getsid(record["stepd_pid"])
+    assert record["stepd_create_time"] > 0 and record["launch_time"] > 0
     assert "script" not in record and "environment" not in record
     launcher.terminate(10, 1)
     wait_for(launcher, 10)
@@ -320,12 +333,12 @@ def test_bad_launch_specs_are_one_line_errors(launcher, base, user, change, mess
 
 
 def test_missing_interpreter_is_reported_in_stderr(launcher, base, user):
-    with pytest.raises(LaunchError) as info:
-        launcher.launch(spec(user, base, 14, "#!/no/such/shell\ntrue\n"))
+    launcher.launch(spec(user, base, 14, "#!/no/such/shell\ntrue\n"))
+    done = wait_for(launcher, 14)
     # slurmstepd's words, and its _exit(errno): ENOENT
-    assert str(info.value) == "execve(): bad interpreter(/no/such/shell): No such file or directory"
-    assert info.value.exit_code == 2
-    assert output(base, 14) == f"slurmstepd: error: {info.value}\n"
+    assert done.error == "execve(): bad interpreter(/no/such/shell): No such file or directory"
+    assert (done.state, done.exit_code, done.exit_known) == ("FAILED", 2, True)
+    assert output(base, 14) == f"slurmstepd: error: {done.error}\n"
     assert not launcher.spool.script_path(14, 1).exists()
 
 
@@ -334,10 +347,10 @@ def test_interpreter_the_user_may_not_run_is_named(launcher, base, user):
     private.mkdir(mode=0o700)  # root's
     shell = private / "sh"
     shell.symlink_to("/bin/sh")
-    with pytest.raises(LaunchError) as info:
-        launcher.launch(spec(user, base, 16, f"#!{shell} -e\ntrue\n"))
-    assert str(info.value).endswith(f": Permission denied (the script's #! interpreter {shell})")
-    assert info.value.exit_code == 13
+    launcher.launch(spec(user, base, 16, f"#!{shell} -e\ntrue\n"))
+    done = wait_for(launcher, 16)
+    assert done.error.endswith(f": Permission denied (the script's #! interpreter {shell})")
+    assert (done.state, done.exit_code) == ("FAILED", 13)
 
 
 def test_resent_launch_is_ignored_and_other_generation_refused(launcher, base, user):
@@ -366,7 +379,7 @@ def test_time_limit_kills_the_whole_group(launcher, base, user):
     launcher.launch(spec(user, base, 20, STUBBORN.format(pidfile=pidfile), time_limit=3))
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), "child started")
     child = int(pidfile.read_text())
-    pgid = launcher.running()[0]["pid"]
+    pgid = job_pid(launcher)
     done = wait_for(launcher, 20)
     assert done.state == "TIMEOUT"
     assert gone(child) and group_gone(pgid)
@@ -420,8 +433,8 @@ def test_terminate_cancels_the_whole_group(launcher, base, user):
 
 def test_terminate_after_exit_keeps_the_exit_state(launcher, base, user):
     launcher.launch(spec(user, base, 22, "#!/bin/sh\nexit 4\n"))
-    pid = launcher.running()[0]["pid"]
-    wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "script exited")
+    pid = job_pid(launcher)
+    wait_until(lambda: gone(pid), "script exited")
     assert launcher.terminate(22, 1) is True  # it ended before the cancel came
     done = wait_for(launcher, 22)
     assert (done.state, done.exit_code) == ("FAILED", 4)
@@ -463,7 +476,7 @@ def test_signal_by_name_to_the_group_or_the_batch_shell(launcher, base, user):
               "(trap 'echo child-got-USR2; exit 0' USR2; while :; do sleep 0.1; done) &\n"
               "while :; do sleep 0.1; done\n")
     launcher.launch(spec(user, base, 24, script))
-    wait_until(lambda: len(psutil.Process(launcher.running()[0]["pid"]).children()) >= 2,
+    wait_until(lambda: len(psutil.Process(job_pid(launcher)).children()) >= 2,
                "child started")
     assert launcher.signal(24, 1, "SIGUSR2", batch_only=True)
     wait_until(lambda: "shell-got-USR2" in output(base, 24), "shell trap")
@@ -492,14 +505,14 @@ def test_recover_adopts_running_jobs_and_keeps_timing_them(base, user):
     first.launch(spec(user, base, 30, "#!/bin/sh\nsleep 600\n", time_limit=3))
     first.launch(spec(user, base, 31, "#!/bin/sh\nexit 5\n"))
     wait_for(first, 31)  # ended, reported, not forgotten
-    pid = first.running()[0]["pid"]
+    pid = job_pid(first, 30)
 
     second = Launcher(base / "spool", "node7", kill_wait=2)
     again = second.recover()
     assert [(d.job_id, d.state, d.exit_code) for d in again] == [(31, "FAILED", 5)]
     assert [(r["job_id"], r["pid"]) for r in second.running()] == [(30, pid)]
-    done = wait_for(second, 30)
-    assert done.state == "TIMEOUT" and not done.exit_known
+    done = wait_for(second, 30)  # its supervisor kept the time and saw it end
+    assert (done.state, done.exit_signal, done.exit_known) == ("TIMEOUT", signal.SIGTERM, True)
     assert gone(pid)
     second.forget(31, 1)
     second.forget(30, 1)
@@ -510,12 +523,99 @@ def test_recover_adopts_running_jobs_and_keeps_timing_them(base, user):
 def test_recover_reports_jobs_that_ended_while_no_agent_watched(base, user):
     first = Launcher(base / "spool", "node7", kill_wait=2)
     first.launch(spec(user, base, 32, "#!/bin/sh\nsleep 600\n"))
-    pid = first.running()[0]["pid"]
+    pid = job_pid(first)
     os.killpg(pid, signal.SIGKILL)
-    wait_until(lambda: gone(pid), "job killed behind the agent's back")
-    [done] = Launcher(base / "spool", "node7").recover()
-    assert (done.job_id, done.state, done.exit_known) == (32, "COMPLETED", False)
+    stepd = first.spool.stepd_path(32, 1, "exit")
+    wait_until(stepd.exists, "the supervisor wrote the job's end")
+    again = Launcher(base / "spool", "node7")
+    [done] = again.recover() or [wait_for(again, 32)]  # its supervisor may be exiting
+    assert (done.job_id, done.state, done.exit_signal, done.exit_known) == \
+        (32, "FAILED", signal.SIGKILL, True)
     first.poll()
+
+
+AGENT = """
+import json, sys, time
+from agentd.launcher import Launcher
+lau = Launcher(sys.argv[1], "node7", kill_wait=2)
+lau.launch(json.loads(sys.argv[2]))
+print("launched", flush=True)
+time.sleep(600)
+"""
+
+
+def _agent_kill9(base: Path, job: dict) -> None:
+    """Launch ``job`` from an agent of its own, then ``kill -9`` that agent."""
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, str(base / "spool"), json.dumps(job)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout.readline() == "launched\n"
+    finally:
+        agent.kill()
+        agent.wait(timeout=WAIT)
+
+
+def test_job_outlives_its_agent_and_its_exit_status_is_read_after(base, user):
+    go = base / "out" / "go"
+    _agent_kill9(base, spec(user, base, 40, f"#!/bin/sh\nwhile [ ! -e {go} ]; do sleep 0.1; "
+                                        f"done\nexit 3\n"))
+    spool = Launcher(base / "spool", "node7").spool  # the agent is gone; its spool is not
+    wait_until(lambda: spool.stepd_path(40, 1, "pid").exists(), "the supervisor started it")
+    pid = int(spool.stepd_path(40, 1, "pid").read_text())
+    assert not gone(pid)  # the job outlived its agent
+    go.touch()
+    wait_until(lambda: gone(pid), "the job exited")
+    again = Launcher(base / "spool", "node7")
+    ended = again.recover() or [wait_for(again, 40)]  # its supervisor may still be writing
+    assert [(d.job_id, d.state, d.exit_code, d.exit_known) for d in ended] == \
+        [(40, "FAILED", 3, True)]
+
+
+def test_supervisor_keeps_the_time_limit_while_no_agent_runs(base, user):
+    _agent_kill9(base, spec(user, base, 41, "#!/bin/sh\nsleep 600\n", time_limit=2))
+    spool = Launcher(base / "spool", "node7").spool
+    wait_until(lambda: spool.stepd_path(41, 1, "exit").exists(),
+               "the supervisor ended the job at its limit, with no agent running")
+    again = Launcher(base / "spool", "node7")
+    [done] = again.recover() or [wait_for(again, 41)]  # its supervisor may be exiting
+    assert (done.state, done.exit_signal, done.exit_known) == ("TIMEOUT", signal.SIGTERM, True)
+    assert output(base, 41).rstrip().endswith("DUE TO TIME LIMIT ***")
+
+
+def test_a_supervisor_killed_without_its_end_loses_only_the_exit_status(launcher, base, user):
+    launcher.launch(spec(user, base, 42, "#!/bin/sh\nsleep 600\n"))
+    pid = job_pid(launcher)
+    record = json.loads(launcher.spool.record_path(42, 1).read_text())
+    os.kill(record["stepd_pid"], signal.SIGKILL)
+    done = wait_for(launcher, 42)
+    assert (done.state, done.exit_known) == ("COMPLETED", False)
+    wait_until(lambda: gone(pid), "what was left of the job was killed")
+
+
+def test_before_exec_hooks_run_as_root_in_the_jobs_session_before_the_user_switch(
+        base, user, monkeypatch):
+    """The supervisor's fork..exec hook (where the cgroup join goes), played in-process."""
+    seen = base / "hook"
+    monkeypatch.setattr(stepd, "BEFORE_EXEC", [lambda launch: seen.write_text(
+        f"{os.geteuid()} {int(os.getsid(0) == os.getpid())} {launch['job_id']}")])
+    out = base / "out" / "hook.out"
+    launch = {"job_id": 43, "generation": 1, "node": "node7", "argv": ["/usr/bin/id", "-u"],
+              "environment": {}, "cwd": str(base / "out"), "umask": -1, "switch_user": True,
+              "uid": user.uid, "gid": user.gid, "groups": [user.gid], "script_head": "",
+              "time_limit": None, "signal": "", "kill_wait": 2, "launch_time": time.time()}
+    control, wake = os.pipe(), os.pipe()
+    saved = os.dup(1)
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    try:
+        result = stepd.Supervisor(Launcher(base / "spool", "node7").spool, launch, control[0],
+                                  wake[0]).run()
+    finally:
+        os.dup2(saved, 1)
+        os.close(fd)
+    assert (result["state"], result["exit_code"]) == ("COMPLETED", 0)
+    assert seen.read_text() == "0 1 43"  # root, in the job's own new session
+    assert out.read_text().strip() == str(user.uid)  # and then the job ran as the user
 
 
 # --- issue 12: the working directory and output paths, played as a second user -------------

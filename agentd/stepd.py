@@ -1,0 +1,426 @@
+"""agentd.stepd: the per-job supervisor, kiln's slurmstepd.
+
+The agent starts one per batch job (``Launcher.launch``) as ``python -m agentd.stepd SPOOL JOB
+GENERATION CONTROL_FD``, in a session of its own: it is no member of the agent's process group,
+so neither ``kill -9`` of the agent nor its exit touches it. The supervisor
+
+1. reads the job's launch file from the spool (``stepd/<job>.<gen>.launch``, written by the
+   agent, removed here once read): argv, environment, working directory, the user, the limit;
+2. starts the job: fork, then in the child ``before_exec`` (the hooks of ``BEFORE_EXEC``, run as
+   root: where the cgroup join goes), the switch to the user, umask and working directory,
+   then exec. The job is a session and process group of its own, whose leader is the batch
+   shell; its pid is written to ``stepd/<job>.<gen>.pid`` for the agent's sampler;
+3. waits for it, and meanwhile enforces the walltime itself (``agentd.walltime``: the
+   ``--signal`` warning, SIGTERM with Slurm's banner at the limit, SIGKILL after KillWait), so
+   a limit keeps being enforced while the agent is down; and obeys the agent's commands
+   (``terminate`` with the state to report, ``signal``), which arrive as JSON lines on the
+   control FIFO (``stepd/<job>.<gen>.ctl``; the agent made it and passed it open as
+   CONTROL_FD, so a command sent before this process read it waits in the pipe);
+4. once the batch shell is reaped and no live process of its group remains (leftovers of a
+   normally ended script are SIGKILLed, as Slurm does), writes the job's end
+   (``stepd/<job>.<gen>.exit``: state, exit code, signal, times, CPU seconds from wait4)
+   atomically (temporary file, fsync, rename, fsync of the directory) and exits 0.
+
+The agent reaps it when it is the agent's child, or, after an agent restart, finds it alive
+(pid and create time in the job's spool record) and re-attaches, or finds its exit file:
+every job whose supervisor lived ends with its true state and exit code.
+
+Only the standard library and kiln's stdlib-only modules are imported: one is started per job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import select
+import signal as _signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentd.spool import Spool
+from agentd.walltime import Ending, SignalSpec, SignalSpecError, Walltime, parse_signal
+
+GROUP_SCAN_INTERVAL = 0.5  # seconds between /proc searches for a killed group's survivors
+IDLE_WAKE = 1.0  # seconds: the longest the loop sleeps without a reason to wake
+# what the supervisor ignores (and its job's child restores before exec)
+IGNORED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGPIPE,
+                   _signal.SIGUSR1, _signal.SIGUSR2, _signal.SIGQUIT)
+_BANNER_REASONS = {
+    "CANCELLED": "",
+    "TIMEOUT": " DUE TO TIME LIMIT",
+    "PREEMPTED": " DUE TO PREEMPTION",
+    "REQUEUED": " DUE TO JOB REQUEUE",
+    "NODE_FAIL": " DUE TO NODE FAILURE",
+}
+
+# Called in the job's child process between fork and exec, as root, after setsid and before
+# the switch to the user, with the launch file's dict: the place for per-job setup that
+# must hold for every process of the job (the cgroup join). A hook that raises stops the
+# launch: the job ends FAILED and the error is in its stderr file.
+BEFORE_EXEC: list[Callable[[dict[str, Any]], None]] = []
+
+
+def before_exec(launch: dict[str, Any]) -> None:
+    """Run the ``BEFORE_EXEC`` hooks (in the job's child, before it becomes the user)."""
+    for hook in BEFORE_EXEC:
+        hook(launch)
+
+
+# --- the job's child: fork .. exec --------------------------------------------------------
+
+
+def child_setup(launch: dict[str, Any]) -> Callable[[], None]:
+    """The ``preexec_fn`` of the job: hooks as root, then the user's groups, gid and uid, the
+    umask, and the working directory entered as the user (one the user may not enter gives
+    Slurm's note on stderr and /tmp, as Slurm does)."""
+    cwd, umask = launch["cwd"], launch["umask"]
+    switch = launch["switch_user"]
+    uid, gid, groups = launch["uid"], launch["gid"], launch["groups"]
+
+    def setup() -> None:
+        for sig in IGNORED_SIGNALS:  # an ignored signal stays ignored across exec
+            _signal.signal(sig, _signal.SIG_DFL)
+        before_exec(launch)
+        if switch:
+            os.setgroups(groups)
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        if umask >= 0:
+            os.umask(umask)
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            os.write(2, chdir_note(cwd, exc.strerror or str(exc)).encode())
+            os.chdir("/tmp")
+
+    return setup
+
+
+def chdir_note(path: str, problem: str) -> str:
+    return f"slurmstepd: error: couldn't chdir to `{path}': {problem}: going to /tmp instead\n"
+
+
+def exec_failure(text_head: str, script: str, exc: BaseException) -> tuple[str, int]:
+    """slurmstepd's line for an exec that failed, and the exit code it reports (errno).
+
+    A ``#!`` script whose interpreter is missing (ENOENT) is Slurm's ``execve(): bad
+    interpreter(<the #! line>): No such file or directory``; one whose interpreter the user may
+    not run (EACCES) names it too, after Slurm's ``execve(): <script>: Permission denied``
+    (the spooled script itself is the user's, 0700). ``text_head``: the script's first line."""
+    err = getattr(exc, "errno", None)
+    problem = getattr(exc, "strerror", None) or str(exc)
+    shebang = text_head[2:].rstrip() if text_head.startswith("#!") else ""
+    if err == errno.ENOENT and shebang:
+        message = f"execve(): bad interpreter({shebang}): {problem}"
+    else:
+        message = f"execve(): {script}: {problem}"
+        if err == errno.EACCES and shebang:
+            message += f" (the script's #! interpreter {shebang.split()[0]})"
+    return message, err if isinstance(err, int) and 0 < err < 256 else 1
+
+
+# --- the supervisor ---------------------------------------------------------------------------
+
+
+class Supervisor:
+    """One job, from exec to its exit file. ``control_fd``: the FIFO of the agent's commands;
+    ``wake_fd``: the read end of the SIGCHLD wake-up pipe."""
+
+    def __init__(self, spool: Spool, launch: dict[str, Any], control_fd: int, wake_fd: int):
+        self.spool = spool
+        self.launch = launch
+        self.key = (int(launch["job_id"]), int(launch["generation"]))
+        self.control_fd, self.wake_fd = control_fd, wake_fd
+        warning = SignalSpec.parse(launch["signal"]) if launch.get("signal") else None
+        self.walltime = Walltime(launch["launch_time"], launch["time_limit"], warning)
+        self.kill_wait = int(launch["kill_wait"])
+        self.ending: Ending | None = None
+        self.pid = 0
+        self.status: int | None = None
+        self.cpu: tuple[float, float] | None = None
+        self.end_time = 0.0
+        self.scanned_at = 0.0
+        self._buffer = b""
+        self.error = ""
+
+    def run(self) -> dict[str, Any]:
+        """Start the job, see it to its end, and return the exit record."""
+        if not self._start():
+            return self._result()
+        while True:
+            now = time.time()
+            if self._step(now):
+                return self._result()
+            self._wait(self._timeout(now))
+
+    def _start(self) -> bool:
+        launch = self.launch
+        try:
+            proc = subprocess.Popen(
+                launch["argv"], env=launch["environment"], preexec_fn=child_setup(launch),
+                start_new_session=True, close_fds=True)
+        except OSError as exc:
+            self.error, code = exec_failure(launch["script_head"], launch["argv"][-1], exc)
+            write_fd(2, f"slurmstepd: error: {self.error}\n")
+            self.status, self.end_time = code << 8, time.time()
+            return False
+        except subprocess.SubprocessError as exc:  # a before_exec hook or the user switch
+            self.error, code = f"job setup failed before exec: {exc}", 1
+            write_fd(2, f"slurmstepd: error: {self.error}\n")
+            self.status, self.end_time = code << 8, time.time()
+            return False
+        proc.returncode = 0  # waited for below with wait4, never by Popen
+        self.pid = proc.pid
+        with contextlib.suppress(OSError):
+            self.spool.write_small(self.spool.stepd_path(*self.key, "pid"), f"{self.pid}\n")
+        return True
+
+    def _step(self, now: float) -> bool:
+        """One turn; True once the job is over (batch shell reaped, group empty)."""
+        if self.status is None:
+            self._reap(now)
+        if self.status is None and self.ending is None:
+            self._watch_walltime(now)
+        if self.ending is not None and self.ending.kill_due(now):
+            killpg(self.pid, _signal.SIGKILL)
+            self.ending.killed = True
+        if self.status is None:
+            return False
+        if self.ending is None:
+            if not killpg(self.pid, _signal.SIGKILL):
+                return True
+            # the script ended but left processes behind: Slurm kills them with the step
+            self.ending = Ending(state="", began=now, kill_at=now, killed=True)
+        if not killpg(self.pid, 0):
+            return True
+        if not self.ending.killed or now - self.scanned_at < GROUP_SCAN_INTERVAL:
+            return False  # still within KillWait, or looked a moment ago
+        self.scanned_at = now
+        if group_alive(self.pid):
+            killpg(self.pid, _signal.SIGKILL)  # again, for any process forked meanwhile
+            return False
+        return True  # only zombies left, whose parent has yet to reap them
+
+    def _reap(self, now: float) -> None:
+        pid, status, cpu = reap(self.pid)
+        if pid == 0:
+            return
+        self.status, self.cpu, self.end_time = (0 if status is None else status), cpu, now
+
+    def _watch_walltime(self, now: float) -> None:
+        warning = self.walltime.warning
+        if warning is not None and self.walltime.warning_due(now):
+            if warning.batch_only:
+                kill(self.pid, warning.signum)
+            else:  # Slurm: "all job steps will be signaled, but not the batch shell itself"
+                for pid in group_members(self.pid):
+                    if pid != self.pid:
+                        kill(pid, warning.signum)
+        if self.walltime.expired(now):
+            self.terminate("TIMEOUT", now)
+
+    def terminate(self, state: str, now: float) -> None:
+        """SIGCONT+SIGTERM to the group now, SIGKILL after KillWait; the first reason wins,
+        and a job whose batch shell already ended keeps the state of that end."""
+        if self.ending is not None or self.status is not None:
+            return
+        self._reap(now)
+        if self.status is not None:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
+        reason = _BANNER_REASONS.get(state, f" DUE TO {state}")
+        write_fd(2, f"slurmstepd: error: *** JOB {self.key[0]} ON {self.launch['node']} "
+                    f"CANCELLED AT {stamp}{reason} ***\n")
+        killpg(self.pid, _signal.SIGCONT)
+        killpg(self.pid, _signal.SIGTERM)
+        self.ending = Ending.start(state, now, self.kill_wait)
+
+    def _timeout(self, now: float) -> float:
+        """Seconds until the next thing due: a warning, the limit, a SIGKILL, a scan."""
+        due = [now + IDLE_WAKE]
+        if self.ending is None:
+            due += [t for t in (self.walltime.warn_at if not self.walltime.warned else None,
+                                self.walltime.deadline) if t is not None]
+        elif not self.ending.killed:
+            due.append(self.ending.kill_at)
+        else:
+            due.append(self.scanned_at + GROUP_SCAN_INTERVAL)
+        return max(min(due) - now, 0.0)
+
+    def _wait(self, timeout: float) -> None:
+        try:
+            ready, _, _ = select.select([self.control_fd, self.wake_fd], [], [], timeout)
+        except InterruptedError:
+            return
+        if self.wake_fd in ready:
+            with contextlib.suppress(OSError):
+                os.read(self.wake_fd, 512)
+        if self.control_fd in ready:
+            self._read_commands()
+
+    def _read_commands(self) -> None:
+        try:
+            data = os.read(self.control_fd, 65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            try:
+                command = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(command, dict):
+                self.command(command, time.time())
+
+    def command(self, command: dict[str, Any], now: float) -> None:
+        """One command of the agent: terminate (with the state to report) or signal."""
+        op = command.get("op")
+        if op == "terminate" and isinstance(command.get("state"), str):
+            self.terminate(command["state"], now)
+        elif op == "signal" and isinstance(command.get("signal"), str):
+            try:
+                signum = parse_signal(command["signal"])
+            except SignalSpecError:
+                return
+            if command.get("batch_only"):
+                if self.status is None:
+                    kill(self.pid, signum)
+            else:
+                killpg(self.pid, signum)
+
+    def _result(self) -> dict[str, Any]:
+        code, sig = exit_of(self.status)
+        if self.ending is not None and self.ending.state:
+            state = self.ending.state
+        else:  # the agent tells an OOM kill (a SIGKILL nobody here sent) from a FAILED
+            state = "COMPLETED" if code == 0 and sig == 0 else "FAILED"
+        user, system = self.cpu if self.cpu is not None else (None, None)
+        return {"job_id": self.key[0], "generation": self.key[1], "state": state,
+                "exit_code": code, "exit_signal": sig,
+                "start_time": self.launch["launch_time"], "end_time": self.end_time,
+                "exit_known": True, "cpu_user": user, "cpu_system": system,
+                "error": self.error}
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+def write_fd(fd: int, text: str) -> None:
+    try:
+        os.write(fd, text.encode())
+    except OSError:
+        pass
+
+
+def reap(pid: int) -> tuple[int, int | None, tuple[float, float] | None]:
+    """waitpid(WNOHANG) that also keeps the child's CPU time: (pid or 0 while it runs, raw
+    status, (user, system) seconds). wait4's usage covers the child and every descendant it
+    waited for, which is what Slurm's TotalCPU counts; a child someone else reaped gives
+    (pid, None, None)."""
+    try:
+        got, status, usage = os.wait4(pid, os.WNOHANG)
+    except ChildProcessError:
+        return pid, None, None
+    if got == 0:
+        return 0, None, None
+    return got, status, (usage.ru_utime, usage.ru_stime)
+
+
+def exit_of(status: int | None) -> tuple[int, int]:
+    """(exit code, signal) of a raw wait status; (0, 0) when unknown."""
+    if status is None:
+        return 0, 0
+    if os.WIFSIGNALED(status):
+        return 0, os.WTERMSIG(status)
+    return os.WEXITSTATUS(status), 0
+
+
+def kill(pid: int, signum: int) -> bool:
+    try:
+        os.kill(pid, signum)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a set-uid program, for an agent that is not root: it exists
+        return True
+
+
+def killpg(pgid: int, signum: int) -> bool:
+    """Signal a process group; False when it has no member left."""
+    try:
+        os.killpg(pgid, signum)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # only set-uid members, for an agent that is not root
+        return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Does any live (non-zombie) process remain in the group? Zombies whose parent is slow to
+    reap them (a container's PID 1 may never do it) do not count: they hold no resources."""
+    return killpg(pgid, 0) and bool(group_members(pgid))
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (non-zombie) processes of a process group, found in /proc: kept for rare
+    moments (a --signal warning, a killed group that will not go), as it reads every process."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry.name))
+    return members
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+
+def _ignore_signals() -> int:
+    """The agent's commands come by the FIFO: stray TERM/INT/HUP do not end the supervisor.
+    SIGCHLD wakes the loop through a pipe; returns that pipe's read end."""
+    for sig in IGNORED_SIGNALS:
+        _signal.signal(sig, _signal.SIG_IGN)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    _signal.set_wakeup_fd(wake_w)
+    _signal.signal(_signal.SIGCHLD, lambda *_: None)
+    return wake_r
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4:
+        print("usage: python -m agentd.stepd SPOOL JOB_ID GENERATION CONTROL_FD",
+              file=sys.stderr)
+        return 2
+    spool, key = Spool(Path(args[0]), create=False), (int(args[1]), int(args[2]))
+    control_fd = int(args[3])
+    launch_path = spool.stepd_path(*key, "launch")
+    try:
+        launch = json.loads(launch_path.read_text())
+        launch_path.unlink()
+    except (OSError, ValueError) as exc:
+        write_fd(2, f"slurmstepd: error: cannot read the job's launch file: {exc}\n")
+        return 1
+    wake_fd = _ignore_signals()
+    os.set_blocking(control_fd, False)
+    result = Supervisor(spool, launch, control_fd, wake_fd).run()
+    spool.write_durable(spool.stepd_path(*key, "exit"), json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
