@@ -1,6 +1,7 @@
-"""An agent restart keeps its jobs: job processes live in their own sessions, survive a kill -9
-of agentd, and the agent `kiln up` brings back adopts them from its spool (pid + create time) and
-keeps enforcing their walltimes."""
+"""An agent restart keeps its jobs: each job runs under a supervisor of its own
+(agentd/stepd.py) that survives a kill -9 of agentd, keeps the job's walltime while no agent
+runs and writes the job's end to the spool; the agent `kiln up` brings back re-attaches to the
+live supervisors and reads the ends of jobs that ended meanwhile, with their true exit codes."""
 
 from __future__ import annotations
 
@@ -105,6 +106,57 @@ def test_job_that_ends_while_no_agent_watches_is_completed(restartable: Cluster)
         assert job["state"] == "COMPLETED"
         assert (workdir / "out").read_text() == "done\n"
         assert job["restart_count"] == 0
+    finally:
+        cleanup(workdir)
+
+
+def test_job_that_exits_3_while_no_agent_watches_is_failed_3_0_in_sacct(
+        restartable: Cluster) -> None:
+    workdir = world_tempdir("kiln-ar-")
+    try:
+        job_id = restartable.sbatch(
+            "--wrap", "echo $$ > pid; while [ ! -e go ]; do sleep 0.1; done; exit 3",
+            cwd=workdir)
+        restartable.wait(job_id, {"RUNNING"})
+        pid = _job_pid(workdir)
+        old = _agent_pid(restartable)
+        os.kill(old, signal.SIGKILL)
+        _wait_for(lambda: not _alive(old) or _zombie(old), 10, "agentd survived SIGKILL")
+        assert _alive(pid), "the job died with its agent"
+        (workdir / "go").touch()
+        _wait_for(lambda: not _alive(pid) or _zombie(pid), 30, "the job never ended")
+        res = restartable.run("kiln", "up")
+        assert res.returncode == 0, res.stderr
+        job = restartable.wait(job_id, FINAL, timeout=30)
+        assert (job["state"], job["restart_count"]) == ("FAILED", 0), job
+        res = restartable.run("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o",
+                              "JobID,State,ExitCode")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.splitlines() == [f"{job_id}|FAILED|3:0"]
+    finally:
+        cleanup(workdir)
+
+
+def test_walltime_is_kept_while_no_agent_runs(restartable: Cluster) -> None:
+    workdir = world_tempdir("kiln-ar-")
+    try:
+        job_id = restartable.sbatch("-t", "0:06", "--wrap", "echo $$ > pid; sleep 600",
+                                    cwd=workdir)
+        restartable.wait(job_id, {"RUNNING"})
+        pid = _job_pid(workdir)
+        old = _agent_pid(restartable)
+        os.kill(old, signal.SIGKILL)
+        # no agent runs: the job's supervisor alone ends it at its limit
+        _wait_for(lambda: not _alive(pid) or _zombie(pid), 60,
+                  "the job outlived its limit while its agent was down")
+        assert "DUE TO TIME LIMIT" in (workdir / f"slurm-{job_id}.out").read_text()
+        res = restartable.run("kiln", "up")
+        assert res.returncode == 0, res.stderr
+        job = restartable.wait(job_id, FINAL, timeout=30)
+        assert (job["state"], job["restart_count"]) == ("TIMEOUT", 0), job
+        res = restartable.run("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o",
+                              "State,ExitCode")
+        assert res.stdout.splitlines() == ["TIMEOUT|0:0"], res.stdout  # as Slurm shows it
     finally:
         cleanup(workdir)
 
