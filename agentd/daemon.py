@@ -8,6 +8,10 @@ Every turn:
    step tasks' forwarded output (agentd/forward.py) until schedd has taken it;
 4. heartbeat on its interval, listing what runs here, so schedd can reconcile.
 
+Every message from schedd also touches the spool's ``schedd-heard`` file: the clock by which
+each job's supervisor (agentd/stepd.py) fences its job once schedd has been silent for
+``fence_timeout`` (docs/robustness.md, "Fencing").
+
 Talks to schedd over one DEALER socket whose identity is the node name. On a node that is not
 the head it also serves the commands' endpoint and relays them to schedd (agentd/relay.py); a
 login node's agent does only that (``--relay-only``: no node registered, no jobs).
@@ -44,6 +48,7 @@ log = logging.getLogger("agentd")
 
 TICK_MS = 100
 RESEND_AFTER = 3.0  # seconds before an unacknowledged report is sent again
+LEASE_TOUCH_INTERVAL = 0.5  # seconds: how often hearing schedd touches the fence's clock
 
 
 class Agent:
@@ -78,6 +83,7 @@ class Agent:
         self.endpoints = [cfg.agent.schedd, *cfg.agent_peers]
         self._endpoint = 0
         self._last_heard = time.time()
+        self._lease_touched = 0.0  # when the spool's schedd-heard file was last touched
         self.sock = self._open_socket(self.endpoints[0])
         self._ids = itertools.count(1)
         self._requests: dict[int, str] = {}  # msg id -> op, for replies
@@ -213,6 +219,8 @@ class Agent:
 
     def _on_message(self, frame: bytes, more: list[bytes] | None = None) -> None:
         self._last_heard = time.time()
+        if self._last_heard - self._lease_touched >= LEASE_TOUCH_INTERVAL:
+            self._touch_lease()
         if self.relay is not None:
             self.relay.heard()
         try:
@@ -268,6 +276,14 @@ class Agent:
             token = self._step_outputs.pop(msg_id, None)  # type: ignore[arg-type]
             if token is not None:
                 self.steps.output_answered(token, body)
+
+    def _touch_lease(self) -> None:
+        """schedd was heard: the fence's clock restarts (agentd/stepd.py, _watch_fence)."""
+        self._lease_touched = self._last_heard
+        try:
+            self.launcher.spool.touch_heard()
+        except OSError as exc:
+            log.warning("cannot touch the fence's clock in the spool: %s", exc)
 
     def _acknowledged(self, key: tuple[int, int]) -> None:
         self._unacked.pop(key, None)

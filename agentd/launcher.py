@@ -212,7 +212,10 @@ class Launcher:
             "switch_user": os.geteuid() == 0, "uid": ident.uid, "gid": ident.gid,
             "groups": list(ident.groups), "script_head": spec["script"].split("\n", 1)[0],
             "time_limit": spec["time_limit"], "signal": spec.get("signal") or "",
-            "kill_wait": kill_wait, "launch_time": start}
+            "kill_wait": kill_wait, "launch_time": start,
+            # fencing: the supervisor stops the job once schedd has been silent this long
+            "fence_timeout": spec.get("fence_timeout") or 0.0
+            if spec.get("on_isolation", "kill") == "kill" else 0.0}
         control = self.spool.stepd_path(*key, "ctl")
         try:
             self.spool.remove_stepd_files(*key)  # a stale run's, from an old spool

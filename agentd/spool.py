@@ -12,6 +12,8 @@ Layout under ``spool_dir`` (Slurm's SlurmdSpoolDir)::
                                  run, read and removed by it), ``ctl`` (the FIFO of the agent's
                                  commands), ``pid`` (the batch shell's pid), ``exit`` (how the
                                  job ended, written durably by the supervisor)
+    stepd/schedd-heard           touched by the agent whenever it hears schedd: the clock of
+                                 every supervisor's fence (``fence_timeout``)
 
 ``scripts/`` and ``jobs-tmp/`` are 0711 so a user can reach their own script and directory but
 list nobody's (and only root creates in them: nobody can plant another user's checkpoint);
@@ -71,6 +73,26 @@ class Spool:
         if kind not in STEPD_FILES:
             raise ValueError(f"no supervisor file {kind!r}")
         return self.root / "stepd" / f"{job_key(job_id, generation)}.{kind}"
+
+    @property
+    def heard_path(self) -> Path:
+        """Touched by the agent whenever it hears schedd: its mtime is the fence's clock."""
+        return self.root / "stepd" / "schedd-heard"
+
+    def touch_heard(self) -> None:
+        """schedd was heard now (the agent calls this; supervisors read its mtime)."""
+        try:
+            os.utime(self.heard_path)
+        except FileNotFoundError:
+            fd = os.open(self.heard_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            os.close(fd)
+
+    def heard_age(self, now: float) -> float | None:
+        """Seconds since the agent last heard schedd; None when it never has."""
+        try:
+            return now - os.stat(self.heard_path).st_mtime
+        except OSError:
+            return None
 
     def write_small(self, path: Path, text: str) -> None:
         """Write a file whole (temporary file, then rename), mode 0600; no fsync."""

@@ -140,6 +140,7 @@ class Supervisor:
         warning = SignalSpec.parse(launch["signal"]) if launch.get("signal") else None
         self.walltime = Walltime(launch["launch_time"], launch["time_limit"], warning)
         self.kill_wait = int(launch["kill_wait"])
+        self.fence_timeout = float(launch.get("fence_timeout") or 0.0)
         self.ending: Ending | None = None
         self.pid = 0
         self.status: int | None = None
@@ -187,6 +188,8 @@ class Supervisor:
             self._reap(now)
         if self.status is None and self.ending is None:
             self._watch_walltime(now)
+        if self.status is None and self.ending is None:
+            self._watch_fence(now)
         if self.ending is not None and self.ending.kill_due(now):
             killpg(self.pid, _signal.SIGKILL)
             self.ending.killed = True
@@ -224,6 +227,19 @@ class Supervisor:
                         kill(pid, warning.signum)
         if self.walltime.expired(now):
             self.terminate("TIMEOUT", now)
+
+    def _watch_fence(self, now: float) -> None:
+        """Fencing: once the agent has not heard schedd for ``fence_timeout`` (shorter than
+        schedd's node_timeout), stop the job as NODE_FAIL before schedd can requeue it
+        elsewhere. The clock is the spool's ``schedd-heard`` file, which the agent touches:
+        an agent that is cut off, stopped or dead touches nothing, and the job still stops."""
+        if self.fence_timeout <= 0:
+            return
+        age = self.spool.heard_age(now)
+        if age is not None and age >= self.fence_timeout:
+            write_fd(2, f"slurmstepd: error: node {self.launch['node']} has not heard the "
+                        f"controller for {age:.0f} s (fence_timeout {self.fence_timeout:g} s)\n")
+            self.terminate("NODE_FAIL", now)
 
     def terminate(self, state: str, now: float) -> None:
         """SIGCONT+SIGTERM to the group now, SIGKILL after KillWait; the first reason wins,

@@ -15,6 +15,9 @@ from schedd import paths
 from schedd.model import Partition
 from schedd.paths import ConfigError
 
+# what a partition's jobs do when their node loses schedd (Partition.on_isolation)
+ISOLATION_MODES = ("kill", "keep")
+
 # Slurm's PrivateData values kiln acts on (config key private_data)
 PRIVATE_DATA = frozenset({"jobs", "usage", "accounts", "users"})
 
@@ -108,6 +111,10 @@ class Config:
     min_job_age: int = 300  # MinJobAge, seconds
     heartbeat_interval: float = 2.0
     node_timeout: float = 30.0  # SlurmdTimeout: no heartbeat for this long -> node DOWN
+    # an agent that has not heard schedd for this long stops the jobs of partitions whose
+    # on_isolation is "kill" (docs/robustness.md, "Fencing"); shorter than node_timeout, so
+    # they are gone before schedd requeues them elsewhere. 0: two thirds of node_timeout
+    fence_timeout: float = 0.0
     max_array_size: int = 1001
     max_job_count: int = 10_000  # MaxJobCount: pending and running jobs schedd accepts
     allow_root_jobs: bool = False
@@ -149,10 +156,31 @@ class Config:
         if self.agent.serve_commands not in (True, False, "auto"):
             raise ConfigError(f"[agent] serve_commands: true, false or \"auto\", not "
                               f"{self.agent.serve_commands!r}")
+        self._check_fencing()
         if not isinstance(self.relay_root_nodes, list) or not all(
                 isinstance(n, str) for n in self.relay_root_nodes):
             raise ConfigError(f"[schedd] relay_root_nodes: a list of node names, not "
                               f"{self.relay_root_nodes!r}")
+
+    def _check_fencing(self) -> None:
+        """fence_timeout < node_timeout (else a cut-off node's jobs could still run when
+        schedd requeues them) and > heartbeat_interval (else a quiet moment fences them);
+        each partition's on_isolation is "kill" or "keep"."""
+        if not self.fence_timeout:
+            self.fence_timeout = self.node_timeout * 2 / 3
+        if self.fence_timeout >= self.node_timeout:
+            raise ConfigError(
+                f"[schedd] fence_timeout ({self.fence_timeout:g} s) must be shorter than "
+                f"node_timeout ({self.node_timeout:g} s): a cut-off node stops its jobs before "
+                f"schedd requeues them elsewhere")
+        if self.fence_timeout <= self.heartbeat_interval:
+            raise ConfigError(
+                f"[schedd] fence_timeout ({self.fence_timeout:g} s) must be longer than "
+                f"heartbeat_interval ({self.heartbeat_interval:g} s)")
+        for part in self.partitions:
+            if part.on_isolation not in ISOLATION_MODES:
+                raise ConfigError(f"[[partition]] {part.name}: on_isolation must be \"kill\" "
+                                  f"or \"keep\", not {part.on_isolation!r}")
 
     def private(self, kind: str) -> bool:
         """PrivateData=kind: users see only their own (jobs, usage, accounts, users)."""

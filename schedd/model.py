@@ -103,6 +103,10 @@ class Partition:
     default_time: int | None = None
     priority_tier: int = 1
     state: str = "UP"
+    # a node cut off from schedd for fence_timeout: "kill" its jobs of this partition (they
+    # are requeued elsewhere, never running twice at once), or "keep" them running (a
+    # requeued one may then run beside its old run until the node returns)
+    on_isolation: str = "kill"
 
 
 @dataclass(frozen=True, slots=True)

@@ -350,6 +350,9 @@ LAUNCH_FIELDS: Schema = {
     "kill_wait": Int(-1, _INT32, required=True),  # seconds between SIGTERM and SIGKILL
     "signal": Str(64),  # --signal as given, e.g. "B:USR1@120"
     "start_time": Num(required=True),  # schedd's decision time; the agent measures its own
+    # fencing: the job's partition's on_isolation ("kill" or "keep") and fence_timeout (s)
+    "on_isolation": Str(8),
+    "fence_timeout": Num(0, 1e9),
 }
 
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {

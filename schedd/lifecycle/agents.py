@@ -15,7 +15,7 @@ from typing import Any
 from schedd import protocol
 from schedd.config import Config
 from schedd.domain.jobenv import job_environment, output_paths
-from schedd.model import Job
+from schedd.model import Job, Partition
 
 log = logging.getLogger("schedd.lifecycle.agents")
 
@@ -48,8 +48,14 @@ class AgentRegistry:
             "gpus": list(alloc.gpus), "cpus": alloc.cpus, "memory_mb": alloc.memory_mb,
             "time_limit": job.launched_limit,
             "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,
+            "on_isolation": self._partition(job).on_isolation,
+            "fence_timeout": self.cfg.fence_timeout,
         }
         self._tell(alloc.node, "launch", {"launch": spec})
+
+    def _partition(self, job: Job) -> Partition:
+        return next((p for p in self.cfg.partitions if p.name == job.partition),
+                    self.cfg.default_partition)
 
     def forget_run(self, job_id: int, generation: int) -> None:
         """A run has ended: its confirmation and checkpoint reports are of no more use."""

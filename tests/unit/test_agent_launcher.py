@@ -618,6 +618,25 @@ def test_before_exec_hooks_run_as_root_in_the_jobs_session_before_the_user_switc
     assert out.read_text().strip() == str(user.uid)  # and then the job ran as the user
 
 
+def test_a_silent_schedd_fences_kill_partitions_and_spares_keep_ones(launcher, base, user):
+    """The supervisor's fence: schedd last heard (the spool's schedd-heard file) long ago."""
+    launcher.spool.touch_heard()
+    old = time.time() - 3600
+    os.utime(launcher.spool.heard_path, (old, old))
+    launcher.launch(spec(user, base, 44, "#!/bin/sh\nsleep 600\n", on_isolation="keep",
+                         fence_timeout=2.0))
+    launcher.launch(spec(user, base, 45, "#!/bin/sh\nsleep 600\n", on_isolation="kill",
+                         fence_timeout=2.0))
+    kept = job_pid(launcher, 44)
+    done = wait_for(launcher, 45)
+    assert (done.state, done.exit_signal, done.exit_known) == ("NODE_FAIL", signal.SIGTERM, True)
+    text = output(base, 45)
+    assert "has not heard the controller for" in text and "DUE TO NODE FAILURE ***" in text
+    assert not gone(kept)  # on_isolation = "keep": it runs on
+    launcher.terminate(44, 1)
+    assert wait_for(launcher, 44).state == "CANCELLED"
+
+
 # --- issue 12: the working directory and output paths, played as a second user -------------
 
 
