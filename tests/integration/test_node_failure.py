@@ -1,5 +1,6 @@
-"""A node whose agent falls silent: DOWN, its job NODE_FAIL and requeued elsewhere, and the
-stale copy fenced when the agent comes back — a job never runs twice at once."""
+"""A node whose agent falls silent: its job's supervisor fences the job (NODE_FAIL) after
+fence_timeout, before schedd's node_timeout marks the node DOWN and requeues the job
+elsewhere — a job never runs twice at once, even while its agent is frozen."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from tests.integration.conftest import BACKENDS, _cluster
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def flaky(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """Two nodes of 4 fake GPUs; a node is DOWN after 3 s without a heartbeat."""
+    """Two nodes of 4 fake GPUs; a node is DOWN after 5 s without a heartbeat, and a node
+    that has not heard schedd for 3 s fences its jobs."""
     yield from _cluster(request, request.param, nodes=2, fake_gpus="4xA100", kill_wait=2,
-                        node_timeout=3.0)
+                        node_timeout=5.0, schedd_extra="fence_timeout = 3.0")
 
 
 def _agent_pid(cluster: Cluster, node: str) -> int:
@@ -51,27 +53,25 @@ def test_silent_node_requeues_its_job_and_fences_the_old_run(flaky: Cluster) -> 
         first_pid = int(pid_file.read_text().split()[0])
 
         agent = _agent_pid(flaky, "node2")
-        os.kill(agent, signal.SIGSTOP)  # the node falls silent; its job keeps running
+        os.kill(agent, signal.SIGSTOP)  # the node falls silent (its agent frozen)
         try:
             deadline = time.time() + 20
             while time.time() < deadline and flaky.job(victim)["restart_count"] == 0:
                 time.sleep(0.2)
+            # the old run was fenced by its supervisor before schedd requeued the job
+            assert not _alive(first_pid), "the old run lives on beside its requeued copy"
             job = flaky.job(victim)
             assert job["restart_count"] == 1 and job["state"] == "PENDING"
             nodes = flaky.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.split("\n")
             assert "node2 down" in [line.strip().lower() for line in nodes]
-            # the old run is still alive on the silent node: nobody could reach it
-            assert _alive(first_pid)
+            assert "DUE TO NODE FAILURE" in (workdir / f"run-{victim}.log").read_text()
             flaky.run("scancel", str(blocker))
             job = flaky.wait(victim, {"RUNNING"}, timeout=30)
             assert job["node_list"] == "node1"
         finally:
             os.kill(agent, signal.SIGCONT)
-        # the agent is back: schedd fences the stale generation, the old process dies
-        deadline = time.time() + 20
-        while _alive(first_pid) and time.time() < deadline:
-            time.sleep(0.2)
-        assert not _alive(first_pid), "the requeued job's old run survived its node's return"
+        # the agent is back: its stale report changes nothing, the new run goes on
+        assert not _alive(first_pid)
         assert flaky.job(victim)["state"] == "RUNNING"
         deadline = time.time() + 20
         while "node2 idle" not in flaky.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.lower():
