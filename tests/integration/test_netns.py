@@ -1,7 +1,8 @@
 """Partitions for real: node2's agent runs in its own network namespace, reaching schedd over a
 veth pair whose link the test cuts. A short cut: the agent keeps time alone, ends a job at its
-walltime, and the TIMEOUT report reaches schedd once the link is back. A long cut: node DOWN,
-its job NODE_FAIL and requeued elsewhere, and the stale run fenced when the link returns."""
+walltime, and the TIMEOUT report reaches schedd once the link is back. A long cut: the job's
+supervisor fences it after fence_timeout; then node DOWN, its job NODE_FAIL and requeued
+elsewhere: the old run is gone before its requeued copy starts."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.integration.conftest import BACKENDS, _cluster
 from tests.integration.netns import Netns, namespace
 
 NODE_TIMEOUT = 12.0  # SlurmdTimeout: longer than a short cut plus TCP's retransmit backoff
+FENCE_TIMEOUT = 8.0  # the default (two thirds of node_timeout), named for the reader
 
 
 @dataclass
@@ -37,7 +39,8 @@ def split(request: pytest.FixtureRequest) -> Iterator[Split]:
     with ExitStack() as stack:
         ns = stack.enter_context(namespace())
         gen = _cluster(request, request.param, nodes=1, fake_gpus="4xA100", kill_wait=2,
-                       node_timeout=NODE_TIMEOUT, agent_host=ns.host_addr)
+                       node_timeout=NODE_TIMEOUT, agent_host=ns.host_addr,
+                       schedd_extra=f"fence_timeout = {FENCE_TIMEOUT}")
         cluster = next(gen)
         stack.callback(next, gen, None)
         keys.generate_cluster(cluster.home / "keys", ["node2"])
@@ -112,7 +115,7 @@ def test_agent_enforces_walltime_while_cut_off_and_reports_after(split: Split) -
         cleanup(workdir)
 
 
-def test_long_cut_downs_the_node_requeues_and_fences_on_return(split: Split) -> None:
+def test_long_cut_fences_the_job_before_it_is_requeued_elsewhere(split: Split) -> None:
     cluster, ns = split.cluster, split.ns
     workdir = world_tempdir("kiln-ns-")
     try:
@@ -127,14 +130,15 @@ def test_long_cut_downs_the_node_requeues_and_fences_on_return(split: Split) -> 
         try:
             _until(lambda: cluster.job(victim)["restart_count"] == 1, NODE_TIMEOUT + 20,
                    "the cut-off node's job was never requeued")
+            # fenced on the cut-off node (fence_timeout) before schedd requeued it
+            assert not _alive(first), "the old run lives on beside its requeued copy"
             assert _node_state(cluster, "node2") == "down"
             assert cluster.job(victim)["state"] == "PENDING"
-            assert _alive(first)  # nobody could reach it
+            assert "DUE TO NODE FAILURE" in (workdir / f"slurm-{victim}.out").read_text()
             cluster.run("scancel", str(blocker))  # room for it on node1
             assert cluster.wait(victim, {"RUNNING"}, timeout=30)["node_list"] == "node1"
         finally:
             ns.restore()
-        _until(lambda: not _alive(first), 30, "the stale run survived its node's return")
         assert cluster.job(victim)["state"] == "RUNNING"
         assert cluster.job(victim)["node_list"] == "node1"
         _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
