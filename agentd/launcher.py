@@ -211,8 +211,10 @@ class Launcher:
             "environment": spec["environment"], "cwd": cwd, "umask": _umask(spec["environment"]),
             "switch_user": os.geteuid() == 0, "uid": ident.uid, "gid": ident.gid,
             "groups": list(ident.groups), "script_head": spec["script"].split("\n", 1)[0],
-            "time_limit": spec["time_limit"], "signal": spec.get("signal") or "",
-            "kill_wait": kill_wait, "launch_time": start,
+            "time_limit": spec["time_limit"], "kill_wait": kill_wait, "launch_time": start,
+            "warning": None if warning is None else {
+                "signum": int(warning.signum), "seconds": warning.seconds,
+                "batch_only": warning.batch_only},
             # fencing: the supervisor stops the job once schedd has been silent this long
             "fence_timeout": spec.get("fence_timeout") or 0.0
             if spec.get("on_isolation", "kill") == "kill" else 0.0}
@@ -232,7 +234,7 @@ class Launcher:
                               f"{exc.strerror or exc}") from None
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-s", "-m", "agentd.stepd", str(self.spool.root),
+                [sys.executable, "-S", "-m", "agentd.stepd", str(self.spool.root),
                  str(key[0]), str(key[1]), str(ctl_fd)],
                 stdin=self._devnull, stdout=out_fd, stderr=err_fd, pass_fds=(ctl_fd,),
                 cwd="/", env={"PYTHONPATH": _PACKAGE_ROOT, "PATH": os.defpath},
@@ -337,10 +339,10 @@ class Launcher:
         if job is None:
             return False
         try:
-            parse_signal(sig)
+            signum = int(parse_signal(sig))
         except SignalSpecError:
             return False
-        self._command(job, {"op": "signal", "signal": sig, "batch_only": batch_only})
+        self._command(job, {"op": "signal", "signum": signum, "batch_only": batch_only})
         return True
 
     def _command(self, job: _Job, command: dict[str, Any]) -> bool:

@@ -8,20 +8,16 @@ Layout under ``spool_dir`` (Slurm's SlurmdSpoolDir)::
     jobs-tmp/<job>.<generation>/ the job's private directory, 0700, owned by the job's user:
                                  ``$KILN_CHECKPOINT_FILE`` is ``checkpoint`` in it (removed
                                  when the job ends)
-    stepd/<job>.<generation>.*   the job's supervisor (``agentd.stepd``): ``launch`` (what to
-                                 run, read and removed by it), ``ctl`` (the FIFO of the agent's
-                                 commands), ``pid`` (the batch shell's pid), ``exit`` (how the
-                                 job ended, written durably by the supervisor)
-    stepd/schedd-heard           touched by the agent whenever it hears schedd: the clock of
-                                 every supervisor's fence (``fence_timeout``)
+    stepd/                       the files of each job's supervisor (``agentd.stepd``) and
+                                 the fence's clock, ``schedd-heard`` (``agentd.stepfiles``)
 
 ``scripts/`` and ``jobs-tmp/`` are 0711 so a user can reach their own script and directory but
 list nobody's (and only root creates in them: nobody can plant another user's checkpoint);
 ``jobs/`` and ``stepd/`` are 0700 (records name users and paths; only root may command a
 supervisor). Records are written to a temporary file and renamed, without fsync: they matter
 only when the agent restarts while the node (and so its processes) lives on. A job's exit file
-is the one durable write (``write_durable``: fsync before the rename and of the directory
-after): it is the job's only account of how it ended once its supervisor is gone.
+is the one durable write (``stepfiles.write_durable``: fsync before the rename and of the
+directory after): it is the job's only account of how it ended once its supervisor is gone.
 """
 
 from __future__ import annotations
@@ -35,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentd import stepfiles
+
 CHECKPOINT_NAME = "checkpoint"
 
 
@@ -42,18 +40,12 @@ def job_key(job_id: int, generation: int) -> str:
     return f"{job_id}.{generation}"
 
 
-STEPD_FILES = ("launch", "ctl", "pid", "exit")
-
-
 @dataclass(slots=True)
 class Spool:
     root: Path
-    create: bool = True  # False: a supervisor's view of a spool the agent made
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
-        if not self.create:
-            return
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
         for name, mode in (("scripts", 0o711), ("jobs", 0o700), ("jobs-tmp", 0o711),
@@ -69,15 +61,13 @@ class Spool:
         return self.root / "jobs" / f"{job_key(job_id, generation)}.json"
 
     def stepd_path(self, job_id: int, generation: int, kind: str) -> Path:
-        """A file of the job's supervisor: ``kind`` is one of ``STEPD_FILES``."""
-        if kind not in STEPD_FILES:
-            raise ValueError(f"no supervisor file {kind!r}")
-        return self.root / "stepd" / f"{job_key(job_id, generation)}.{kind}"
+        """A file of the job's supervisor (``agentd.stepfiles``: launch, ctl, pid, exit)."""
+        return Path(stepfiles.path(str(self.root), job_id, generation, kind))
 
     @property
     def heard_path(self) -> Path:
         """Touched by the agent whenever it hears schedd: its mtime is the fence's clock."""
-        return self.root / "stepd" / "schedd-heard"
+        return Path(stepfiles.heard_path(str(self.root)))
 
     def touch_heard(self) -> None:
         """schedd was heard now (the agent calls this; supervisors read its mtime)."""
@@ -87,50 +77,15 @@ class Spool:
             fd = os.open(self.heard_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             os.close(fd)
 
-    def heard_age(self, now: float) -> float | None:
-        """Seconds since the agent last heard schedd; None when it never has."""
-        try:
-            return now - os.stat(self.heard_path).st_mtime
-        except OSError:
-            return None
-
     def write_small(self, path: Path, text: str) -> None:
-        """Write a file whole (temporary file, then rename), mode 0600; no fsync."""
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-
-    def write_durable(self, path: Path, text: str) -> None:
-        """Write a file so that it is either absent or whole, even across a crash of the
-        node: temporary file, fsync, rename, fsync of the directory."""
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        stepfiles.write_small(str(path), text)
 
     def read_exit(self, job_id: int, generation: int) -> dict[str, Any] | None:
         """The supervisor's account of the job's end, or None while there is none."""
-        try:
-            data = json.loads(self.stepd_path(job_id, generation, "exit").read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return stepfiles.read_json(str(self.stepd_path(job_id, generation, "exit")))
 
     def remove_stepd_files(self, job_id: int, generation: int) -> None:
-        for kind in STEPD_FILES:
+        for kind in stepfiles.KINDS:
             with contextlib.suppress(OSError):
                 self.stepd_path(job_id, generation, kind).unlink(missing_ok=True)
 

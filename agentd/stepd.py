@@ -25,26 +25,29 @@ The agent reaps it when it is the agent's child, or, after an agent restart, fin
 (pid and create time in the job's spool record) and re-attaches, or finds its exit file:
 every job whose supervisor lived ends with its true state and exit code.
 
-Only the standard library and kiln's stdlib-only modules are imported: one is started per job.
+One is started per job, so it starts light (docs/benchmarks.md, "Launch"): Python without
+``site`` (``-S``), and only ``os``-level modules: no subprocess (its own fork and exec), no
+pathlib or dataclasses (``agentd.stepfiles``, ``agentd.walltime``); the agent parses signal
+names, so Slurm's signal vocabulary is not loaded here either.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import select
 import signal as _signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-from agentd.spool import Spool
-from agentd.walltime import Ending, SignalSpec, SignalSpecError, Walltime, parse_signal
+from agentd import stepfiles
+from agentd.walltime import Ending, Walltime
+
+TYPE_CHECKING = False  # typing is not imported at run time: the supervisor starts light
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 GROUP_SCAN_INTERVAL = 0.5  # seconds between /proc searches for a killed group's survivors
 IDLE_WAKE = 1.0  # seconds: the longest the loop sleeps without a reason to wake
@@ -75,31 +78,68 @@ def before_exec(launch: dict[str, Any]) -> None:
 # --- the job's child: fork .. exec --------------------------------------------------------
 
 
-def child_setup(launch: dict[str, Any]) -> Callable[[], None]:
-    """The ``preexec_fn`` of the job: hooks as root, then the user's groups, gid and uid, the
-    umask, and the working directory entered as the user (one the user may not enter gives
-    Slurm's note on stderr and /tmp, as Slurm does)."""
-    cwd, umask = launch["cwd"], launch["umask"]
-    switch = launch["switch_user"]
-    uid, gid, groups = launch["uid"], launch["gid"], launch["groups"]
+class SetupError(Exception):
+    """The job's child failed before exec (a ``before_exec`` hook, the switch to the user)."""
 
-    def setup() -> None:
-        for sig in IGNORED_SIGNALS:  # an ignored signal stays ignored across exec
-            _signal.signal(sig, _signal.SIG_DFL)
-        before_exec(launch)
-        if switch:
-            os.setgroups(groups)
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-        if umask >= 0:
-            os.umask(umask)
+
+def child_setup(launch: dict[str, Any]) -> None:
+    """In the job's child, between fork and exec: its own session, ignored signals back to
+    their defaults, the hooks as root, then the user's groups, gid and uid, the umask, and the
+    working directory entered as the user (one the user may not enter gives Slurm's note on
+    stderr and /tmp, as Slurm does)."""
+    os.setsid()
+    for sig in IGNORED_SIGNALS:  # an ignored signal stays ignored across exec
+        _signal.signal(sig, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    _signal.set_wakeup_fd(-1)
+    before_exec(launch)
+    if launch["switch_user"]:
+        os.setgroups(launch["groups"])
+        os.setresgid(launch["gid"], launch["gid"], launch["gid"])
+        os.setresuid(launch["uid"], launch["uid"], launch["uid"])
+    if launch["umask"] >= 0:
+        os.umask(launch["umask"])
+    try:
+        os.chdir(launch["cwd"])
+    except OSError as exc:
+        os.write(2, chdir_note(launch["cwd"], exc.strerror or str(exc)).encode())
+        os.chdir("/tmp")
+
+
+def spawn(launch: dict[str, Any]) -> int:
+    """Fork and exec the job; its pid. An exec that fails raises ``OSError`` (with the
+    child's errno), a setup that fails ``SetupError``: the child reports either through a
+    close-on-exec pipe, which an exec that succeeds closes empty."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the job's child: never returns
+        os.close(read_end)
         try:
-            os.chdir(cwd)
-        except OSError as exc:
-            os.write(2, chdir_note(cwd, exc.strerror or str(exc)).encode())
-            os.chdir("/tmp")
-
-    return setup
+            try:
+                child_setup(launch)
+            except BaseException as exc:  # noqa: BLE001 - any failure is the job's end
+                os.write(write_end, b"S" + f"{type(exc).__name__}: {exc}".encode()[:1000])
+                os._exit(1)
+            try:
+                os.execve(launch["argv"][0], launch["argv"], launch["environment"])
+            except OSError as exc:
+                os.write(write_end, b"E" + str(exc.errno or 0).encode())
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    try:
+        report = b""
+        while chunk := os.read(read_end, 4096):
+            report += chunk
+    finally:
+        os.close(read_end)
+    if not report:
+        return pid
+    os.waitpid(pid, 0)
+    if report[:1] == b"E":
+        code = int(report[1:] or 0)
+        raise OSError(code, os.strerror(code))
+    raise SetupError(report[1:].decode(errors="replace"))
 
 
 def chdir_note(path: str, problem: str) -> str:
@@ -132,12 +172,12 @@ class Supervisor:
     """One job, from exec to its exit file. ``control_fd``: the FIFO of the agent's commands;
     ``wake_fd``: the read end of the SIGCHLD wake-up pipe."""
 
-    def __init__(self, spool: Spool, launch: dict[str, Any], control_fd: int, wake_fd: int):
-        self.spool = spool
+    def __init__(self, spool_root: str, launch: dict[str, Any], control_fd: int, wake_fd: int):
+        self.spool_root = spool_root
         self.launch = launch
         self.key = (int(launch["job_id"]), int(launch["generation"]))
         self.control_fd, self.wake_fd = control_fd, wake_fd
-        warning = SignalSpec.parse(launch["signal"]) if launch.get("signal") else None
+        warning = WarningSignal(**launch["warning"]) if launch.get("warning") else None
         self.walltime = Walltime(launch["launch_time"], launch["time_limit"], warning)
         self.kill_wait = int(launch["kill_wait"])
         self.fence_timeout = float(launch.get("fence_timeout") or 0.0)
@@ -163,23 +203,22 @@ class Supervisor:
     def _start(self) -> bool:
         launch = self.launch
         try:
-            proc = subprocess.Popen(
-                launch["argv"], env=launch["environment"], preexec_fn=child_setup(launch),
-                start_new_session=True, close_fds=True)
+            self.pid = spawn(launch)
         except OSError as exc:
             self.error, code = exec_failure(launch["script_head"], launch["argv"][-1], exc)
             write_fd(2, f"slurmstepd: error: {self.error}\n")
             self.status, self.end_time = code << 8, time.time()
             return False
-        except subprocess.SubprocessError as exc:  # a before_exec hook or the user switch
+        except SetupError as exc:  # a before_exec hook or the switch to the user
             self.error, code = f"job setup failed before exec: {exc}", 1
             write_fd(2, f"slurmstepd: error: {self.error}\n")
             self.status, self.end_time = code << 8, time.time()
             return False
-        proc.returncode = 0  # waited for below with wait4, never by Popen
-        self.pid = proc.pid
-        with contextlib.suppress(OSError):
-            self.spool.write_small(self.spool.stepd_path(*self.key, "pid"), f"{self.pid}\n")
+        try:
+            stepfiles.write_small(stepfiles.path(self.spool_root, *self.key, "pid"),
+                                  f"{self.pid}\n")
+        except OSError:
+            pass  # the agent's sampler does without it
         return True
 
     def _step(self, now: float) -> bool:
@@ -235,7 +274,7 @@ class Supervisor:
         an agent that is cut off, stopped or dead touches nothing, and the job still stops."""
         if self.fence_timeout <= 0:
             return
-        age = self.spool.heard_age(now)
+        age = stepfiles.heard_age(self.spool_root, now)
         if age is not None and age >= self.fence_timeout:
             write_fd(2, f"slurmstepd: error: node {self.launch['node']} has not heard the "
                         f"controller for {age:.0f} s (fence_timeout {self.fence_timeout:g} s)\n")
@@ -275,8 +314,10 @@ class Supervisor:
         except InterruptedError:
             return
         if self.wake_fd in ready:
-            with contextlib.suppress(OSError):
+            try:
                 os.read(self.wake_fd, 512)
+            except OSError:
+                pass
         if self.control_fd in ready:
             self._read_commands()
 
@@ -300,11 +341,8 @@ class Supervisor:
         op = command.get("op")
         if op == "terminate" and isinstance(command.get("state"), str):
             self.terminate(command["state"], now)
-        elif op == "signal" and isinstance(command.get("signal"), str):
-            try:
-                signum = parse_signal(command["signal"])
-            except SignalSpecError:
-                return
+        elif op == "signal" and isinstance(command.get("signum"), int):
+            signum = command["signum"]  # a valid one: the agent parsed the name
             if command.get("batch_only"):
                 if self.status is None:
                     kill(self.pid, signum)
@@ -323,6 +361,15 @@ class Supervisor:
                 "start_time": self.launch["launch_time"], "end_time": self.end_time,
                 "exit_known": True, "cpu_user": user, "cpu_system": system,
                 "error": self.error}
+
+
+class WarningSignal:
+    """The ``--signal`` warning, as the agent parsed it (``SignalSpec``'s fields)."""
+
+    __slots__ = ("signum", "seconds", "batch_only")
+
+    def __init__(self, signum: int, seconds: int, batch_only: bool):
+        self.signum, self.seconds, self.batch_only = signum, seconds, batch_only
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -422,19 +469,21 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m agentd.stepd SPOOL JOB_ID GENERATION CONTROL_FD",
               file=sys.stderr)
         return 2
-    spool, key = Spool(Path(args[0]), create=False), (int(args[1]), int(args[2]))
+    spool_root, key = args[0], (int(args[1]), int(args[2]))
     control_fd = int(args[3])
-    launch_path = spool.stepd_path(*key, "launch")
+    os.set_inheritable(control_fd, False)  # the job does not get it
+    launch_path = stepfiles.path(spool_root, *key, "launch")
     try:
-        launch = json.loads(launch_path.read_text())
-        launch_path.unlink()
+        with open(launch_path, "rb") as fh:
+            launch = json.loads(fh.read())
+        os.unlink(launch_path)
     except (OSError, ValueError) as exc:
         write_fd(2, f"slurmstepd: error: cannot read the job's launch file: {exc}\n")
         return 1
     wake_fd = _ignore_signals()
     os.set_blocking(control_fd, False)
-    result = Supervisor(spool, launch, control_fd, wake_fd).run()
-    spool.write_durable(spool.stepd_path(*key, "exit"), json.dumps(result))
+    result = Supervisor(spool_root, launch, control_fd, wake_fd).run()
+    stepfiles.write_durable(stepfiles.path(spool_root, *key, "exit"), json.dumps(result))
     return 0
 
 

@@ -16,27 +16,45 @@ Slurm's sequence, which kiln keeps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+TYPE_CHECKING = False  # typing is not imported at run time (see agentd/stepd.py)
+if TYPE_CHECKING:
+    from typing import Any
 
-# The signal vocabulary is Slurm's, shared with the CLI and schedd: one parser for them all.
-# agentd/launcher.py and the tests use these names from here.
-from schedd.slurm.signals import SignalError as SignalSpecError
-from schedd.slurm.signals import SignalSpec, parse_signal
+    from schedd.slurm.signals import SignalError as SignalSpecError
+    from schedd.slurm.signals import SignalSpec, parse_signal
+
+# The signal vocabulary is Slurm's, shared with the CLI and schedd: one parser for them all
+# (schedd/slurm/signals.py). agentd/launcher.py and the tests use these names from here; they
+# are imported on first use, so that the per-job supervisor (agentd/stepd.py), which uses only
+# the arithmetic below, starts without them (nor dataclasses).
+_SIGNAL_NAMES = {"SignalSpec": "SignalSpec", "SignalSpecError": "SignalError",
+                 "parse_signal": "parse_signal"}
 
 __all__ = ["Ending", "SignalSpec", "SignalSpecError", "Walltime", "parse_signal"]
 
 
-@dataclass(slots=True)
+def __getattr__(name: str) -> Any:
+    if name in _SIGNAL_NAMES:
+        from schedd.slurm import signals
+
+        return getattr(signals, _SIGNAL_NAMES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class Walltime:
     """One job's time limit as the agent measures it: from ``start`` (the agent's launch time).
 
     ``time_limit`` is in seconds, ``None`` for UNLIMITED (then nothing is ever due).
+    ``warning``: the ``--signal`` warning, anything with ``signum``, ``seconds`` and
+    ``batch_only`` (a ``SignalSpec``), or None.
     """
 
-    start: float
-    time_limit: int | None
-    warning: SignalSpec | None = None
-    warned: bool = False
+    __slots__ = ("start", "time_limit", "warning", "warned")
+
+    def __init__(self, start: float, time_limit: int | None, warning: Any = None,
+                 warned: bool = False):
+        self.start, self.time_limit, self.warning, self.warned = \
+            start, time_limit, warning, warned
 
     @property
     def deadline(self) -> float | None:
@@ -60,7 +78,6 @@ class Walltime:
         return self.deadline is not None and now >= self.deadline
 
 
-@dataclass(slots=True)
 class Ending:
     """A job being stopped: SIGTERM went out at ``began``; SIGKILL is due at ``kill_at``.
 
@@ -68,10 +85,14 @@ class Ending:
     end a job wins, so a cancel arriving during a timeout does not turn TIMEOUT into CANCELLED.
     """
 
-    state: str
-    began: float
-    kill_at: float
-    killed: bool = False
+    __slots__ = ("state", "began", "kill_at", "killed")
+
+    def __init__(self, state: str, began: float, kill_at: float, killed: bool = False):
+        self.state, self.began, self.kill_at, self.killed = state, began, kill_at, killed
+
+    def __repr__(self) -> str:
+        return (f"Ending(state={self.state!r}, began={self.began}, kill_at={self.kill_at}, "
+                f"killed={self.killed})")
 
     @classmethod
     def start(cls, state: str, now: float, kill_wait: int) -> Ending:

@@ -602,14 +602,14 @@ def test_before_exec_hooks_run_as_root_in_the_jobs_session_before_the_user_switc
     launch = {"job_id": 43, "generation": 1, "node": "node7", "argv": ["/usr/bin/id", "-u"],
               "environment": {}, "cwd": str(base / "out"), "umask": -1, "switch_user": True,
               "uid": user.uid, "gid": user.gid, "groups": [user.gid], "script_head": "",
-              "time_limit": None, "signal": "", "kill_wait": 2, "launch_time": time.time()}
+              "time_limit": None, "warning": None, "kill_wait": 2, "launch_time": time.time()}
     control, wake = os.pipe(), os.pipe()
     saved = os.dup(1)
     fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o644)
     os.dup2(fd, 1)
     try:
-        result = stepd.Supervisor(Launcher(base / "spool", "node7").spool, launch, control[0],
-                                  wake[0]).run()
+        result = stepd.Supervisor(str(Launcher(base / "spool", "node7").spool.root), launch,
+                                  control[0], wake[0]).run()
     finally:
         os.dup2(saved, 1)
         os.close(fd)
