@@ -22,9 +22,11 @@ Each job's record in the spool (``agentd.spool``) lets ``recover()`` adopt jobs 
 after an agent restart. A recovered job is not our child, so its exit status is lost: it ends
 as COMPLETED (or as the state of a kill already under way) with ``exit_known=False``.
 
-Limits of a process group: a process that calls ``setsid`` itself leaves the job's group and
-escapes its signals (Slurm needs cgroups for that); CPU, memory and GPU isolation are not done
-here. The effective-uid switch is process-wide, so the daemon must call the launcher from one
+Containment (``agentd.cgroups``, when the launcher is given a ``Cgroups``): the job's cgroup is
+made with its limits before the script starts, the child joins it between fork and exec, and
+then signals, kills and "has it ended" go to the cgroup, which no ``setsid`` or daemon leaves; an
+OOM kill is the cgroup's own counter. Without one, a process that calls ``setsid`` itself leaves
+the job's group and escapes its signals, and nothing is isolated. The effective-uid switch is process-wide, so the daemon must call the launcher from one
 thread.
 """
 
@@ -48,6 +50,7 @@ from typing import Any
 
 import psutil
 
+from agentd.cgroups import CgroupError, Cgroups, JobCgroup, join_fds
 from agentd.spool import Spool
 from agentd.walltime import Ending, SignalSpec, SignalSpecError, Walltime, parse_signal
 from schedd import protocol
@@ -95,6 +98,7 @@ class Finished:
     exit_known: bool = True
     cpu_user: float | None = None  # seconds, from wait4: the batch shell and what it reaped
     cpu_system: float | None = None
+    max_rss_kb: int = 0  # the job cgroup's own peak memory (0 without cgroups)
 
     @property
     def cpu(self) -> tuple[float, float] | None:
@@ -134,6 +138,8 @@ class _Job:
     cpu: tuple[float, float] | None = None  # (user, system) seconds from wait4; None unknown
     end_time: float = 0.0
     scanned_at: float = 0.0  # when /proc was last searched for the group's live processes
+    cgroup: JobCgroup | None = None  # its cgroup (agentd.cgroups), when the node has them
+    unkillable_said: bool = False  # UnkillableStepTimeout passed and the agent said so
 
     @property
     def key(self) -> tuple[int, int]:
@@ -145,8 +151,10 @@ class Launcher:
     gives a negative one; schedd normally sends its own with every launch."""
 
     def __init__(self, spool_dir: Path, node_name: str, kill_wait: int = 30,
-                 allow_root: bool = False):
+                 allow_root: bool = False, cgroups: Cgroups | None = None):
         self.spool = Spool(Path(spool_dir))
+        self.cgroups = cgroups if cgroups is not None and cgroups.active else None
+        self.unkillable: list[str] = []  # jobs that outlived UnkillableStepTimeout (drain)
         self.node_name = node_name
         self.kill_wait = kill_wait
         self.allow_root = allow_root
@@ -200,29 +208,100 @@ class Launcher:
                warning: SignalSpec | None) -> _Job:
         out_fd, err_fd, cwd, err_path = self._open_files(spec, ident)
         argv = [str(script)] if spec["script"].startswith("#!") else ["/bin/bash", str(script)]
+        try:
+            cgroup, join = self._make_cgroup(spec)
+        except LaunchError as exc:
+            _write_fd(err_fd, f"slurmstepd: error: {exc}\n")
+            _close(out_fd, err_fd)
+            raise
         start = time.time()
         try:
             proc = subprocess.Popen(
                 argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd,
-                preexec_fn=enter_workdir(cwd), env=spec["environment"],
+                preexec_fn=enter_workdir(cwd, join), env=spec["environment"],
                 start_new_session=True, close_fds=True,
                 umask=_umask(spec["environment"]), **self._credentials(ident),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             message, code = _exec_failure(spec["script"], script, exc)
             _write_fd(err_fd, f"slurmstepd: error: {message}\n")
+            if cgroup is not None:
+                self._drop_cgroup(spec["job_id"], spec["generation"], cgroup)
             raise LaunchError(message, code) from None
         finally:
-            os.close(out_fd)
-            if err_fd != out_fd:
-                os.close(err_fd)
+            _close(out_fd, err_fd, *join)
         kill_wait = spec["kill_wait"] if spec["kill_wait"] >= 0 else self.kill_wait
         record = {k: v for k, v in spec.items() if k not in _RECORD_DROP}
         record.update(pid=proc.pid, pgid=proc.pid, create_time=_create_time(proc.pid),
                       launch_time=start, stderr_path=err_path, kill_wait=kill_wait,
                       oom_kills=_oom_kills())
+        if cgroup is not None:
+            record["cgroup"] = cgroup.to_record((spec["job_id"], spec["generation"]))
         return _Job(spec["job_id"], spec["generation"], ident, proc.pid, start, err_path,
-                    kill_wait, Walltime(start, spec["time_limit"], warning), record, proc=proc)
+                    kill_wait, Walltime(start, spec["time_limit"], warning), record, proc=proc,
+                    cgroup=cgroup)
+
+    # --- cgroup hooks (agentd.cgroups) -----------------------------------------------------
+
+    def _make_cgroup(self, spec: dict[str, Any]) -> tuple[JobCgroup | None, list[int]]:
+        """The job's cgroup, made with its limits, and the descriptors its child writes itself
+        into (``join_fds``); (None, []) on a node without cgroups."""
+        if self.cgroups is None:
+            return None, []
+        key = (spec["job_id"], spec["generation"])
+        limits = self.cgroups.limits(key, spec["cpus"], spec["memory_mb"], spec["gpus"])
+        try:
+            cgroup = self.cgroups.create(*key, limits)
+        except CgroupError as exc:
+            self.cgroups.release(key)
+            raise LaunchError(str(exc)) from None
+        try:
+            return cgroup, cgroup.open_procs()
+        except OSError as exc:
+            self._drop_cgroup(*key, cgroup)
+            raise LaunchError(f"cannot join the job's cgroup: {exc.strerror}") from None
+
+    def _drop_cgroup(self, job_id: int, generation: int, cgroup: JobCgroup) -> None:
+        cgroup.remove()
+        if self.cgroups is not None:
+            self.cgroups.release((job_id, generation))
+
+    def job_cgroup(self, job_id: int) -> JobCgroup | None:
+        """The cgroup of the batch job ``job_id`` running here (for its srun steps)."""
+        for job in self._jobs.values():
+            if job.job_id == job_id and not (job.ending and job.ending.killed):
+                return job.cgroup
+        return None
+
+    def _signal_job(self, job: _Job, signum: int) -> bool:
+        """Send ``signum`` to the job's group and, with a cgroup, to every process in it;
+        False when nothing of the job is left."""
+        alive = _killpg(job.pid, signum)
+        if job.cgroup is None:
+            return alive
+        if signum == _signal.SIGKILL:
+            job.cgroup.kill()
+        else:
+            job.cgroup.signal(signum)
+        return job.cgroup.populated()
+
+    def _alive(self, job: _Job) -> bool:
+        """Is any process of the job left (its cgroup is not empty; else its group)?"""
+        if job.cgroup is not None:
+            return job.cgroup.populated()
+        return _killpg(job.pid, 0)
+
+    def _watch_unkillable(self, job: _Job, now: float) -> None:
+        """Slurm's UnkillableStepTimeout: a cgroup still not empty that long after SIGKILL
+        drains the node (``self.unkillable`` holds the reason for the daemon)."""
+        if self.cgroups is None or job.ending is None or job.unkillable_said:
+            return
+        if now - job.ending.kill_at < self.cgroups.settings.unkillable_step_timeout:
+            return
+        job.unkillable_said = True
+        reason = f"Kill task failed (job {job.job_id}: processes unkillable)"
+        log.error("%s: %s", reason, job.cgroup.pids() if job.cgroup else [])
+        self.unkillable.append(reason)
 
     def _open_files(self, spec: dict[str, Any], ident: Identity) -> tuple[int, int, str, str]:
         """(stdout fd, stderr fd, working directory, stderr path), all checked as the user."""
@@ -318,7 +397,7 @@ class Launcher:
             if not job.exited:
                 _kill(job.pid, signum)
         else:
-            _killpg(job.pid, signum)
+            self._signal_job(job, signum)
         return True
 
     def running(self) -> list[dict[str, Any]]:
@@ -374,15 +453,19 @@ class Launcher:
         if not job.exited:
             return None
         if job.ending is None:
-            if not _killpg(job.pid, _signal.SIGKILL):
+            if not self._signal_job(job, _signal.SIGKILL):
                 return self._finish(job)
             # the script ended but left processes behind: Slurm kills them with the step
             job.ending = Ending(state="", began=now, kill_at=now, killed=True)
-        if not _killpg(job.pid, 0):
+        if not self._alive(job):
             return self._finish(job)
         if not job.ending.killed or now - job.scanned_at < GROUP_SCAN_INTERVAL:
             return None  # still within KillWait, or looked a moment ago
         job.scanned_at = now
+        if job.cgroup is not None:  # ended only when the cgroup is empty, zombies and all
+            self._signal_job(job, _signal.SIGKILL)
+            self._watch_unkillable(job, now)
+            return None
         if _group_alive(job.pid):
             _killpg(job.pid, _signal.SIGKILL)  # again, for any process forked meanwhile
             return None
@@ -406,7 +489,9 @@ class Launcher:
             if warning.batch_only:
                 _kill(job.pid, warning.signum)
             else:  # Slurm: "all job steps will be signaled, but not the batch shell itself"
-                for pid in _group_members(job.pid):
+                members = job.cgroup.pids() if job.cgroup is not None else \
+                    _group_members(job.pid)
+                for pid in members:
                     if pid != job.pid:
                         _kill(pid, warning.signum)
             job.record["warned"] = True
@@ -416,14 +501,14 @@ class Launcher:
 
     def _begin_ending(self, job: _Job, state: str, now: float) -> None:
         self._banner(job, state, now)
-        _killpg(job.pid, _signal.SIGCONT)
-        _killpg(job.pid, _signal.SIGTERM)
+        self._signal_job(job, _signal.SIGCONT)
+        self._signal_job(job, _signal.SIGTERM)
         job.ending = Ending.start(state, now, job.kill_wait)
         job.record["ending"] = asdict(job.ending)
         self._save(job)
 
     def _kill(self, job: _Job) -> None:
-        _killpg(job.pid, _signal.SIGKILL)
+        self._signal_job(job, _signal.SIGKILL)
         job.ending.killed = True
 
     def _banner(self, job: _Job, state: str, now: float) -> None:
@@ -447,9 +532,16 @@ class Launcher:
 
     def _finish(self, job: _Job) -> Finished:
         code, sig = _exit_of(job.status)
+        oom = job.cgroup.oom_kills() if job.cgroup is not None else 0
         if job.ending is not None and job.ending.state:
             state = job.ending.state
-        elif sig == _signal.SIGKILL and _oom_kills() > job.record.get("oom_kills", -1) >= 0:
+        elif oom > 0:
+            state = "OUT_OF_MEMORY"
+            self._write_stderr(job, f"slurmstepd: error: Detected {oom} oom-kill event(s) in "
+                                    f"StepId={job.job_id}.batch. Some of your processes may "
+                                    f"have been killed by the cgroup out-of-memory handler.\n")
+        elif job.cgroup is None and sig == _signal.SIGKILL and \
+                _oom_kills() > job.record.get("oom_kills", -1) >= 0:
             state = "OUT_OF_MEMORY"
             self._write_stderr(job, f"slurmstepd: error: Detected 1 oom_kill event in StepId="
                                     f"{job.job_id}.batch. Some of the step tasks have been "
@@ -457,9 +549,16 @@ class Launcher:
         else:
             state = "COMPLETED" if code == 0 and sig == 0 else "FAILED"
         user, system = job.cpu if job.cpu is not None else (None, None)
+        max_rss = 0
+        if job.cgroup is not None:  # the cgroup's counters: every process, restarts too
+            counted = job.cgroup.cpu_seconds()
+            if counted is not None:
+                user, system = counted
+            max_rss = job.cgroup.max_rss_kb()
+            self._drop_cgroup(job.job_id, job.generation, job.cgroup)
         done = Finished(job.job_id, job.generation, state, code, sig, job.start_time,
                         job.end_time, exit_known=job.status is not None, cpu_user=user,
-                        cpu_system=system)
+                        cpu_system=system, max_rss_kb=max_rss)
         del self._jobs[job.key]
         self._ended[job.key] = done
         while len(self._ended) > MAX_ENDED:
@@ -508,6 +607,8 @@ class Launcher:
         job = _Job(key[0], key[1], ident, record["pid"], record["launch_time"],
                    record["stderr_path"], record["kill_wait"], clock, record,
                    adopted=_same_process(record["pid"], record["create_time"]))
+        if self.cgroups is not None and record.get("cgroup"):
+            job.cgroup = self.cgroups.adopt(record["cgroup"])
         if record.get("ending"):
             job.ending = Ending(**record["ending"])
         self._jobs[key] = job
@@ -580,14 +681,17 @@ def _chdir_note(path: str, problem: str) -> str:
     return f"slurmstepd: error: couldn't chdir to `{path}': {problem}: going to /tmp instead\n"
 
 
-def enter_workdir(path: str) -> Callable[[], None]:
-    """A ``preexec_fn`` that enters the job's directory in the child, *after* it became the
-    user: CPython's _posixsubprocess changes into ``cwd=`` before setgroups/setregid/setreuid,
+def enter_workdir(path: str, cgroup_fds: list[int] | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` that joins the job's cgroup (``cgroup_fds``: its ``cgroup.procs``,
+    opened by root; ``agentd.cgroups.join_fds``) and enters the job's directory in the child,
+    *after* it became the user: CPython's _posixsubprocess changes into ``cwd=`` before setgroups/setregid/setreuid,
     that is as root, and calls ``preexec_fn`` after them. A directory the user cannot enter
     (a symlink swapped in after the agent's check) gives Slurm's note on stderr (fd 2, already
     the job's file) and /tmp, as Slurm does."""
 
     def enter() -> None:
+        if cgroup_fds:
+            join_fds(cgroup_fds)
         try:
             os.chdir(path)
         except OSError as exc:
@@ -727,6 +831,12 @@ def _umask(env: dict[str, str]) -> int:
     except ValueError:
         return -1
     return value if 0 <= value <= 0o777 else -1
+
+
+def _close(*fds: int) -> None:
+    """Close each descriptor once (stdout and stderr may be the same one)."""
+    for fd in set(fds):
+        os.close(fd)
 
 
 def _write_fd(fd: int, text: str) -> None:
