@@ -294,10 +294,12 @@ class Cgroups:
             with contextlib.suppress(OSError):
                 where.rmdir()
 
-    def create(self, job_id: int, generation: int, limits: Limits) -> JobCgroup:
-        """Make the job's cgroup with its limits, and its ``batch`` leaf; CgroupError if the
-        kernel refuses (the launch then fails: a job must not run unconstrained by surprise)."""
-        name = f"job_{job_id}_{generation}"
+    def create(self, job_id: int, generation: int, limits: Limits,
+               name: str = "") -> JobCgroup:
+        """Make the job's cgroup (``name``, default ``job_<id>_<generation>``) with its limits,
+        and its ``batch`` leaf; CgroupError if the kernel refuses (the launch then fails: a job
+        must not run unconstrained by surprise)."""
+        name = name or f"job_{job_id}_{generation}"
         cg = JobCgroup({role: where / name for role, where in self.dirs.items()}, self.tracking)
         try:
             cg.make(limits, self.node_cpus)

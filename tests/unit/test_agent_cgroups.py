@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import pytest
 from agentd import cgroups as cg_mod
 from agentd.cgroups import Cgroups, Layout, Limits, Settings
 from agentd.launcher import Launcher
+from agentd.step_tasks import StepRunner
 from tests.unit import test_agent_launcher as shared
 from tests.unit.test_agent_launcher import output, spec, wait_for, wait_until
 
@@ -315,3 +317,48 @@ def test_pids_max_holds_a_fork_loop(contained, base, user):
     text = output(base, 11)
     assert text.startswith("fork failed after ") and "Resource temporarily unavailable" in text
     assert int(text.split()[3]) < 256
+
+
+# --- srun's step tasks -----------------------------------------------------------------------
+
+
+def step_spec(who, base: Path, job_id: int, argv: list[str]) -> dict:
+    out = base / "out"
+    return {"job_id": job_id, "step_id": 0, "user": who.name, "uid": who.uid, "gid": who.gid,
+            "argv": argv, "cwd": str(out), "environment": {"PATH": "/usr/bin:/bin"},
+            "tasks": [{"procid": 0, "stdout": str(out / f"step-{job_id}.out"),
+                       "stderr": str(out / f"step-{job_id}.err")}],
+            "time_limit": None, "job_start": time.time(), "kill_wait": 1}
+
+
+def step_report(runner: StepRunner) -> dict:
+    found: list[dict] = []
+
+    def due() -> bool:
+        for key, body in runner.poll():
+            runner.acknowledged(key)
+            found.append(body)
+        return bool(found)
+
+    wait_until(due, "step_ended")
+    return found[0]
+
+
+@real
+def test_step_tasks_join_their_jobs_cgroup_and_leave_nothing(contained, base, user, cgroups):
+    runner = StepRunner(contained, cgroups.node)
+    contained.launch(spec(user, base, 12, "#!/bin/sh\nsleep 600\n"))
+    script = "grep -E '^[0-9]+:(memory|freezer):' /proc/self/cgroup; setsid sleep 1012 &"
+    runner.launch(step_spec(user, base, 12, ["bash", "-c", script]))
+    assert step_report(runner)["state"] == "COMPLETED"
+    text = (base / "out" / "step-12.out").read_text()
+    assert f"/kiln/{cgroups.node}/job_12_1/step_0\n" in text
+    assert sleepers(user, 1012) == []
+    runner.launch(step_spec(user, base, 13, ["bash", "-c", script.replace("1012", "1013")]))
+    assert step_report(runner)["state"] == "COMPLETED"  # no batch job of it here: its own
+    assert f"/kiln/{cgroups.node}/job_13_step_0/batch\n" in \
+        (base / "out" / "step-13.out").read_text()
+    assert sleepers(user, 1013) == []
+    contained.terminate(12, 1)
+    assert wait_for(contained, 12).state == "CANCELLED"
+    runner.close()
