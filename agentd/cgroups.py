@@ -199,32 +199,46 @@ class Cgroups:
         return text
 
     def _prepare(self) -> None:
-        roles: dict[str, Path] = {}
         if self.layout.v2 is not None:
-            roles["unified"] = self.layout.v2
-        for name in V1_CONTROLLERS:
-            if name in self.layout.v1:
-                roles[name] = self.layout.v1[name]
-        for role, mount in roles.items():
-            where = mount / self.base
-            try:
-                self._make_base(role, mount)
-            except OSError as exc:
-                self.unenforced.append(f"{where}: {exc.strerror or exc}")
-                continue
-            self.dirs[role] = where
+            self._add_role("unified", self.layout.v2)
+        for role, mount in self._roles().items():
+            self._add_role(role, mount)
         have = set(self.dirs) | ({c for c in V2_CONTROLLERS if c in self.layout.v2_controllers}
                                  if "unified" in self.dirs else set())
-        wanted = {"memory": self.settings.constrain_ram_space, "cpuset": self.settings.constrain_cores,
-                  "pids": self.settings.pids_max > 0,
-                  "devices": self.settings.constrain_devices and bool(self._gpus)}
+        s = self.settings
+        wanted = {"memory": s.constrain_ram_space, "cpuset": s.constrain_cores,
+                  "pids": s.pids_max > 0, "devices": s.constrain_devices and bool(self._gpus)}
         for name, on in wanted.items():
             if on and name not in have:
                 self.unenforced.append(f"{name} (no writable {name} controller)")
-        if self.settings.constrain_devices and "devices" not in self.dirs and self._gpus:
-            pass  # said above; v2 needs a device program, which kiln does not load
         if not self.dirs and not self.unenforced:
             self.unenforced.append(f"no cgroup hierarchy under {self.settings.root}")
+
+    def _add_role(self, role: str, mount: Path) -> None:
+        where = mount / self.base
+        try:
+            self._make_base(role, mount)
+        except OSError as exc:
+            self.unenforced.append(f"{where}: {exc.strerror or exc}")
+            return
+        self.dirs[role] = where
+
+    def _roles(self) -> dict[str, Path]:
+        """The hierarchies a job joins: only those something needs, as each join costs the
+        launch time (a v1 cpuset's about a millisecond). The v2 tree, where there is one,
+        gives membership, ``cgroup.kill`` and CPU time (``cpu.stat``), so v1's freezer and
+        cpuacct are used only without it; devices only on a node with GPUs."""
+        s, v1 = self.settings, self.layout.v1
+        unified = self.dirs.get("unified")
+        in_v2 = self.layout.v2_controllers if unified is not None else frozenset()
+        kill_v2 = unified is not None and (unified / "cgroup.kill").exists()  # Linux >= 5.14
+        needed = {"memory": "memory" not in in_v2,
+                  "cpuset": s.constrain_cores and "cpuset" not in in_v2,
+                  "pids": s.pids_max > 0 and "pids" not in in_v2,
+                  "devices": s.constrain_devices and bool(self._gpus),
+                  "freezer": not kill_v2}
+        needed["cpuacct"] = unified is None
+        return {name: v1[name] for name in V1_CONTROLLERS if name in v1 and needed[name]}
 
     def _make_base(self, role: str, mount: Path) -> None:
         """kiln/<node> in one hierarchy (cpuset's levels given the parent's CPUs and memory
@@ -303,7 +317,9 @@ class Cgroups:
         cg = JobCgroup({role: where / name for role, where in self.dirs.items()}, self.tracking)
         try:
             cg.make(limits, self.node_cpus)
-            cg.add_leaf(BATCH, limits)
+            if self.layout.version == "v2" and "unified" in self.dirs:
+                cg.add_leaf(BATCH)  # v2 with controllers: no processes beside child cgroups
+                cg.batch = BATCH
         except OSError as exc:
             cg.remove()
             raise CgroupError(f"cannot make the job's cgroup: {exc.strerror or exc}") from None
@@ -314,7 +330,7 @@ class Cgroups:
         dirs = {role: Path(p) for role, p in (record.get("dirs") or {}).items()}
         if not dirs:
             return None
-        cg = JobCgroup(dirs, record.get("tracking"))
+        cg = JobCgroup(dirs, record.get("tracking"), batch=str(record.get("batch", "")))
         cpus = tuple(record.get("cpus") or ())
         if cpus and record.get("key"):
             self.cpus_in_use[tuple(record["key"])] = cpus  # type: ignore[index]
@@ -323,16 +339,22 @@ class Cgroups:
 
 @dataclass(slots=True)
 class JobCgroup:
-    """One job's cgroup in every hierarchy the node uses (role -> directory)."""
+    """One job's cgroup in every hierarchy the node uses (role -> directory).
+
+    The batch script's processes live in the job's cgroup itself (one ``mkdir`` per hierarchy
+    less per launch), steps' in ``step_<n>`` leaves below it; on v2 with controllers, whose
+    cgroups with children hold no processes, the script has a ``batch`` leaf too (``batch``).
+    """
 
     dirs: dict[str, Path]
     tracking: str | None
     cpus: tuple[int, ...] = ()
     leaves: list[str] = field(default_factory=list)
+    batch: str = ""  # the batch script's leaf ("" = the job's cgroup itself)
 
     def to_record(self, key: tuple[int, int]) -> dict[str, Any]:
         return {"dirs": {r: str(p) for r, p in self.dirs.items()}, "tracking": self.tracking,
-                "cpus": list(self.cpus), "key": list(key)}
+                "cpus": list(self.cpus), "key": list(key), "batch": self.batch}
 
     # --- making ------------------------------------------------------------------------------
 
@@ -373,7 +395,7 @@ class JobCgroup:
             for kind, major, minor in limits.deny_devices:
                 _write(d["devices"] / "devices.deny", f"{kind} {major}:{minor} rwm")
 
-    def add_leaf(self, leaf: str, limits: Limits | None = None) -> None:
+    def add_leaf(self, leaf: str) -> None:
         """A leaf for a step's or the batch script's processes (made after the job's limits,
         so that v1's devices and cpuset copy them)."""
         for role, where in self.dirs.items():
@@ -387,11 +409,13 @@ class JobCgroup:
 
     # --- joining -----------------------------------------------------------------------------
 
-    def procs_paths(self, leaf: str = BATCH) -> list[str]:
-        """The ``cgroup.procs`` files a process writes itself into to join ``leaf``."""
-        return [str(where / leaf / "cgroup.procs") for where in self.dirs.values()]
+    def procs_paths(self, leaf: str | None = None) -> list[str]:
+        """The ``cgroup.procs`` files a process writes itself into to join ``leaf`` (by
+        default where the batch script goes)."""
+        leaf = self.batch if leaf is None else leaf
+        return [os.path.join(where, leaf, "cgroup.procs") for where in self.dirs.values()]
 
-    def open_procs(self, leaf: str = BATCH) -> list[int]:
+    def open_procs(self, leaf: str | None = None) -> list[int]:
         """Descriptors (opened now, as root) for ``join_fds`` in the child; the caller closes
         them after the fork."""
         fds: list[int] = []
@@ -497,6 +521,16 @@ class JobCgroup:
         ok = True
         for where in self.dirs.values():
             top = where / leaf if leaf else where
+            known = [top] if leaf else [*(top / name for name in self.leaves), top]
+            for path in known:  # the leaves we made, then the job: no walk in the usual case
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    break  # a leaf we did not make (an earlier agent's): walk below
+            else:
+                continue
             for path in reversed(list(_tree(top))):
                 try:
                     path.rmdir()

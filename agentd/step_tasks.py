@@ -83,7 +83,7 @@ class _Step:
     groups: list[int] = field(default_factory=list)
     output: StepOutput | None = None  # its forwarded streams on this node
     cgroup: JobCgroup | None = None  # the cgroup its tasks join (agentd/cgroups.py)
-    leaf: str = ""  # its leaf there: step_<id> under the job's, or its own cgroup's batch
+    leaf: str = ""  # its leaf there: step_<id> under the job's; in its own cgroup, its batch
     own_cgroup: bool = False  # a cgroup of its own (no batch job of it on this node)
 
     @property
@@ -166,7 +166,7 @@ class StepRunner:
         else:
             step.cgroup = cgroups.create(step.job_id, 0, Limits(),
                                          name=f"job_{step.job_id}_step_{step.step_id}")
-            step.leaf, step.own_cgroup = "batch", True
+            step.leaf, step.own_cgroup = step.cgroup.batch, True
 
     def _drop_cgroup(self, step: _Step) -> None:
         if step.cgroup is None:

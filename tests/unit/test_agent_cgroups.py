@@ -294,6 +294,7 @@ def test_only_the_jobs_stand_in_gpu_can_be_opened(base, user, cgroups):
     assert output(base, 9) == "0 opened\n1 Operation not permitted\n"
     assert output(base, 10) == "0 Operation not permitted\n1 opened\n"
     lau.close()
+    with_gpus.close()
 
 
 FORKER = """#!/usr/bin/env python3
@@ -356,7 +357,7 @@ def test_step_tasks_join_their_jobs_cgroup_and_leave_nothing(contained, base, us
     assert sleepers(user, 1012) == []
     runner.launch(step_spec(user, base, 13, ["bash", "-c", script.replace("1012", "1013")]))
     assert step_report(runner)["state"] == "COMPLETED"  # no batch job of it here: its own
-    assert f"/kiln/{cgroups.node}/job_13_step_0/batch\n" in \
+    assert f"/kiln/{cgroups.node}/job_13_step_0\n" in \
         (base / "out" / "step-13.out").read_text()
     assert sleepers(user, 1013) == []
     contained.terminate(12, 1)
