@@ -188,6 +188,33 @@ class Cgroups:
                 return role
         return None
 
+    def node_line(self) -> str:
+        """What ``scontrol show node`` prints for this node, in cgroup.conf's words:
+        ``CgroupPlugin=cgroup/v1 ConstrainCores=yes ... PidsMax=4096`` (each ``yes`` only
+        where it is enforced here)."""
+        if not self.active:
+            return "CgroupPlugin=(null)"
+        have = set(self.dirs) | (set(self.layout.v2_controllers) if "unified" in self.dirs
+                                 else set())
+        s = self.settings
+
+        def flag(on: bool, controller: str) -> str:
+            return "yes" if on and controller in have else "no"
+
+        pids = s.pids_max if s.pids_max and "pids" in have else 0
+        return (f"CgroupPlugin=cgroup/{self.layout.version} "
+                f"ConstrainCores={flag(s.constrain_cores, 'cpuset')} "
+                f"ConstrainRAMSpace={flag(s.constrain_ram_space, 'memory')} "
+                f"ConstrainSwapSpace={flag(s.constrain_swap_space, 'memory')} "
+                f"ConstrainDevices={flag(s.constrain_devices and bool(self._gpus), 'devices')} "
+                f"PidsMax={pids or 'UNLIMITED'}")
+
+    def reason(self) -> str:
+        """The node's reason when something set is not enforced here ('' when all is)."""
+        if not self.unenforced:
+            return ""
+        return ("cgroups: not enforced: " + "; ".join(self.unenforced))[:256]
+
     def summary(self) -> str:
         """One line: the version and what is enforced, or why nothing is."""
         if not self.active:

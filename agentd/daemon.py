@@ -180,6 +180,8 @@ class Agent:
                 "gpus": [dataclasses.asdict(g) for g in self.gpus],
                 "features": self.features, "address": socket.gethostname(),
                 "boot_time": _boot_time()}
+        if self.cgroups is not None:  # scontrol show node's line, and the node's reason
+            node.update(cgroup=self.cgroups.node_line(), cgroup_reason=self.cgroups.reason())
         self._register_keys = list(self._unacked)
         self._send("register", {"node": node, "running": self._running(),
                                 "finished": [r for _, r in self._unacked.values()]})

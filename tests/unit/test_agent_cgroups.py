@@ -24,6 +24,8 @@ from agentd import cgroups as cg_mod
 from agentd.cgroups import Cgroups, Layout, Limits, Settings
 from agentd.launcher import Launcher
 from agentd.step_tasks import StepRunner
+from cli.scontrol import node_lines
+from schedd.handlers import agent as agent_handlers
 from tests.unit import test_agent_launcher as shared
 from tests.unit.test_agent_launcher import output, spec, wait_for, wait_until
 
@@ -64,7 +66,7 @@ def _fake_v2(tmp: Path) -> tuple[Path, str]:
 
 def _fake_files(where: Path) -> None:
     """What the kernel would show in a new v2 cgroup."""
-    for name, text in {"memory.max": "max", "memory.swap.max": "max", "pids.max": "max",
+    for name, text in {"cgroup.controllers": "", "memory.max": "max", "memory.swap.max": "max", "pids.max": "max",
                        "cpuset.cpus": "", "cgroup.kill": "", "cgroup.procs": "",
                        "cgroup.events": "populated 0\n", "memory.events": "oom_kill 0\n",
                        "memory.peak": "0", "cgroup.subtree_control": "",
@@ -74,15 +76,21 @@ def _fake_files(where: Path) -> None:
             (where / name).write_text(text)
 
 
-def test_v2_detected_and_limits_written_with_slurms_meaning(tmp_path, monkeypatch):
-    root, mountinfo = _fake_v2(tmp_path)
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    """A new directory of the fake tree gets the files the kernel would put in a cgroup."""
     real_mkdir = Path.mkdir
 
-    def mkdir(self, *a, **k):  # the kernel fills a new cgroup with its files
+    def mkdir(self, *a, **k):
         real_mkdir(self, *a, **k)
-        _fake_files(self)
+        if (self.parent / "cgroup.controllers").exists():
+            _fake_files(self)
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
+
+
+def test_v2_detected_and_limits_written_with_slurms_meaning(tmp_path, fake_kernel):
+    root, mountinfo = _fake_v2(tmp_path)
     settings = Settings(root=str(root), allowed_ram_space=50, pids_max=64,
                         device_dir=str(tmp_path / "nodev"))
     cgroups = Cgroups("n1", settings, mountinfo=mountinfo)
@@ -363,3 +371,32 @@ def test_step_tasks_join_their_jobs_cgroup_and_leave_nothing(contained, base, us
     contained.terminate(12, 1)
     assert wait_for(contained, 12).state == "CANCELLED"
     runner.close()
+
+
+# --- what the node reports -------------------------------------------------------------------
+
+
+def test_scontrol_show_node_shows_the_nodes_containment(tmp_path, fake_kernel):
+    root, mountinfo = _fake_v2(tmp_path)
+    cgroups = Cgroups("n4", Settings(root=str(root), pids_max=512), mountinfo=mountinfo)
+    line = cgroups.node_line()
+    assert line == ("CgroupPlugin=cgroup/v2 ConstrainCores=yes ConstrainRAMSpace=yes "
+                    "ConstrainSwapSpace=yes ConstrainDevices=no PidsMax=512")
+    node = {"name": "n4", "cpus": 8, "memory_mb": 1024, "state": "IDLE", "cgroup": line,
+            "reason": cgroups.reason()}
+    lines = node_lines(node, 0.0)
+    assert lines[lines.index("CfgTRES=cpu=8,mem=1G,billing=8") + 2] == line
+    assert not any(x.startswith("Reason=") for x in lines)  # everything set is enforced
+    assert not any(x.startswith("CgroupPlugin") for x in node_lines({**node, "cgroup": ""}, 0))
+
+
+def test_what_a_node_cannot_enforce_is_its_reason_until_it_can(tmp_path):
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("31 25 0:27 / /proc rw - proc proc rw\n")
+    bare = Cgroups("n5", Settings(root=str(tmp_path / "none")), mountinfo=str(mountinfo))
+    assert bare.node_line() == "CgroupPlugin=(null)"
+    said = bare.reason()
+    assert said.startswith("cgroups: not enforced: ")
+    assert agent_handlers._containment_reason("", said) == said
+    assert agent_handlers._containment_reason(said, "") == ""  # enforced now: cleared
+    assert agent_handlers._containment_reason("bad fan", said) == "bad fan"  # an admin's stays
