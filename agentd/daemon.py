@@ -34,6 +34,7 @@ from typing import Any
 
 import zmq
 
+from agentd import cgroups as cgroup_mod
 from agentd import gpus as gpu_discovery
 from agentd.forward import check_cap
 from agentd.launcher import Finished, Launcher, LaunchError
@@ -43,6 +44,7 @@ from agentd.step_tasks import StepRunner
 from schedd import config as kconfig
 from schedd import keys, protocol
 from schedd.logs import setup_logging
+from schedd.slurm import stats as stat_keys
 
 log = logging.getLogger("agentd")
 
@@ -69,8 +71,9 @@ class Agent:
         self.memory_mb = memory_mb or host_mem
         self.features = features or []
         spool = Path(spool_dir or cfg.agent.spool_dir or cfg.home / "spool" / node_name)
+        self.cgroups = None if self.relay_only else _make_cgroups(cfg, node_name)
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
-                                 allow_root=cfg.allow_root_jobs)
+                                 allow_root=cfg.allow_root_jobs, cgroups=self.cgroups)
         recovered = self.launcher.recover()
         self.steps = StepRunner(  # srun's tasks (agentd/step_tasks.py)
             self.launcher, node_name,
@@ -183,6 +186,8 @@ class Agent:
                 "gpus": [dataclasses.asdict(g) for g in self.gpus],
                 "features": self.features, "address": socket.gethostname(),
                 "boot_time": _boot_time()}
+        if self.cgroups is not None:  # scontrol show node's line, and the node's reason
+            node.update(cgroup=self.cgroups.node_line(), cgroup_reason=self.cgroups.reason())
         self._register_keys = list(self._unacked)
         self._send("register", {"node": node, "running": self._running(),
                                 "finished": [r for _, r in self._unacked.values()]})
@@ -203,6 +208,9 @@ class Agent:
                 "state": fin.state, "exit_code": fin.exit_code, "exit_signal": fin.exit_signal,
                 "end_time": fin.end_time}
         stats = self.sampler.finish(fin.job_id, fin.generation, fin.cpu)  # agentd/sampler.py
+        if fin.max_rss_kb:  # the job cgroup's own peak (agentd/cgroups.py): MaxRSS
+            peak = max(int(stats.get(stat_keys.STAT_RSS_MAX, 0)), fin.max_rss_kb)
+            stats[stat_keys.STAT_RSS_MAX] = peak
         if stats:
             body["stats"] = stats
         return body
@@ -377,6 +385,8 @@ class Agent:
                 self.relay.server.ready({}, time.monotonic())  # clients that stopped reading
         if self.relay is not None:
             self.relay.close()
+        if self.cgroups is not None:
+            self.cgroups.close()  # this node's directories, once no job is left in them
         self.sock.close(0)
         self.ctx.term()
 
@@ -412,6 +422,23 @@ class Agent:
 
     def stop(self, *_: Any) -> None:
         self._stopping = True
+
+
+def _make_cgroups(cfg: kconfig.Config, node_name: str) -> cgroup_mod.Cgroups:
+    """This node's job cgroups from ``[cgroup]``; what cannot be enforced is logged once."""
+    c = cfg.cgroup
+    settings = cgroup_mod.Settings(
+        enabled=c.enabled, constrain_cores=c.constrain_cores,
+        constrain_ram_space=c.constrain_ram_space, allowed_ram_space=c.allowed_ram_space,
+        constrain_swap_space=c.constrain_swap_space, constrain_devices=c.constrain_devices,
+        pids_max=c.pids_max, unkillable_step_timeout=c.unkillable_step_timeout,
+        root=c.root, device_dir=c.device_dir)
+    cgroups = cgroup_mod.Cgroups(node_name, settings)
+    if cgroups.active and not cgroups.unenforced:
+        log.info("%s", cgroups.summary())
+    else:
+        log.warning("%s", cgroups.summary())
+    return cgroups
 
 
 def _boot_time() -> float:

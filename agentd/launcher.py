@@ -26,10 +26,16 @@ a supervisor that died without writing its end (killed itself, or a reboot) leav
 exit status is lost: it ends as COMPLETED (or as the state of a kill already asked for) with
 ``exit_known=False``, and what remains of its process group is killed.
 
-Limits of a process group: a process that calls ``setsid`` itself leaves the job's group and
-escapes its signals (Slurm needs cgroups for that); CPU, memory and GPU isolation are not done
-here. The effective-uid switch is process-wide, so the daemon must call the launcher from one
-thread.
+Containment (``agentd.cgroups``, when the launcher is given a ``Cgroups``): the launcher makes
+the job's cgroup with its limits before the supervisor starts; the supervisor's child joins it
+between fork and exec (the supervisor itself stays outside, so a kill of the cgroup never
+takes the one process that records the end), and the supervisor's signals, kills and "has it
+ended" go to the whole cgroup, which no ``setsid`` or daemon leaves. Once the supervisor is
+gone the launcher empties what is left and only then reports the job ended (its GPUs free);
+an OOM kill, the peak memory and the CPU time are the cgroup's own counters. Without cgroups
+a process that calls ``setsid`` itself leaves the job's group and escapes its signals, and
+nothing is isolated. The effective-uid switch is process-wide, so the daemon must call the
+launcher from one thread.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from typing import Any
 import psutil
 
 from agentd import stepd
+from agentd.cgroups import CgroupError, Cgroups, JobCgroup, join_fds
 from agentd.spool import Spool
 from agentd.walltime import SignalSpec, SignalSpecError, parse_signal
 from schedd import protocol
@@ -103,6 +110,7 @@ class Finished:
     cpu_user: float | None = None  # seconds, from wait4: the batch shell and what it reaped
     cpu_system: float | None = None
     error: str = ""  # why the job could not be started (its script could not be exec'd)
+    max_rss_kb: int = 0  # the job cgroup's own peak memory (0 without cgroups)
 
     @property
     def cpu(self) -> tuple[float, float] | None:
@@ -136,6 +144,8 @@ class _Job:
     adopted: psutil.Process | None = None
     pid: int = 0  # the batch shell, once the supervisor has said (0: not yet)
     asked: str = ""  # the state the agent asked the supervisor to end the job as
+    cgroup: JobCgroup | None = None  # its cgroup (agentd.cgroups), when the node has them
+    emptying_since: float = 0.0  # supervisor gone, cgroup not yet empty: when we began to kill
 
     @property
     def key(self) -> tuple[int, int]:
@@ -147,8 +157,10 @@ class Launcher:
     gives a negative one; schedd normally sends its own with every launch."""
 
     def __init__(self, spool_dir: Path, node_name: str, kill_wait: int = 30,
-                 allow_root: bool = False):
+                 allow_root: bool = False, cgroups: Cgroups | None = None):
         self.spool = Spool(Path(spool_dir))
+        self.cgroups = cgroups if cgroups is not None and cgroups.active else None
+        self.unkillable: list[str] = []  # jobs that outlived UnkillableStepTimeout (drain)
         self.node_name = node_name
         self.kill_wait = kill_wait
         self.allow_root = allow_root
@@ -203,6 +215,12 @@ class Launcher:
         """Start the job's supervisor; it execs the job (``agentd.stepd``)."""
         key = (spec["job_id"], spec["generation"])
         out_fd, err_fd, cwd, err_path = self._open_files(spec, ident)
+        try:
+            cgroup = self._make_cgroup(spec)
+        except LaunchError as exc:
+            _write_fd(err_fd, f"slurmstepd: error: {exc}\n")
+            _close(out_fd, err_fd)
+            raise
         start = time.time()
         kill_wait = spec["kill_wait"] if spec["kill_wait"] >= 0 else self.kill_wait
         argv = [str(script)] if spec["script"].startswith("#!") else ["/bin/bash", str(script)]
@@ -217,7 +235,11 @@ class Launcher:
                 "batch_only": warning.batch_only},
             # fencing: the supervisor stops the job once schedd has been silent this long
             "fence_timeout": spec.get("fence_timeout") or 0.0
-            if spec.get("on_isolation", "kill") == "kill" else 0.0}
+            if spec.get("on_isolation", "kill") == "kill" else 0.0,
+            # containment: the child joins these cgroup.procs files; signals and kills go to
+            # the whole cgroup (agentd.cgroups.JobCgroup.from_record)
+            "cgroup": None if cgroup is None else cgroup.to_record(key),
+            "cgroup_procs": [] if cgroup is None else cgroup.procs_paths()}
         control = self.spool.stepd_path(*key, "ctl")
         try:
             self.spool.remove_stepd_files(*key)  # a stale run's, from an old spool
@@ -230,6 +252,7 @@ class Launcher:
             if err_fd != out_fd:
                 os.close(err_fd)
             self.spool.remove_stepd_files(*key)
+            self._drop_cgroup(key, cgroup)
             raise LaunchError(f"cannot spool the job's supervisor files: "
                               f"{exc.strerror or exc}") from None
         try:
@@ -241,6 +264,7 @@ class Launcher:
                 start_new_session=True, close_fds=True)
         except OSError as exc:
             self.spool.remove_stepd_files(*key)
+            self._drop_cgroup(key, cgroup)
             raise LaunchError(f"cannot start the job's supervisor: {exc.strerror or exc}") \
                 from None
         finally:
@@ -252,7 +276,37 @@ class Launcher:
         record.update(stepd_pid=proc.pid, stepd_create_time=_create_time(proc.pid),
                       launch_time=start, stderr_path=err_path, kill_wait=kill_wait,
                       oom_kills=_oom_kills())
-        return _Job(key[0], key[1], ident, proc.pid, start, record, proc=proc)
+        if cgroup is not None:
+            record["cgroup"] = cgroup.to_record(key)
+        return _Job(key[0], key[1], ident, proc.pid, start, record, proc=proc, cgroup=cgroup)
+
+    # --- cgroup hooks (agentd.cgroups) -----------------------------------------------------
+
+    def _make_cgroup(self, spec: dict[str, Any]) -> JobCgroup | None:
+        """The job's cgroup, made with its limits; None on a node without cgroups."""
+        if self.cgroups is None:
+            return None
+        key = (spec["job_id"], spec["generation"])
+        limits = self.cgroups.limits(key, spec["cpus"], spec["memory_mb"], spec["gpus"])
+        try:
+            return self.cgroups.create(*key, limits)
+        except CgroupError as exc:
+            self.cgroups.release(key)
+            raise LaunchError(str(exc)) from None
+
+    def _drop_cgroup(self, key: tuple[int, int], cgroup: JobCgroup | None) -> None:
+        if cgroup is None:
+            return
+        cgroup.remove()
+        if self.cgroups is not None:
+            self.cgroups.release(key)
+
+    def job_cgroup(self, job_id: int) -> JobCgroup | None:
+        """The cgroup of the batch job ``job_id`` running here (for its srun steps)."""
+        for job in self._jobs.values():
+            if job.job_id == job_id and not job.emptying_since:
+                return job.cgroup
+        return None
 
     def _open_files(self, spec: dict[str, Any], ident: Identity) -> tuple[int, int, str, str]:
         """(stdout fd, stderr fd, working directory, stderr path), all checked as the user."""
@@ -406,9 +460,29 @@ class Launcher:
         self._full_reap = now
         finished = []
         for job in list(self._jobs.values()):
-            if self._supervisor_gone(job):
+            if (job.emptying_since or self._supervisor_gone(job)) and self._emptied(job, now):
                 finished.append(self._finish(job, now))
         return finished
+
+    def _emptied(self, job: _Job, now: float) -> bool:
+        """A job has ended only when its cgroup is empty: kill what its supervisor left (a
+        process that escaped while it ran, or everything when the supervisor died). One still
+        there ``UnkillableStepTimeout`` after the first kill drains the node (Slurm's "Kill
+        task failed"), and the job is reported ended then."""
+        if job.cgroup is None or not job.cgroup.populated():
+            return True
+        if not job.emptying_since:
+            job.emptying_since = now
+        job.cgroup.kill()
+        if not job.cgroup.populated():
+            return True
+        assert self.cgroups is not None
+        if now - job.emptying_since < self.cgroups.settings.unkillable_step_timeout:
+            return False
+        reason = f"Kill task failed (job {job.job_id}: processes unkillable)"
+        log.error("%s: %s", reason, job.cgroup.pids())
+        self.unkillable.append(reason)
+        return True
 
     def _supervisor_gone(self, job: _Job) -> bool:
         if job.proc is not None:
@@ -424,12 +498,25 @@ class Launcher:
         done = _finished_from(written) if written is not None else None
         if done is None:
             done = self._lost(job, now)
-        elif done.state == "FAILED" and done.exit_signal == _signal.SIGKILL and \
+        oom = job.cgroup.oom_kills() if job.cgroup is not None else 0
+        if oom > 0 and done.state in ("COMPLETED", "FAILED"):
+            done.state = "OUT_OF_MEMORY"
+            self._write_stderr(job, f"slurmstepd: error: Detected {oom} oom-kill event(s) in "
+                                    f"StepId={job.job_id}.batch. Some of your processes may "
+                                    f"have been killed by the cgroup out-of-memory handler.\n")
+        elif job.cgroup is None and done.state == "FAILED" and \
+                done.exit_signal == _signal.SIGKILL and \
                 _oom_kills() > job.record.get("oom_kills", -1) >= 0:
             done.state = "OUT_OF_MEMORY"
             self._write_stderr(job, f"slurmstepd: error: Detected 1 oom_kill event in StepId="
                                     f"{job.job_id}.batch. Some of the step tasks have been "
                                     f"OOM Killed.\n")
+        if job.cgroup is not None:  # the cgroup's counters: every process, restarts too
+            counted = job.cgroup.cpu_seconds()
+            if counted is not None:
+                done.cpu_user, done.cpu_system = counted
+            done.max_rss_kb = job.cgroup.max_rss_kb()
+            self._drop_cgroup(job.key, job.cgroup)
         del self._jobs[job.key]
         self._ended[job.key] = done
         while len(self._ended) > MAX_ENDED:
@@ -504,6 +591,8 @@ class Launcher:
         ident = _lookup(record["user"], record["uid"], record["gid"])
         job = _Job(key[0], key[1], ident, record["stepd_pid"], record["launch_time"], record,
                    adopted=_same_process(record["stepd_pid"], record["stepd_create_time"]))
+        if self.cgroups is not None and record.get("cgroup"):
+            job.cgroup = self.cgroups.adopt(record["cgroup"])
         self._jobs[key] = job
         if job.adopted is not None:
             return None
@@ -569,14 +658,18 @@ def _workdir(path: str) -> tuple[str, str]:
     return "/tmp", _chdir_note(path, problem)
 
 
-def enter_workdir(path: str) -> Callable[[], None]:
-    """A ``preexec_fn`` that enters the job's directory in the child, *after* it became the
-    user: CPython's _posixsubprocess changes into ``cwd=`` before setgroups/setregid/setreuid,
+def enter_workdir(path: str, cgroup_fds: list[int] | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` (for srun's tasks) that joins the step's cgroup (``cgroup_fds``: its
+    ``cgroup.procs``, opened by root; ``agentd.cgroups.join_fds``) and enters the job's
+    directory in the child, *after* it became the user: CPython's _posixsubprocess changes
+    into ``cwd=`` before setgroups/setregid/setreuid,
     that is as root, and calls ``preexec_fn`` after them. A directory the user cannot enter
     (a symlink swapped in after the agent's check) gives Slurm's note on stderr (fd 2, already
     the job's file) and /tmp, as Slurm does."""
 
     def enter() -> None:
+        if cgroup_fds:
+            join_fds(cgroup_fds)
         try:
             os.chdir(path)
         except OSError as exc:
@@ -697,6 +790,12 @@ def _umask(env: dict[str, str]) -> int:
     except ValueError:
         return -1
     return value if 0 <= value <= 0o777 else -1
+
+def _close(*fds: int) -> None:
+    """Close each descriptor once (stdout and stderr may be the same one)."""
+    for fd in set(fds):
+        os.close(fd)
+
 
 def _create_time(pid: int) -> float:
     try:

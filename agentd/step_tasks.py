@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd import launcher as lch
+from agentd.cgroups import CgroupError, JobCgroup, Limits
 from agentd.forward import (
     DEFAULT_STEP_CAP,
     PUMP_CAP,
@@ -81,6 +82,9 @@ class _Step:
     reaped_all_at: float = 0.0
     groups: list[int] = field(default_factory=list)
     output: StepOutput | None = None  # its forwarded streams on this node
+    cgroup: JobCgroup | None = None  # the cgroup its tasks join (agentd/cgroups.py)
+    leaf: str = ""  # its leaf there: step_<id> under the job's; in its own cgroup, its batch
+    own_cgroup: bool = False  # a cgroup of its own (no batch job of it on this node)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -136,8 +140,42 @@ class StepRunner:
         step = _Step(key[0], key[1], ident, tasks, Walltime(spec["job_start"], spec["time_limit"]),
                      spec["kill_wait"] if spec["kill_wait"] >= 0 else self.launcher.kill_wait)
         self._steps[key] = step
+        try:
+            self._make_cgroup(step)
+        except (CgroupError, OSError) as exc:
+            log.error("step %d.%d cannot start: %s", key[0], key[1], exc)
+            for task in tasks:
+                task.exited, task.exit_code = True, 1
+            return True
         self._start_tasks(step, spec)
         return True
+
+    # --- cgroup hooks (agentd.cgroups) -----------------------------------------------------
+
+    def _make_cgroup(self, step: _Step) -> None:
+        """The step's leaf in its batch job's cgroup (the job's limits hold it too), or, with
+        no batch job of it here (another node of the job), a cgroup of its own that holds its
+        processes; nothing on a node without cgroups."""
+        cgroups = self.launcher.cgroups
+        if cgroups is None:
+            return
+        job_cgroup = self.launcher.job_cgroup(step.job_id)
+        if job_cgroup is not None:
+            step.cgroup, step.leaf = job_cgroup, f"step_{step.step_id}"
+            job_cgroup.add_leaf(step.leaf)
+        else:
+            step.cgroup = cgroups.create(step.job_id, 0, Limits(),
+                                         name=f"job_{step.job_id}_step_{step.step_id}")
+            step.leaf, step.own_cgroup = step.cgroup.batch, True
+
+    def _drop_cgroup(self, step: _Step) -> None:
+        if step.cgroup is None:
+            return
+        if step.own_cgroup:
+            step.cgroup.remove()
+        else:
+            step.cgroup.remove(step.leaf)
+        step.cgroup = None
 
     def _start_tasks(self, step: _Step, spec: dict[str, Any]) -> None:
         fds: dict[Any, int] = {}  # (path, append) opened as the user; (procid, stream) forwarded
@@ -158,16 +196,24 @@ class StepRunner:
             for task in step.tasks:
                 task.exited, task.exit_code = True, 1
             return
+        join: list[int] = []
         try:
+            if step.cgroup is not None:
+                join = step.cgroup.open_procs(step.leaf)
             for task, entry in zip(step.tasks, spec["tasks"], strict=True):
                 out_fd = fds[_target(task, entry, "out")]
                 err_fd = fds[_target(task, entry, "err")]
                 if note and task is step.tasks[0]:
                     lch._write_fd(err_fd, note)
                 env = {**spec["environment"], **_strings(entry.get("env"))}
-                self._exec(step, task, spec["argv"], env, cwd, out_fd, err_fd)
+                self._exec(step, task, spec["argv"], env, cwd, out_fd, err_fd, join)
+        except OSError as exc:
+            log.error("step %d.%d cannot join its cgroup: %s", step.job_id, step.step_id, exc)
+            for task in step.tasks:
+                if not task.pid:
+                    task.exited, task.exit_code = True, 1
         finally:
-            for fd in fds.values():
+            for fd in {*fds.values(), *join}:
                 os.close(fd)
 
     def _open_forwarded(self, step: _Step, spec: dict[str, Any]) -> dict[StreamKey, int]:
@@ -193,11 +239,11 @@ class StepRunner:
             task.stderr_path = str(entry.get("stderr") or os.devnull)
 
     def _exec(self, step: _Step, task: _Task, argv: list[str], env: dict[str, str], cwd: str,
-              out_fd: int, err_fd: int) -> None:
+              out_fd: int, err_fd: int, join: list[int]) -> None:
         try:
             proc = subprocess.Popen(
                 argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd, env=env,
-                preexec_fn=lch.enter_workdir(cwd),  # entered as the user, not as root
+                preexec_fn=lch.enter_workdir(cwd, join),  # as the user, in the step's cgroup
                 start_new_session=True, close_fds=True, umask=lch._umask(env),
                 **self.launcher._credentials(step.ident),
             )
@@ -343,9 +389,13 @@ class StepRunner:
         if not step.reaped_all_at:
             step.reaped_all_at = now
             self._signal_all(step, _signal.SIGKILL)
+        if step.cgroup is not None and step.cgroup.populated(step.leaf):
+            self._signal_all(step, _signal.SIGKILL)  # ended only when its cgroup is empty
+            return
         if any(lch._group_alive(pgid) for pgid in step.groups):
             self._signal_all(step, _signal.SIGKILL)
             return
+        self._drop_cgroup(step)
         if step.ending is not None:
             state = step.ending.state
         elif any(t.exit_code or t.exit_signal for t in step.tasks):
@@ -384,6 +434,11 @@ class StepRunner:
     def _signal_all(self, step: _Step, signum: int) -> None:
         for pgid in step.groups:
             lch._killpg(pgid, signum)
+        if step.cgroup is not None:  # what left the tasks' groups (setsid, daemons) too
+            if signum == _signal.SIGKILL:
+                step.cgroup.kill(step.leaf)
+            else:
+                step.cgroup.signal(signum, step.leaf)
 
     def _banner(self, step: _Step, state: str, now: float) -> None:
         """slurmstepd's '*** STEP J.S ON node CANCELLED AT ... ***', in the first task's

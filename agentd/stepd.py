@@ -16,7 +16,11 @@ so neither ``kill -9`` of the agent nor its exit touches it. The supervisor
    (``terminate`` with the state to report, ``signal``), which arrive as JSON lines on the
    control FIFO (``stepd/<job>.<gen>.ctl``; the agent made it and passed it open as
    CONTROL_FD, so a command sent before this process read it waits in the pipe);
-4. once the batch shell is reaped and no live process of its group remains (leftovers of a
+   With containment (the launch file names the job's cgroup, ``agentd.cgroupfs``), the child
+   joins the cgroup before exec and every signal and kill goes to the whole cgroup, so a
+   process that left the group (``setsid``, a daemon) is reached too; the supervisor itself
+   stays outside it;
+4. once the batch shell is reaped and no live process of its group (or cgroup) remains (leftovers of a
    normally ended script are SIGKILLed, as Slurm does), writes the job's end
    (``stepd/<job>.<gen>.exit``: state, exit code, signal, times, CPU seconds from wait4)
    atomically (temporary file, fsync, rename, fsync of the directory) and exits 0.
@@ -41,7 +45,7 @@ import signal as _signal
 import sys
 import time
 
-from agentd import stepfiles
+from agentd import cgroupfs, stepfiles
 from agentd.walltime import Ending, Walltime
 
 TYPE_CHECKING = False  # typing is not imported at run time: the supervisor starts light
@@ -50,6 +54,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 GROUP_SCAN_INTERVAL = 0.5  # seconds between /proc searches for a killed group's survivors
+# seconds after SIGKILL the supervisor waits for a cgroup to empty before it writes the end
+# anyway: what is left the agent keeps killing, and drains the node (UnkillableStepTimeout)
+UNKILLABLE_WAIT = 10.0
 IDLE_WAKE = 1.0  # seconds: the longest the loop sleeps without a reason to wake
 # what the supervisor ignores (and its job's child restores before exec)
 IGNORED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGPIPE,
@@ -73,6 +80,14 @@ def before_exec(launch: dict[str, Any]) -> None:
     """Run the ``BEFORE_EXEC`` hooks (in the job's child, before it becomes the user)."""
     for hook in BEFORE_EXEC:
         hook(launch)
+
+
+def join_cgroup(launch: dict[str, Any]) -> None:
+    """The job's child joins the job's cgroup (the launch's ``cgroup_procs``), still root."""
+    cgroupfs.join_paths(launch.get("cgroup_procs") or [])
+
+
+BEFORE_EXEC.append(join_cgroup)
 
 
 # --- the job's child: fork .. exec --------------------------------------------------------
@@ -181,6 +196,8 @@ class Supervisor:
         self.walltime = Walltime(launch["launch_time"], launch["time_limit"], warning)
         self.kill_wait = int(launch["kill_wait"])
         self.fence_timeout = float(launch.get("fence_timeout") or 0.0)
+        cgroup = launch.get("cgroup")
+        self.cgroup = cgroupfs.Tree.from_record(cgroup) if cgroup else None
         self.ending: Ending | None = None
         self.pid = 0
         self.status: int | None = None
@@ -230,20 +247,25 @@ class Supervisor:
         if self.status is None and self.ending is None:
             self._watch_fence(now)
         if self.ending is not None and self.ending.kill_due(now):
-            killpg(self.pid, _signal.SIGKILL)
+            self.signal_job(_signal.SIGKILL)
             self.ending.killed = True
         if self.status is None:
             return False
         if self.ending is None:
-            if not killpg(self.pid, _signal.SIGKILL):
+            if not self.signal_job(_signal.SIGKILL):
                 return True
             # the script ended but left processes behind: Slurm kills them with the step
             self.ending = Ending(state="", began=now, kill_at=now, killed=True)
-        if not killpg(self.pid, 0):
+        if not self.alive():
             return True
         if not self.ending.killed or now - self.scanned_at < GROUP_SCAN_INTERVAL:
             return False  # still within KillWait, or looked a moment ago
         self.scanned_at = now
+        if self.cgroup is not None:
+            # the cgroup holds what will not die yet (a process in D state): the agent keeps
+            # killing it and drains the node after UnkillableStepTimeout; the end is written
+            self.signal_job(_signal.SIGKILL)
+            return not self.cgroup.populated() or now - self.ending.kill_at >= UNKILLABLE_WAIT
         if group_alive(self.pid):
             killpg(self.pid, _signal.SIGKILL)  # again, for any process forked meanwhile
             return False
@@ -261,7 +283,9 @@ class Supervisor:
             if warning.batch_only:
                 kill(self.pid, warning.signum)
             else:  # Slurm: "all job steps will be signaled, but not the batch shell itself"
-                for pid in group_members(self.pid):
+                members = self.cgroup.pids() if self.cgroup is not None else \
+                    group_members(self.pid)
+                for pid in members:
                     if pid != self.pid:
                         kill(pid, warning.signum)
         if self.walltime.expired(now):
@@ -292,8 +316,8 @@ class Supervisor:
         reason = _BANNER_REASONS.get(state, f" DUE TO {state}")
         write_fd(2, f"slurmstepd: error: *** JOB {self.key[0]} ON {self.launch['node']} "
                     f"CANCELLED AT {stamp}{reason} ***\n")
-        killpg(self.pid, _signal.SIGCONT)
-        killpg(self.pid, _signal.SIGTERM)
+        self.signal_job(_signal.SIGCONT)
+        self.signal_job(_signal.SIGTERM)
         self.ending = Ending.start(state, now, self.kill_wait)
 
     def _timeout(self, now: float) -> float:
@@ -347,7 +371,25 @@ class Supervisor:
                 if self.status is None:
                     kill(self.pid, signum)
             else:
-                killpg(self.pid, signum)
+                self.signal_job(signum)
+
+    def signal_job(self, signum: int) -> bool:
+        """``signum`` to the job's process group and, with a cgroup, to every process in it
+        (SIGKILL: the whole cgroup at once); False when nothing of the job is left."""
+        alive = killpg(self.pid, signum)
+        if self.cgroup is None:
+            return alive
+        if signum == _signal.SIGKILL:
+            self.cgroup.kill()
+        else:
+            self.cgroup.signal(signum)
+        return self.cgroup.populated()
+
+    def alive(self) -> bool:
+        """Is any process of the job left (its cgroup is not empty; else its group)?"""
+        if self.cgroup is not None:
+            return self.cgroup.populated()
+        return killpg(self.pid, 0)
 
     def _result(self) -> dict[str, Any]:
         code, sig = exit_of(self.status)

@@ -379,6 +379,7 @@ def node_lines(node: dict[str, Any], now: float) -> list[str]:
         f"LastBusyTime={fmt_time(node.get('last_heartbeat'), 'None')}",
         f"CfgTRES={cfg_tres}",
         f"AllocTRES={alloc_tres}",
+        *([node["cgroup"]] if node.get("cgroup") else []),  # kiln: the node's containment
         "CapWatts=n/a",
         "CurrentWatts=0 AveWatts=0",
         "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",

@@ -140,6 +140,19 @@ def _alive_nodes(cfg: kconfig.Config) -> set[str]:
     return {n["name"] for n in nodes if n.get("state_display") != "DOWN"}
 
 
+def _containment_reasons(cfg: kconfig.Config, names: list[str]) -> list[str]:
+    """What this host's agents said they cannot enforce (their nodes' ``cgroups: ...``
+    reasons), one per distinct text."""
+    from cli.client import Client, ClientError
+
+    try:
+        with Client(cfg=cfg, timeout=2.0) as client:
+            nodes = client.call("query_nodes", {"names": names})["nodes"]
+    except ClientError:
+        return []
+    return sorted({n["reason"] for n in nodes if str(n.get("reason", "")).startswith("cgroups: ")})
+
+
 @click.command()
 @click.option("--nodes", "num_nodes", type=click.IntRange(1, 512), default=None,
               help="agents to run on this host, each a node (default 1)")
@@ -216,6 +229,9 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
 
     click.echo(f"  state and config: {home}  (kiln.toml, ledger {show_url(cfg.db_url)})")
     click.echo(f"  logs:             {logs}")
+    unenforced = _containment_reasons(cfg, names)
+    if unenforced:  # said once, for the host: every agent here shares its cgroups
+        click.echo(f"  containment:      {unenforced[0]} (docs/agent.md, Containment)")
     click.echo(f"  use it:           export KILN_HOME={home}; sbatch --gres=gpu:1 --wrap 'echo $CUDA_VISIBLE_DEVICES'")
 
 

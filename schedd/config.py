@@ -86,6 +86,24 @@ class AgentConfig:
 
 
 @dataclass(slots=True)
+class CgroupConfig:
+    """``[cgroup]``: per-job containment on each node (agentd/cgroups.py), with the names and
+    meaning of Slurm's cgroup.conf (ConstrainCores, ConstrainRAMSpace, ...) in snake case. On
+    wherever the node's hierarchy is writable; an agent that cannot enforce one says so."""
+
+    enabled: bool = True
+    constrain_cores: bool = True
+    constrain_ram_space: bool = True
+    allowed_ram_space: float = 100.0  # percent of the job's --mem
+    constrain_swap_space: bool = True
+    constrain_devices: bool = True
+    pids_max: int = 4096  # processes and threads per job; 0 = no limit
+    unkillable_step_timeout: int = 60  # seconds after SIGKILL before the node is drained
+    root: str = "/sys/fs/cgroup"
+    device_dir: str = "/dev"  # where the GPUs' nvidiaN nodes are (stand-ins in tests)
+
+
+@dataclass(slots=True)
 class AccountingConfig:
     """``[accounting]``: prices for kiln's cost report (``sreport cluster AccountCost``).
 
@@ -135,6 +153,7 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     partitions: list[Partition] = field(default_factory=list)
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
+    cgroup: CgroupConfig = field(default_factory=CgroupConfig)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
@@ -220,6 +239,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     scheduler = _build(SchedulerConfig, data.pop("scheduler", {}), f"{where} [scheduler]")
     agent = _build(AgentConfig, data.pop("agent", {}), f"{where} [agent]")
     accounting = _build(AccountingConfig, data.pop("accounting", {}), f"{where} [accounting]")
+    cgroup = _build(CgroupConfig, data.pop("cgroup", {}), f"{where} [cgroup]")
     partitions = [
         _build(Partition, p, f"{where} [[partition]]") for p in data.pop("partition", [])
     ]
@@ -229,7 +249,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
         top["db_url"] = _read_secret(str(top["db_url_file"]), f"{where}: db_url_file")
     cfg = _build(
         Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
-        partitions=partitions, accounting=accounting,
+        partitions=partitions, accounting=accounting, cgroup=cgroup,
     )
     return cfg
 

@@ -53,6 +53,7 @@ class Node:
     address: str = ""
     last_heartbeat: float = 0.0
     boot_time: float = 0.0
+    cgroup: str = ""  # the agent's containment, scontrol's CgroupPlugin=... line (not stored)
 
     @property
     def gpu_model(self) -> str:

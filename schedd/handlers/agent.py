@@ -28,7 +28,8 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
         gpus = [GPU(**g) for g in d.get("gpus", [])]
         node = Node(name=name, cpus=int(d["cpus"]), memory_mb=int(d["memory_mb"]), gpus=gpus,
                     features=[str(f) for f in d.get("features", [])],
-                    address=str(d.get("address", "")), boot_time=float(d.get("boot_time", 0)))
+                    address=str(d.get("address", "")), boot_time=float(d.get("boot_time", 0)),
+                    cgroup=str(d.get("cgroup", "")))
     except (KeyError, TypeError, ValueError) as exc:
         raise RequestError(f"bad node description: {exc}") from None
     now = ctx.now()
@@ -37,6 +38,7 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
         node.state, node.reason = known.state, known.reason
         if node.state == NodeState.DOWN and known.reason in ("", health.NOT_RESPONDING):
             node.state, node.reason = NodeState.IDLE, ""
+    node.reason = _containment_reason(node.reason, str(d.get("cgroup_reason", "")))
     node.partitions = ctx.state.partitions_of(name)
     node.last_heartbeat = now
     ctx.state.save_node(node)
@@ -45,6 +47,18 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     _reconcile(ctx, name, body["running"], now, fresh=True)
     ctx.wake_scheduler()
     return {"heartbeat_interval": ctx.cfg.heartbeat_interval, "kill_wait": ctx.cfg.kill_wait}
+
+
+def _containment_reason(reason: str, cgroup_reason: str) -> str:
+    """The node's reason with what its agent cannot enforce (``cgroups: not enforced: ...``):
+    set while the node has no other reason, cleared once the agent enforces everything; an
+    admin's or the health checks' reason is left alone."""
+    if reason and not reason.startswith(CGROUP_REASON_PREFIX):
+        return reason
+    return cgroup_reason if cgroup_reason.startswith(CGROUP_REASON_PREFIX) else ""
+
+
+CGROUP_REASON_PREFIX = "cgroups: "
 
 
 def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,625 @@
+"""Per-job cgroups: what holds a job to its CPUs, memory, GPUs and process count, and what lets
+the agent find and kill every process a job started, whatever it did (``setsid``, double fork,
+``nohup``, a daemon).
+
+The agent makes one cgroup per job, ``kiln/<node>/job_<id>_<generation>``, in every hierarchy it
+uses, *before* anything of the job runs; the limits are written there, and the processes live in
+leaves below it (``batch`` for the batch script, ``step_<n>`` for srun's tasks), so a step can be
+stopped alone and the job as a whole. The node name is part of the path because several agents
+share one host in tests; the job's generation because a requeued job's new run must not meet the
+old one's stragglers.
+
+What the host has is found once at start (``detect``) from ``/proc/self/mountinfo``:
+
+- **v2** (``cgroup2`` with the controllers enabled): memory, cpuset, pids from the unified tree;
+  GPUs through a device program is *not* done here (it needs a BPF loader), and the summary says
+  so;
+- **v1** (memory, cpuset, devices, pids, freezer, cpuacct mounted one by one);
+- **hybrid** (v1 controllers plus a v2 mount without them, as on these test machines): the limits
+  from v1, and the v2 tree for membership, ``cgroup.events``'s ``populated`` and ``cgroup.kill``.
+
+A process joins its cgroup itself, in the child after ``fork`` and before ``exec``: the parent
+(root) opens the leaves' ``cgroup.procs`` files (``JobCgroup.open_procs``) and the child writes
+``0`` ("myself") to each (``join_fds``), which the kernel allows after the switch to the user
+because the files were opened by root. ``cgroupfs.join_paths`` does the same from paths, for a supervisor
+process that still is root when it joins.
+
+Settings keep the names and meaning of Slurm's cgroup.conf (``[cgroup]`` in kiln.toml,
+``schedd.config.CgroupConfig``). Every file write is one short ``open``/``write``/``close``:
+a job's launch costs a handful of ``mkdir`` and writes (measured in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentd import cgroupfs
+
+log = logging.getLogger("agentd.cgroups")
+
+V1_CONTROLLERS = ("memory", "cpuset", "devices", "pids", "freezer", "cpuacct")
+V2_CONTROLLERS = ("memory", "cpuset", "pids")
+BATCH = "batch"
+_GPU_NODE = re.compile(r"^nvidia(\d+)$")
+
+
+class CgroupError(Exception):
+    """A cgroup could not be made or set; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """cgroup.conf's settings, with Slurm's meaning; ``enabled`` False = no cgroups at all."""
+
+    enabled: bool = True
+    constrain_cores: bool = True  # ConstrainCores: the job's cpuset holds its CPUs only
+    constrain_ram_space: bool = True  # ConstrainRAMSpace: memory limit = AllowedRAMSpace % of --mem
+    allowed_ram_space: float = 100.0  # AllowedRAMSpace, percent of the job's memory
+    constrain_swap_space: bool = True  # ConstrainSwapSpace: RAM + swap limited to the same
+    constrain_devices: bool = True  # ConstrainDevices: only the job's /dev/nvidiaN open
+    pids_max: int = 4096  # pids.max per job (0 = no limit)
+    unkillable_step_timeout: int = 60  # UnkillableStepTimeout, seconds
+    root: str = "/sys/fs/cgroup"  # where to look for the hierarchies (a fake tree in tests)
+    device_dir: str = "/dev"  # where the GPUs' nvidiaN device nodes are (stand-ins in tests)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one job gets on this node."""
+
+    memory_bytes: int | None = None
+    cpus: tuple[int, ...] = ()
+    deny_devices: tuple[tuple[str, int, int], ...] = ()  # ('c', major, minor) not the job's
+    pids_max: int | None = None
+    no_swap: bool = False  # ConstrainSwapSpace: RAM + swap held to the memory limit
+
+
+@dataclass(slots=True)
+class Layout:
+    """The hierarchies of this host: v1 controllers by name, the v2 mount and its controllers."""
+
+    v1: dict[str, Path] = field(default_factory=dict)
+    v2: Path | None = None
+    v2_controllers: frozenset[str] = frozenset()
+
+    @property
+    def version(self) -> str:
+        if self.v2 is not None and not self.v1 and self.v2_controllers:
+            return "v2"
+        if self.v1 and self.v2 is not None:
+            return "hybrid"
+        if self.v1:
+            return "v1"
+        return "v2" if self.v2 is not None else "none"
+
+
+def detect(mountinfo: str = "/proc/self/mountinfo", root: str = "/sys/fs/cgroup") -> Layout:
+    """The cgroup hierarchies mounted under ``root`` (v1 controllers, the v2 mount)."""
+    layout = Layout()
+    try:
+        with open(mountinfo, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return layout
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        parts, rest = left.split(), right.split()
+        if len(parts) < 5 or len(rest) < 3:
+            continue
+        point = parts[4].replace("\\040", " ")
+        if not (point == root or point.startswith(root.rstrip("/") + "/")):
+            continue
+        if rest[0] == "cgroup2":
+            layout.v2 = Path(point)
+        elif rest[0] == "cgroup":
+            for name in rest[2].split(","):
+                if name in V1_CONTROLLERS:
+                    layout.v1.setdefault(name, Path(point))
+    if layout.v2 is not None:
+        layout.v2_controllers = frozenset(_read(layout.v2 / "cgroup.controllers").split())
+    return layout
+
+
+def gpu_devices(device_dir: str) -> dict[int, tuple[str, int, int]]:
+    """GPU index -> ('c', major, minor) of ``<device_dir>/nvidiaN`` (nvidiactl, nvidia-uvm
+    and the like are not GPUs: every job may open them)."""
+    out: dict[int, tuple[str, int, int]] = {}
+    try:
+        names = os.listdir(device_dir)
+    except OSError:
+        return out
+    for name in names:
+        match = _GPU_NODE.match(name)
+        if not match:
+            continue
+        try:
+            st = os.stat(os.path.join(device_dir, name))
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode):
+            out[int(match[1])] = ("c", os.major(st.st_rdev), os.minor(st.st_rdev))
+    return out
+
+
+# --- the node's manager ----------------------------------------------------------------------
+
+
+class Cgroups:
+    """The cgroups of one node's jobs: what the host allows, the node's CPU ids in use, and
+    ``create``/``adopt`` for each job. ``summary`` and ``unenforced`` say what is and is not
+    enforced here, for the log, the node's reason and ``kiln up``."""
+
+    def __init__(self, node: str, settings: Settings | None = None,
+                 layout: Layout | None = None, mountinfo: str = "/proc/self/mountinfo"):
+        self.node = node
+        self.settings = settings or Settings()
+        self.layout = layout or detect(mountinfo, self.settings.root)
+        self.base = Path("kiln") / node
+        self.dirs: dict[str, Path] = {}  # role -> this node's directory in that hierarchy
+        self.unenforced: list[str] = []
+        self.cpus_in_use: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._gpus = gpu_devices(self.settings.device_dir)
+        if self.settings.enabled:
+            self._prepare()
+        else:
+            self.unenforced.append("cgroups are off ([cgroup] enabled = false)")
+        self.node_cpus = self._node_cpus()
+
+    @property
+    def active(self) -> bool:
+        """Is there a hierarchy to put jobs in (at least membership)?"""
+        return bool(self.dirs)
+
+    @property
+    def tracking(self) -> str | None:
+        """The role whose tree says which processes a job has (v2's, else a v1 one)."""
+        for role in ("unified", "freezer", "pids", "memory", "cpuset", "devices", "cpuacct"):
+            if role in self.dirs:
+                return role
+        return None
+
+    def node_line(self) -> str:
+        """What ``scontrol show node`` prints for this node, in cgroup.conf's words:
+        ``CgroupPlugin=cgroup/v1 ConstrainCores=yes ... PidsMax=4096`` (each ``yes`` only
+        where it is enforced here)."""
+        if not self.active:
+            return "CgroupPlugin=(null)"
+        have = set(self.dirs) | (set(self.layout.v2_controllers) if "unified" in self.dirs
+                                 else set())
+        s = self.settings
+
+        def flag(on: bool, controller: str) -> str:
+            return "yes" if on and controller in have else "no"
+
+        pids = s.pids_max if s.pids_max and "pids" in have else 0
+        return (f"CgroupPlugin=cgroup/{self.layout.version} "
+                f"ConstrainCores={flag(s.constrain_cores, 'cpuset')} "
+                f"ConstrainRAMSpace={flag(s.constrain_ram_space, 'memory')} "
+                f"ConstrainSwapSpace={flag(s.constrain_swap_space, 'memory')} "
+                f"ConstrainDevices={flag(s.constrain_devices and bool(self._gpus), 'devices')} "
+                f"PidsMax={pids or 'UNLIMITED'}")
+
+    def reason(self) -> str:
+        """The node's reason when something set is not enforced here ('' when all is)."""
+        if not self.unenforced:
+            return ""
+        return ("cgroups: not enforced: " + "; ".join(self.unenforced))[:256]
+
+    def summary(self) -> str:
+        """One line: the version and what is enforced, or why nothing is."""
+        if not self.active:
+            return "cgroups: none writable; " + "; ".join(self.unenforced)
+        roles = " ".join(sorted(self.dirs))
+        text = f"cgroups: {self.layout.version} ({roles})"
+        if self.unenforced:
+            text += "; not enforced: " + "; ".join(self.unenforced)
+        return text
+
+    def _prepare(self) -> None:
+        if self.layout.v2 is not None:
+            self._add_role("unified", self.layout.v2)
+        for role, mount in self._roles().items():
+            self._add_role(role, mount)
+        have = set(self.dirs) | ({c for c in V2_CONTROLLERS if c in self.layout.v2_controllers}
+                                 if "unified" in self.dirs else set())
+        s = self.settings
+        wanted = {"memory": s.constrain_ram_space, "cpuset": s.constrain_cores,
+                  "pids": s.pids_max > 0, "devices": s.constrain_devices and bool(self._gpus)}
+        for name, on in wanted.items():
+            if on and name not in have:
+                self.unenforced.append(f"{name} (no writable {name} controller)")
+        if not self.dirs and not self.unenforced:
+            self.unenforced.append(f"no cgroup hierarchy under {self.settings.root}")
+
+    def _add_role(self, role: str, mount: Path) -> None:
+        where = mount / self.base
+        try:
+            self._make_base(role, mount)
+        except OSError as exc:
+            self.unenforced.append(f"{where}: {exc.strerror or exc}")
+            return
+        self.dirs[role] = where
+
+    def _roles(self) -> dict[str, Path]:
+        """The hierarchies a job joins: only those something needs, as each join costs the
+        launch time (a v1 cpuset's about a millisecond). The v2 tree, where there is one,
+        gives membership, ``cgroup.kill`` and CPU time (``cpu.stat``), so v1's freezer and
+        cpuacct are used only without it; devices only on a node with GPUs."""
+        s, v1 = self.settings, self.layout.v1
+        unified = self.dirs.get("unified")
+        in_v2 = self.layout.v2_controllers if unified is not None else frozenset()
+        kill_v2 = unified is not None and (unified / "cgroup.kill").exists()  # Linux >= 5.14
+        needed = {"memory": "memory" not in in_v2,
+                  "cpuset": s.constrain_cores and "cpuset" not in in_v2,
+                  "pids": s.pids_max > 0 and "pids" not in in_v2,
+                  "devices": s.constrain_devices and bool(self._gpus),
+                  "freezer": not kill_v2}
+        needed["cpuacct"] = unified is None
+        return {name: v1[name] for name in V1_CONTROLLERS if name in v1 and needed[name]}
+
+    def _make_base(self, role: str, mount: Path) -> None:
+        """kiln/<node> in one hierarchy (cpuset's levels given the parent's CPUs and memory
+        nodes, v2's levels the controllers their children use)."""
+        here = mount
+        for part in self.base.parts:
+            if role == "unified":
+                self._enable_v2(here)
+            here = here / part
+            with contextlib.suppress(FileExistsError):
+                here.mkdir()
+            if role == "cpuset":
+                _inherit_cpuset(here)
+        if role == "unified":
+            self._enable_v2(here)
+
+    def _enable_v2(self, where: Path) -> None:
+        wanted = [c for c in V2_CONTROLLERS if c in self.layout.v2_controllers]
+        if wanted:
+            _write(where / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+
+    def _node_cpus(self) -> tuple[int, ...]:
+        text = ""
+        if "cpuset" in self.dirs:
+            text = _read(self.dirs["cpuset"] / "cpuset.effective_cpus")
+        elif "unified" in self.dirs and "cpuset" in self.layout.v2_controllers:
+            text = _read(self.dirs["unified"] / "cpuset.cpus.effective")
+        return parse_cpu_list(text) if text.strip() else tuple(sorted(os.sched_getaffinity(0)))
+
+    # --- a job's cgroup ----------------------------------------------------------------------
+
+    def limits(self, key: tuple[int, int], cpus: int, memory_mb: int,
+               gpus: Iterable[int]) -> Limits:
+        """The limits cgroup.conf's settings give a job of ``cpus`` CPUs, ``memory_mb`` MiB
+        and these GPU indices; its CPU ids are chosen here (the least used, lowest first)."""
+        s = self.settings
+        memory = None
+        if s.constrain_ram_space and memory_mb > 0:
+            memory = int(memory_mb * 1024 * 1024 * s.allowed_ram_space / 100)
+        chosen = self._choose_cpus(key, cpus) if s.constrain_cores else ()
+        mine = set(gpus)
+        deny = tuple(dev for index, dev in sorted(self._gpus.items()) if index not in mine) \
+            if s.constrain_devices else ()
+        return Limits(memory, chosen, deny, s.pids_max or None,
+                      no_swap=s.constrain_swap_space and memory is not None)
+
+    def _choose_cpus(self, key: tuple[int, int], count: int) -> tuple[int, ...]:
+        if count <= 0 or count >= len(self.node_cpus):
+            chosen = self.node_cpus
+        else:
+            load = {cpu: 0 for cpu in self.node_cpus}
+            for held in self.cpus_in_use.values():
+                for cpu in held:
+                    if cpu in load:
+                        load[cpu] += 1
+            chosen = tuple(sorted(sorted(load, key=lambda c: (load[c], c))[:count]))
+        self.cpus_in_use[key] = chosen
+        return chosen
+
+    def release(self, key: tuple[int, int]) -> None:
+        self.cpus_in_use.pop(key, None)
+
+    def close(self) -> None:
+        """Remove this node's (empty) directories, when the agent stops; a job's that still
+        runs keeps them, and the next agent adopts it."""
+        for where in self.dirs.values():
+            with contextlib.suppress(OSError):
+                where.rmdir()
+
+    def create(self, job_id: int, generation: int, limits: Limits,
+               name: str = "") -> JobCgroup:
+        """Make the job's cgroup (``name``, default ``job_<id>_<generation>``) with its limits,
+        and its ``batch`` leaf; CgroupError if the kernel refuses (the launch then fails: a job
+        must not run unconstrained by surprise)."""
+        name = name or f"job_{job_id}_{generation}"
+        cg = JobCgroup({role: where / name for role, where in self.dirs.items()}, self.tracking)
+        try:
+            cg.make(limits, self.node_cpus)
+            if self.layout.version == "v2" and "unified" in self.dirs:
+                cg.add_leaf(BATCH)  # v2 with controllers: no processes beside child cgroups
+                cg.batch = BATCH
+        except OSError as exc:
+            cg.remove()
+            raise CgroupError(f"cannot make the job's cgroup: {exc.strerror or exc}") from None
+        return cg
+
+    def adopt(self, record: dict[str, Any]) -> JobCgroup | None:
+        """The cgroup of a job an earlier agent started (from its spool record)."""
+        dirs = {role: Path(p) for role, p in (record.get("dirs") or {}).items()}
+        if not dirs:
+            return None
+        cg = JobCgroup(dirs, record.get("tracking"), batch=str(record.get("batch", "")))
+        cpus = tuple(record.get("cpus") or ())
+        if cpus and record.get("key"):
+            self.cpus_in_use[tuple(record["key"])] = cpus  # type: ignore[index]
+        return cg
+
+
+@dataclass(slots=True)
+class JobCgroup:
+    """One job's cgroup in every hierarchy the node uses (role -> directory).
+
+    The batch script's processes live in the job's cgroup itself (one ``mkdir`` per hierarchy
+    less per launch), steps' in ``step_<n>`` leaves below it; on v2 with controllers, whose
+    cgroups with children hold no processes, the script has a ``batch`` leaf too (``batch``).
+    """
+
+    dirs: dict[str, Path]
+    tracking: str | None
+    cpus: tuple[int, ...] = ()
+    leaves: list[str] = field(default_factory=list)
+    batch: str = ""  # the batch script's leaf ("" = the job's cgroup itself)
+
+    def to_record(self, key: tuple[int, int]) -> dict[str, Any]:
+        return {"dirs": {r: str(p) for r, p in self.dirs.items()}, "tracking": self.tracking,
+                "cpus": list(self.cpus), "key": list(key), "batch": self.batch}
+
+    # --- making ------------------------------------------------------------------------------
+
+    def make(self, limits: Limits, node_cpus: tuple[int, ...]) -> None:
+        for role, where in self.dirs.items():
+            with contextlib.suppress(FileExistsError):
+                where.mkdir()
+            if role == "cpuset":
+                _inherit_cpuset(where)
+        self._set_limits(limits)
+
+    def _set_limits(self, limits: Limits) -> None:
+        d = self.dirs
+        unified = d.get("unified")
+        if limits.memory_bytes is not None:
+            if "memory" in d:
+                _write(d["memory"] / "memory.limit_in_bytes", str(limits.memory_bytes))
+                memsw = d["memory"] / "memory.memsw.limit_in_bytes"
+                if limits.no_swap and memsw.exists():  # RAM + swap = the same limit
+                    _write(memsw, str(limits.memory_bytes))
+            elif unified is not None and (unified / "memory.max").exists():
+                _write(unified / "memory.max", str(limits.memory_bytes))
+                if limits.no_swap and (unified / "memory.swap.max").exists():
+                    _write(unified / "memory.swap.max", "0")
+        if limits.cpus:
+            text = format_cpu_list(limits.cpus)
+            if "cpuset" in d:
+                _write(d["cpuset"] / "cpuset.cpus", text)
+            elif unified is not None and (unified / "cpuset.cpus").exists():
+                _write(unified / "cpuset.cpus", text)
+            self.cpus = limits.cpus
+        if limits.pids_max:
+            if "pids" in d:
+                _write(d["pids"] / "pids.max", str(limits.pids_max))
+            elif unified is not None and (unified / "pids.max").exists():
+                _write(unified / "pids.max", str(limits.pids_max))
+        if limits.deny_devices and "devices" in d:
+            for kind, major, minor in limits.deny_devices:
+                _write(d["devices"] / "devices.deny", f"{kind} {major}:{minor} rwm")
+
+    def add_leaf(self, leaf: str) -> None:
+        """A leaf for a step's or the batch script's processes (made after the job's limits,
+        so that v1's devices and cpuset copy them)."""
+        for role, where in self.dirs.items():
+            path = where / leaf
+            with contextlib.suppress(FileExistsError):
+                path.mkdir()
+            if role == "cpuset":
+                _inherit_cpuset(path)
+        if leaf not in self.leaves:
+            self.leaves.append(leaf)
+
+    # --- joining -----------------------------------------------------------------------------
+
+    def procs_paths(self, leaf: str | None = None) -> list[str]:
+        """The ``cgroup.procs`` files a process writes itself into to join ``leaf`` (by
+        default where the batch script goes)."""
+        leaf = self.batch if leaf is None else leaf
+        return [os.path.join(where, leaf, "cgroup.procs") for where in self.dirs.values()]
+
+    def open_procs(self, leaf: str | None = None) -> list[int]:
+        """Descriptors (opened now, as root) for ``join_fds`` in the child; the caller closes
+        them after the fork."""
+        fds: list[int] = []
+        try:
+            for path in self.procs_paths(leaf):
+                fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
+
+    # --- what is in it -----------------------------------------------------------------------
+
+    @property
+    def tree(self) -> cgroupfs.Tree:
+        """The job's cgroup as the os-only helpers see it (``agentd.cgroupfs``, shared with
+        the job's supervisor)."""
+        return cgroupfs.Tree({r: str(p) for r, p in self.dirs.items()}, self.tracking)
+
+    def pids(self, leaf: str | None = None) -> list[int]:
+        """Every process in the job's tree (or in one leaf)."""
+        return self.tree.pids(leaf)
+
+    def populated(self, leaf: str | None = None) -> bool:
+        """Does any process remain (v2's ``populated``, else a walk of the v1 tree)?"""
+        return self.tree.populated(leaf)
+
+    def signal(self, signum: int, leaf: str | None = None) -> None:
+        self.tree.signal(signum, leaf)
+
+    def kill(self, leaf: str | None = None) -> None:
+        """SIGKILL every process (``cgroupfs.Tree.kill``: v2's ``cgroup.kill``, or v1's
+        freeze, kill, thaw)."""
+        self.tree.kill(leaf)
+
+    # --- accounting --------------------------------------------------------------------------
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer killed in this cgroup (its own counter)."""
+        d = self.dirs
+        if "memory" in d:  # v1 counts a kill only where the victim was: sum the leaves too
+            return sum(_field(_read(p / "memory.oom_control"), "oom_kill")
+                       for p in _tree(d["memory"]))
+        if "unified" in d:
+            return _field(_read(d["unified"] / "memory.events"), "oom_kill")
+        return 0
+
+    def max_rss_kb(self) -> int:
+        """The cgroup's own peak memory use, KiB (0 when the kernel keeps none)."""
+        d = self.dirs
+        text = ""
+        if "memory" in d:
+            text = _read(d["memory"] / "memory.max_usage_in_bytes")
+        elif "unified" in d:
+            text = _read(d["unified"] / "memory.peak")
+        return int(text) // 1024 if text.strip().isdigit() else 0
+
+    def cpu_seconds(self) -> tuple[float, float] | None:
+        """(user, system) CPU seconds of everything that ran in the job, from the cgroup's
+        counters; None when the host keeps none."""
+        d = self.dirs
+        if "cpuacct" in d:
+            user = _read(d["cpuacct"] / "cpuacct.usage_user").strip()
+            system = _read(d["cpuacct"] / "cpuacct.usage_sys").strip()
+            if user.isdigit() and system.isdigit():
+                return int(user) / 1e9, int(system) / 1e9
+        if "unified" in d:
+            text = _read(d["unified"] / "cpu.stat")
+            if "user_usec" in text:
+                return _field(text, "user_usec") / 1e6, _field(text, "system_usec") / 1e6
+        return None
+
+    # --- removal -----------------------------------------------------------------------------
+
+    def remove(self, leaf: str | None = None) -> bool:
+        """rmdir the job's (or a leaf's) directories, deepest first; False if any is busy."""
+        ok = True
+        for where in self.dirs.values():
+            top = where / leaf if leaf else where
+            known = [top] if leaf else [*(top / name for name in self.leaves), top]
+            for path in known:  # the leaves we made, then the job: no walk in the usual case
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    break  # a leaf we did not make (an earlier agent's): walk below
+            else:
+                continue
+            for path in reversed(list(_tree(top))):
+                try:
+                    path.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    ok = False
+                    log.warning("cannot remove cgroup %s: %s", path, exc.strerror)
+        if leaf and leaf in self.leaves:
+            self.leaves.remove(leaf)
+        return ok
+
+
+# --- what the child calls --------------------------------------------------------------------
+
+
+def join_fds(fds: Iterable[int]) -> None:
+    """Put the calling process in the cgroups whose ``cgroup.procs`` these descriptors are
+    (write "0": myself). Call it in the child after fork, before exec."""
+    for fd in fds:
+        os.write(fd, b"0")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """'0-3,8,10-11' -> (0, 1, 2, 3, 8, 10, 11)."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return tuple(sorted(out))
+
+
+def format_cpu_list(cpus: Iterable[int]) -> str:
+    """(0, 1, 2, 5) -> '0-2,5'."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def _inherit_cpuset(where: Path) -> None:
+    """v1 cpuset: a new cgroup has no CPUs or memory nodes until given its parent's."""
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        if not _read(where / name).strip():
+            _write(where / name, _read(where.parent / name).strip())
+
+
+def _tree(top: Path) -> Iterator[Path]:
+    """``top`` and every cgroup below it, parents first."""
+    if not top.is_dir():
+        return
+    yield top
+    for dirpath, dirnames, _ in os.walk(top):
+        for name in dirnames:
+            yield Path(dirpath) / name
+
+
+def _field(text: str, name: str) -> int:
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == name and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def _read(path: Path) -> str:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise OSError(exc.errno, f"{path.name}: invalid value {text!r}") from None
+        raise
+    finally:
+        os.close(fd)
