@@ -397,8 +397,10 @@ class Agent:
         if not self._registered:
             self.register()
             return
-        self._send("heartbeat", {"node": self.name, "running": self._running(),
-                                 "steps": self.steps.job_ids()})
+        body = {"node": self.name, "running": self._running(), "steps": self.steps.job_ids()}
+        if self.launcher.unkillable:  # UnkillableStepTimeout: schedd drains the node, once
+            body["drain"] = self.launcher.unkillable.pop(0)[:256]
+        self._send("heartbeat", body)
         for key, (sent, body) in list(self._unacked.items()):
             if now - sent >= RESEND_AFTER:
                 self._unacked[key] = (now, body)

@@ -400,3 +400,24 @@ def test_what_a_node_cannot_enforce_is_its_reason_until_it_can(tmp_path):
     assert agent_handlers._containment_reason("", said) == said
     assert agent_handlers._containment_reason(said, "") == ""  # enforced now: cleared
     assert agent_handlers._containment_reason("bad fan", said) == "bad fan"  # an admin's stays
+
+
+@real
+def test_a_cgroup_that_will_not_empty_is_reported_unkillable(base, user, cgroups, monkeypatch):
+    strict = Cgroups(cgroups.node, replace(cgroups.settings, unkillable_step_timeout=0),
+                     layout=cgroups.layout)
+    lau = Launcher(base / "spool", cgroups.node, kill_wait=0, cgroups=strict)
+    lau.launch(spec(user, base, 14, "#!/bin/sh\necho started\nsleep 600\n", kill_wait=0))
+    wait_until(lambda: "started" in output(base, 14), "job started")
+    monkeypatch.setattr(cg_mod.JobCgroup, "populated", lambda self, leaf=None: True)
+    lau.terminate(14, 1)
+
+    def said() -> bool:
+        assert lau.poll() == []  # never ended while its cgroup is not empty
+        return bool(lau.unkillable)
+
+    wait_until(said, "unkillable reported")
+    assert lau.unkillable == ["Kill task failed (job 14: processes unkillable)"]
+    monkeypatch.undo()
+    assert wait_for(lau, 14).state == "CANCELLED"
+    lau.close()
