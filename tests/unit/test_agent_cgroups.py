@@ -305,6 +305,36 @@ def test_only_the_jobs_stand_in_gpu_can_be_opened(base, user, cgroups):
     with_gpus.close()
 
 
+@real
+def test_v2_alone_holds_the_processes_and_the_stand_in_gpus(base, user):
+    """This host's v2 mount only (no controllers): membership, cgroup.kill and a device
+    program, for real."""
+    dev = base / "out" / "dev"
+    dev.mkdir()
+    for n, minor in ((0, 7), (1, 8)):
+        os.mknod(dev / f"nvidia{n}", 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+        os.chmod(dev / f"nvidia{n}", 0o666)
+    v2 = Cgroups(f"t{secrets.token_hex(3)}", Settings(device_dir=str(dev)),
+                 layout=Layout(v2=_HOST.v2, v2_controllers=_HOST.v2_controllers))
+    assert v2.layout.version == "v2" and set(v2.dirs) == {"unified"} and v2.device_program
+    lau = Launcher(base / "spool", v2.node, kill_wait=2, cgroups=v2)
+    lau.launch(spec(user, base, 15, OPENER.format(dev=dev), gpus=[1]))
+    lau.launch(spec(user, base, 16, ESCAPER.format(secs=1016, rest="exit 0")))
+    assert wait_for(lau, 15).state == "COMPLETED"
+    assert output(base, 15) == "0 Operation not permitted\n1 opened\n"
+    assert wait_for(lau, 16).state == "COMPLETED"
+    assert sleepers(user, 1016) == []
+    lau.close()
+    v2.close()
+    assert not any(where.exists() for where in v2.dirs.values())
+
+
+def test_the_device_program_refuses_exactly_the_listed_devices():
+    code = cg_mod.device_program([("c", 195, 1)])
+    assert len(code) == 8 * (4 + 5 + 2)  # loads, one device's test, the final allow
+    assert code[-16:] == cg_mod._insn(0xB7, 0, imm=1) + cg_mod._insn(0x95)
+
+
 FORKER = """#!/usr/bin/env python3
 import os, time
 n = 0
