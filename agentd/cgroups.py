@@ -404,11 +404,18 @@ class JobCgroup:
     # --- making ------------------------------------------------------------------------------
 
     def make(self, limits: Limits, node_cpus: tuple[int, ...]) -> None:
+        stale = False
         for role, where in self.dirs.items():
-            with contextlib.suppress(FileExistsError):
+            try:
                 where.mkdir()
+            except FileExistsError:
+                stale = True
             if role == "cpuset":
                 _inherit_cpuset(where)
+        if stale and self.populated():  # a run no agent remembers (its spool record lost)
+            log.warning("job cgroup %s already held processes: killed", self.dirs.get(
+                self.tracking or "", next(iter(self.dirs.values()))))
+            self.kill()
         self._set_limits(limits)
 
     def _set_limits(self, limits: Limits) -> None:

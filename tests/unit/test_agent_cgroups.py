@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -451,3 +452,17 @@ def test_a_cgroup_that_will_not_empty_is_reported_unkillable(base, user, cgroups
     monkeypatch.undo()
     assert wait_for(lau, 14).state == "CANCELLED"
     lau.close()
+
+
+@real
+def test_a_leftover_cgroup_of_the_same_run_is_emptied_before_reuse(cgroups):
+    first = cgroups.create(17, 1, Limits())
+    fds = first.open_procs()
+    child = subprocess.Popen(["sleep", "1017"], preexec_fn=lambda: cg_mod.join_fds(fds))
+    for fd in fds:
+        os.close(fd)
+    wait_until(lambda: child.pid in first.pids(), "the sleeper joined")
+    again = cgroups.create(17, 1, Limits())  # an agent that lost its spool record
+    assert child.wait(timeout=60) == -9
+    wait_until(lambda: not again.populated(), "the leftover cgroup emptied")
+    assert again.remove()
