@@ -2,18 +2,19 @@
 the agent find and kill every process a job started, whatever it did (``setsid``, double fork,
 ``nohup``, a daemon).
 
-The agent makes one cgroup per job, ``kiln/<node>/job_<id>_<generation>``, in every hierarchy it
-uses, *before* anything of the job runs; the limits are written there, and the processes live in
-leaves below it (``batch`` for the batch script, ``step_<n>`` for srun's tasks), so a step can be
-stopped alone and the job as a whole. The node name is part of the path because several agents
-share one host in tests; the job's generation because a requeued job's new run must not meet the
-old one's stragglers.
+The agent makes one cgroup per job, ``kiln/<node>[.<instance>]/job_<id>_<generation>``, in
+every hierarchy it uses, *before* anything of the job runs, and writes the limits there. The
+batch script runs in it (in a ``batch`` leaf on v2 with controllers), srun's tasks in
+``step_<n>`` leaves below it, so a step can be stopped alone and the job as a whole. The node
+name (and the instance: a hash of the agent's spool) is in the path because several agents and
+test clusters share one host; the job's generation because a requeued job's new run must not
+meet the old one's stragglers.
 
 What the host has is found once at start (``detect``) from ``/proc/self/mountinfo``:
 
 - **v2** (``cgroup2`` with the controllers enabled): memory, cpuset, pids from the unified tree;
-  GPUs through a device program is *not* done here (it needs a BPF loader), and the summary says
-  so;
+  GPUs through a BPF device program attached to the job's cgroup (``attach_device_program``:
+  a few instructions, loaded with ``bpf(2)`` through ctypes; no BPF toolchain needed);
 - **v1** (memory, cpuset, devices, pids, freezer, cpuacct mounted one by one);
 - **hybrid** (v1 controllers plus a v2 mount without them, as on these test machines): the limits
   from v1, and the v2 tree for membership, ``cgroup.events``'s ``populated`` and ``cgroup.kill``.
@@ -37,6 +38,7 @@ import logging
 import os
 import re
 import stat
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,15 +161,19 @@ class Cgroups:
     enforced here, for the log, the node's reason and ``kiln up``."""
 
     def __init__(self, node: str, settings: Settings | None = None,
-                 layout: Layout | None = None, mountinfo: str = "/proc/self/mountinfo"):
+                 layout: Layout | None = None, mountinfo: str = "/proc/self/mountinfo",
+                 instance: str = ""):
         self.node = node
         self.settings = settings or Settings()
         self.layout = layout or detect(mountinfo, self.settings.root)
-        self.base = Path("kiln") / node
+        # kiln/<node>, or kiln/<node>.<instance> where clusters with the same node names share
+        # a host (test clusters: every one has a node1 and a job 1)
+        self.base = Path("kiln") / (f"{node}.{instance}" if instance else node)
         self.dirs: dict[str, Path] = {}  # role -> this node's directory in that hierarchy
         self.unenforced: list[str] = []
         self.cpus_in_use: dict[tuple[int, int], tuple[int, ...]] = {}
         self._gpus = gpu_devices(self.settings.device_dir)
+        self.device_program = False  # v2: GPUs denied by a BPF device program (no v1 devices)
         if self.settings.enabled:
             self._prepare()
         else:
@@ -193,8 +199,7 @@ class Cgroups:
         where it is enforced here)."""
         if not self.active:
             return "CgroupPlugin=(null)"
-        have = set(self.dirs) | (set(self.layout.v2_controllers) if "unified" in self.dirs
-                                 else set())
+        have = self._enforced()
         s = self.settings
 
         def flag(on: bool, controller: str) -> str:
@@ -229,8 +234,9 @@ class Cgroups:
             self._add_role("unified", self.layout.v2)
         for role, mount in self._roles().items():
             self._add_role(role, mount)
-        have = set(self.dirs) | ({c for c in V2_CONTROLLERS if c in self.layout.v2_controllers}
-                                 if "unified" in self.dirs else set())
+        self.device_program = "devices" not in self.dirs and "unified" in self.dirs and \
+            self.settings.constrain_devices and bool(self._gpus) and device_programs_work()
+        have = self._enforced()
         s = self.settings
         wanted = {"memory": s.constrain_ram_space, "cpuset": s.constrain_cores,
                   "pids": s.pids_max > 0, "devices": s.constrain_devices and bool(self._gpus)}
@@ -239,6 +245,16 @@ class Cgroups:
                 self.unenforced.append(f"{name} (no writable {name} controller)")
         if not self.dirs and not self.unenforced:
             self.unenforced.append(f"no cgroup hierarchy under {self.settings.root}")
+
+    def _enforced(self) -> set[str]:
+        """The controllers jobs here are held by (v1 directories, v2 controllers, and
+        ``devices`` through a v2 device program)."""
+        have = set(self.dirs)
+        if "unified" in self.dirs:
+            have |= {c for c in V2_CONTROLLERS if c in self.layout.v2_controllers}
+            if self.device_program:
+                have.add("devices")
+        return have
 
     def _add_role(self, role: str, mount: Path) -> None:
         where = mount / self.base
@@ -343,6 +359,8 @@ class Cgroups:
         cg = JobCgroup({role: where / name for role, where in self.dirs.items()}, self.tracking)
         try:
             cg.make(limits, self.node_cpus)
+            if self.device_program and limits.deny_devices:
+                attach_device_program(self.dirs["unified"] / name, limits.deny_devices)
             if self.layout.version == "v2" and "unified" in self.dirs:
                 cg.add_leaf(BATCH)  # v2 with controllers: no processes beside child cgroups
                 cg.batch = BATCH
@@ -385,11 +403,18 @@ class JobCgroup:
     # --- making ------------------------------------------------------------------------------
 
     def make(self, limits: Limits, node_cpus: tuple[int, ...]) -> None:
+        stale = False
         for role, where in self.dirs.items():
-            with contextlib.suppress(FileExistsError):
+            try:
                 where.mkdir()
+            except FileExistsError:
+                stale = True
             if role == "cpuset":
                 _inherit_cpuset(where)
+        if stale and self.populated():  # a run no agent remembers (its spool record lost)
+            log.warning("job cgroup %s already held processes: killed", self.dirs.get(
+                self.tracking or "", next(iter(self.dirs.values()))))
+            self.kill()
         self._set_limits(limits)
 
     def _set_limits(self, limits: Limits) -> None:
@@ -543,6 +568,81 @@ class JobCgroup:
         if leaf and leaf in self.leaves:
             self.leaves.remove(leaf)
         return ok
+
+
+# --- v2 devices: a BPF device program ----------------------------------------------------------
+
+# bpf(2) by hand (ctypes): the syscall number per machine, the commands and types used
+_NR_BPF = {"x86_64": 321, "aarch64": 280}
+_BPF_PROG_LOAD, _BPF_PROG_ATTACH = 5, 8
+_BPF_PROG_TYPE_CGROUP_DEVICE, _BPF_CGROUP_DEVICE, _BPF_F_ALLOW_MULTI = 15, 6, 2
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+
+def device_program(deny: Iterable[tuple[str, int, int]]) -> bytes:
+    """A BPF_PROG_TYPE_CGROUP_DEVICE program that refuses these devices (any access) and
+    allows the rest: ctx is {u32 access_type (type in the low 16 bits), u32 major, u32 minor}."""
+    prog = [_insn(0x61, 2, 1, 4), _insn(0x61, 3, 1, 8),  # r2 = major, r3 = minor
+            _insn(0x61, 4, 1, 0), _insn(0x54, 4, imm=0xFFFF)]  # r4 = type (1 block, 2 char)
+    for kind, major, minor in deny:  # if (type, major, minor) match: return 0 (EPERM)
+        prog += [_insn(0x55, 4, off=4, imm=2 if kind == "c" else 1),
+                 _insn(0x55, 2, off=3, imm=major), _insn(0x55, 3, off=2, imm=minor),
+                 _insn(0xB7, 0, imm=0), _insn(0x95)]
+    return b"".join([*prog, _insn(0xB7, 0, imm=1), _insn(0x95)])  # return 1: allowed
+
+
+def _bpf(cmd: int, attr: bytes) -> int:
+    import ctypes
+    import platform
+
+    number = _NR_BPF.get(platform.machine())
+    if number is None:
+        raise OSError(errno.ENOSYS, f"bpf(2) not wired for {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    result = libc.syscall(number, cmd, buf, len(attr))
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(result)
+
+
+def _load_program(deny: Iterable[tuple[str, int, int]]) -> int:
+    import ctypes
+
+    code = device_program(deny)
+    insns = ctypes.create_string_buffer(code, len(code))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    attr = struct.pack("<IIQQ", _BPF_PROG_TYPE_CGROUP_DEVICE, len(code) // 8,
+                       ctypes.addressof(insns), ctypes.addressof(license_))
+    return _bpf(_BPF_PROG_LOAD, attr.ljust(128, b"\0"))
+
+
+def attach_device_program(cgroup_dir: Path, deny: Iterable[tuple[str, int, int]]) -> None:
+    """Deny these devices to every process in a v2 cgroup (the program stays attached to the
+    cgroup once our descriptors close, and goes with it)."""
+    prog = _load_program(deny)
+    try:
+        target = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _bpf(_BPF_PROG_ATTACH, struct.pack("<IIII", target, prog, _BPF_CGROUP_DEVICE,
+                                               _BPF_F_ALLOW_MULTI).ljust(32, b"\0"))
+        finally:
+            os.close(target)
+    finally:
+        os.close(prog)
+
+
+def device_programs_work() -> bool:
+    """Can this agent load a device program (root, a kernel with cgroup BPF)?"""
+    try:
+        os.close(_load_program([]))
+    except OSError:
+        return False
+    return True
 
 
 # --- what the child calls --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import itertools
 import logging
 import os
@@ -71,7 +72,7 @@ class Agent:
         self.memory_mb = memory_mb or host_mem
         self.features = features or []
         spool = Path(spool_dir or cfg.agent.spool_dir or cfg.home / "spool" / node_name)
-        self.cgroups = None if self.relay_only else _make_cgroups(cfg, node_name)
+        self.cgroups = None if self.relay_only else _make_cgroups(cfg, node_name, spool)
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
                                  allow_root=cfg.allow_root_jobs, cgroups=self.cgroups)
         recovered = self.launcher.recover()
@@ -413,8 +414,10 @@ class Agent:
         if not self._registered:
             self.register()
             return
-        self._send("heartbeat", {"node": self.name, "running": self._running(),
-                                 "steps": self.steps.job_ids()})
+        body = {"node": self.name, "running": self._running(), "steps": self.steps.job_ids()}
+        if self.launcher.unkillable:  # UnkillableStepTimeout: schedd drains the node, once
+            body["drain"] = self.launcher.unkillable.pop(0)[:256]
+        self._send("heartbeat", body)
         for key, (sent, body) in list(self._unacked.items()):
             if now - sent >= RESEND_AFTER:
                 self._unacked[key] = (now, body)
@@ -424,8 +427,11 @@ class Agent:
         self._stopping = True
 
 
-def _make_cgroups(cfg: kconfig.Config, node_name: str) -> cgroup_mod.Cgroups:
-    """This node's job cgroups from ``[cgroup]``; what cannot be enforced is logged once."""
+def _make_cgroups(cfg: kconfig.Config, node_name: str, spool: Path) -> cgroup_mod.Cgroups:
+    """This node's job cgroups from ``[cgroup]``; what cannot be enforced is logged once. The
+    cgroups are ``kiln/<node>.<a hash of the spool directory>``: two clusters on one host (test
+    clusters, each with its node1 and its job 1) never meet, and a restarted agent (same
+    spool) finds its jobs' cgroups again."""
     c = cfg.cgroup
     settings = cgroup_mod.Settings(
         enabled=c.enabled, constrain_cores=c.constrain_cores,
@@ -433,7 +439,8 @@ def _make_cgroups(cfg: kconfig.Config, node_name: str) -> cgroup_mod.Cgroups:
         constrain_swap_space=c.constrain_swap_space, constrain_devices=c.constrain_devices,
         pids_max=c.pids_max, unkillable_step_timeout=c.unkillable_step_timeout,
         root=c.root, device_dir=c.device_dir)
-    cgroups = cgroup_mod.Cgroups(node_name, settings)
+    instance = hashlib.sha256(str(spool.resolve()).encode()).hexdigest()[:8]
+    cgroups = cgroup_mod.Cgroups(node_name, settings, instance=instance)
     if cgroups.active and not cgroups.unenforced:
         log.info("%s", cgroups.summary())
     else:

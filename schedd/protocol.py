@@ -278,7 +278,9 @@ AGENT_OPS: dict[str, Schema] = {
     "register": {"node": Obj(_NODE, required=True), "running": List(_RUNNING, required=True),
                  "finished": List(Obj(_ENDED))},
     "heartbeat": {"node": Str(256, required=True), "running": List(_RUNNING),
-                  "steps": List(Int(0))},  # ids of jobs with step tasks alive here
+                  "steps": List(Int(0)),  # ids of jobs with step tasks alive here
+                  # a job's processes outlived UnkillableStepTimeout: drain with this reason
+                  "drain": Str(256)},
     "job_started": {"node": Str(256, required=True), "job_id": Int(0, required=True),
                     "generation": Int(0, required=True), "start_time": Num(required=True),
                     "pid": Int(0)},

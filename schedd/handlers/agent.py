@@ -6,6 +6,8 @@ another node is refused.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Any
 
 from schedd.context import Context, RequestError
@@ -13,6 +15,8 @@ from schedd.lifecycle import health, transitions
 from schedd.model import GPU, JobState, Node, NodeState
 from schedd.slurm.stats import clean_stats
 from schedd.state import RUNNING_STATES
+
+log = logging.getLogger("schedd.agent")
 
 
 def _same_node(caller: str, name: Any) -> str:
@@ -49,6 +53,16 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"heartbeat_interval": ctx.cfg.heartbeat_interval, "kill_wait": ctx.cfg.kill_wait}
 
 
+def _drain(ctx: Context, node: Node, reason: str) -> None:
+    """Slurm's UnkillableStepTimeout: the agent could not empty a job's cgroup, so the node
+    takes no new jobs until an admin resumes it (a DOWN or DRAIN node keeps its state)."""
+    if node.state in (NodeState.DRAIN, NodeState.DOWN):
+        return
+    drained = dataclasses.replace(node, state=NodeState.DRAIN, reason=reason)
+    ctx.state.save_node(drained)
+    log.error("node %s drained: %s", node.name, reason)
+
+
 def _containment_reason(reason: str, cgroup_reason: str) -> str:
     """The node's reason with what its agent cannot enforce (``cgroups: not enforced: ...``):
     set while the node has no other reason, cleared once the agent enforces everything; an
@@ -70,6 +84,8 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
     if not ctx.state.node_alive(node, now):
         ctx.wake_scheduler()
     health.node_heard(ctx, node, now)
+    if body.get("drain"):
+        _drain(ctx, node, str(body["drain"]))
     _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
     _reconcile_steps(ctx, name, body.get("steps") or [])
     return {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -305,6 +306,36 @@ def test_only_the_jobs_stand_in_gpu_can_be_opened(base, user, cgroups):
     with_gpus.close()
 
 
+@real
+def test_v2_alone_holds_the_processes_and_the_stand_in_gpus(base, user):
+    """This host's v2 mount only (no controllers): membership, cgroup.kill and a device
+    program, for real."""
+    dev = base / "out" / "dev"
+    dev.mkdir()
+    for n, minor in ((0, 7), (1, 8)):
+        os.mknod(dev / f"nvidia{n}", 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+        os.chmod(dev / f"nvidia{n}", 0o666)
+    v2 = Cgroups(f"t{secrets.token_hex(3)}", Settings(device_dir=str(dev)),
+                 layout=Layout(v2=_HOST.v2, v2_controllers=_HOST.v2_controllers))
+    assert v2.layout.version == "v2" and set(v2.dirs) == {"unified"} and v2.device_program
+    lau = Launcher(base / "spool", v2.node, kill_wait=2, cgroups=v2)
+    lau.launch(spec(user, base, 15, OPENER.format(dev=dev), gpus=[1]))
+    lau.launch(spec(user, base, 16, ESCAPER.format(secs=1016, rest="exit 0")))
+    assert wait_for(lau, 15).state == "COMPLETED"
+    assert output(base, 15) == "0 Operation not permitted\n1 opened\n"
+    assert wait_for(lau, 16).state == "COMPLETED"
+    assert sleepers(user, 1016) == []
+    lau.close()
+    v2.close()
+    assert not any(where.exists() for where in v2.dirs.values())
+
+
+def test_the_device_program_refuses_exactly_the_listed_devices():
+    code = cg_mod.device_program([("c", 195, 1)])
+    assert len(code) == 8 * (4 + 5 + 2)  # loads, one device's test, the final allow
+    assert code[-16:] == cg_mod._insn(0xB7, 0, imm=1) + cg_mod._insn(0x95)
+
+
 FORKER = """#!/usr/bin/env python3
 import os, time
 n = 0
@@ -400,3 +431,38 @@ def test_what_a_node_cannot_enforce_is_its_reason_until_it_can(tmp_path):
     assert agent_handlers._containment_reason("", said) == said
     assert agent_handlers._containment_reason(said, "") == ""  # enforced now: cleared
     assert agent_handlers._containment_reason("bad fan", said) == "bad fan"  # an admin's stays
+
+
+@real
+def test_a_cgroup_that_will_not_empty_is_reported_unkillable(base, user, cgroups, monkeypatch):
+    strict = Cgroups(cgroups.node, replace(cgroups.settings, unkillable_step_timeout=0),
+                     layout=cgroups.layout)
+    lau = Launcher(base / "spool", cgroups.node, kill_wait=0, cgroups=strict)
+    lau.launch(spec(user, base, 14, "#!/bin/sh\necho started\nsleep 600\n", kill_wait=0))
+    wait_until(lambda: "started" in output(base, 14), "job started")
+    monkeypatch.setattr(cg_mod.JobCgroup, "populated", lambda self, leaf=None: True)
+    lau.terminate(14, 1)
+
+    def said() -> bool:
+        assert lau.poll() == []  # never ended while its cgroup is not empty
+        return bool(lau.unkillable)
+
+    wait_until(said, "unkillable reported")
+    assert lau.unkillable == ["Kill task failed (job 14: processes unkillable)"]
+    monkeypatch.undo()
+    assert wait_for(lau, 14).state == "CANCELLED"
+    lau.close()
+
+
+@real
+def test_a_leftover_cgroup_of_the_same_run_is_emptied_before_reuse(cgroups):
+    first = cgroups.create(17, 1, Limits())
+    fds = first.open_procs()
+    child = subprocess.Popen(["sleep", "1017"], preexec_fn=lambda: cg_mod.join_fds(fds))
+    for fd in fds:
+        os.close(fd)
+    wait_until(lambda: child.pid in first.pids(), "the sleeper joined")
+    again = cgroups.create(17, 1, Limits())  # an agent that lost its spool record
+    assert child.wait(timeout=60) == -9
+    wait_until(lambda: not again.populated(), "the leftover cgroup emptied")
+    assert again.remove()
