@@ -146,6 +146,7 @@ class _Job:
     asked: str = ""  # the state the agent asked the supervisor to end the job as
     cgroup: JobCgroup | None = None  # its cgroup (agentd.cgroups), when the node has them
     emptying_since: float = 0.0  # supervisor gone, cgroup not yet empty: when we began to kill
+    unkillable_said: bool = False  # UnkillableStepTimeout passed and the agent said so
 
     @property
     def key(self) -> tuple[int, int]:
@@ -466,9 +467,10 @@ class Launcher:
 
     def _emptied(self, job: _Job, now: float) -> bool:
         """A job has ended only when its cgroup is empty: kill what its supervisor left (a
-        process that escaped while it ran, or everything when the supervisor died). One still
-        there ``UnkillableStepTimeout`` after the first kill drains the node (Slurm's "Kill
-        task failed"), and the job is reported ended then."""
+        process that escaped while it ran, or everything when the supervisor died), and look
+        again at the next poll. One still there ``UnkillableStepTimeout`` after the first kill
+        drains the node (Slurm's "Kill task failed"); the job stays running until it is gone,
+        so its GPUs are never given to another job beside it."""
         if job.cgroup is None or not job.cgroup.populated():
             return True
         if not job.emptying_since:
@@ -477,12 +479,13 @@ class Launcher:
         if not job.cgroup.populated():
             return True
         assert self.cgroups is not None
-        if now - job.emptying_since < self.cgroups.settings.unkillable_step_timeout:
-            return False
-        reason = f"Kill task failed (job {job.job_id}: processes unkillable)"
-        log.error("%s: %s", reason, job.cgroup.pids())
-        self.unkillable.append(reason)
-        return True
+        if not job.unkillable_said and \
+                now - job.emptying_since >= self.cgroups.settings.unkillable_step_timeout:
+            job.unkillable_said = True
+            reason = f"Kill task failed (job {job.job_id}: processes unkillable)"
+            log.error("%s: %s", reason, job.cgroup.pids())
+            self.unkillable.append(reason)
+        return False
 
     def _supervisor_gone(self, job: _Job) -> bool:
         if job.proc is not None:
