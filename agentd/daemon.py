@@ -189,6 +189,9 @@ class Agent:
             age = self.launcher.checkpoint_age(r["job_id"], r["generation"], time.time())
             if age is not None:
                 item["checkpoint_age"] = age
+            usage = self.sampler.usage(r["job_id"], r["generation"])  # for sstat
+            if usage:
+                item["usage"] = usage
             out.append(item)
         return out
 
@@ -335,7 +338,7 @@ class Agent:
                 if self.relay is not None:
                     self.relay.server.ready(ready, time.monotonic())
             now = time.time()
-            self.sampler.tick(now, self.launcher.running())
+            self.sampler.tick(now, self.launcher.running(), self.steps.live_tasks())
             for fin in self.launcher.poll(now):
                 self._report(fin)
             for key, body in self.steps.poll(now):
@@ -388,7 +391,8 @@ class Agent:
             self.register()
             return
         self._send("heartbeat", {"node": self.name, "running": self._running(),
-                                 "steps": self.steps.job_ids()})
+                                 "steps": self.steps.job_ids(),
+                                 "step_usage": self.sampler.step_usage()})
         for key, (sent, body) in list(self._unacked.items()):
             if now - sent >= RESEND_AFTER:
                 self._unacked[key] = (now, body)

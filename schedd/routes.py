@@ -35,6 +35,7 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "ping": ping,
     "submit": submit.submit,
     "query_jobs": query.query_jobs,
+    "job_stat": query.job_stat,
     "cancel": control.cancel,
     "hold": control.hold,
     "release": control.release,
