@@ -253,6 +253,8 @@ CLIENT_OPS: dict[str, Schema] = {
     "job_why": {"job_id": Str(64, required=True)},
     # sstat: running steps' live usage; sprio: pending jobs' priority factors; sdiag
     "job_stat": {"job_ids": List(_ID, size=MAX_JOB_REFS, required=True)},
+    "job_priority": {"job_ids": List(_ID, size=MAX_JOB_REFS), "users": _NAMES},
+    "sched_diag": {},
     "forecast_stats": {"since": Num()},
 }
 

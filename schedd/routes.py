@@ -51,6 +51,8 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "step_cancel": srun.step_cancel,
     "job_why": insight.job_why,
     "forecast_stats": insight.forecast_stats,
+    "job_priority": insight.job_priority,
+    "sched_diag": insight.sched_diag,
     "update_job": jobcontrol.update_job,
     "requeue": jobcontrol.requeue,
     "update_node": jobcontrol.update_node,

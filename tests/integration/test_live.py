@@ -147,3 +147,77 @@ def test_sstat_others_jobs_and_unknown_ids(live: Cluster, workdir: Path) -> None
     finally:
         (workdir / "release").touch()
     live.wait(job, {"COMPLETED"})
+
+
+SPRIO_HEADER = ("          JOBID PARTITION   PRIORITY       SITE        AGE  FAIRSHARE  PARTITION"
+                "        QOS")
+
+
+def test_sprio_and_sdiag_on_a_queue_behind_a_blocker(live: Cluster, workdir: Path) -> None:
+    """Two jobs wait behind one holding every GPU, a third is held: sprio lists the two with
+    the factors that weigh (kiln's defaults: age, fair share, partition, QOS), and sdiag
+    counts the cycles that saw them."""
+    blocker = live.sbatch("--gres=gpu:8", "-o", "/dev/null", "--wrap", release_file(workdir),
+                          cwd=workdir)
+    try:
+        live.wait(blocker, {"RUNNING"})
+        waiting = [live.sbatch("--gres=gpu:1", "-o", "/dev/null", "--wrap", "true",
+                               cwd=workdir) for _ in range(2)]
+        held = live.sbatch("-H", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true",
+                           cwd=workdir)
+        for job in waiting:
+            until(lambda job=job: live.job(job)["reason"] == "Resources" or
+                  live.job(job)["reason"] == "Priority", f"job {job} waits for the blocker")
+        res = live.run("sprio")
+        assert res.returncode == 0 and res.stderr == ""
+        header, *rows = res.stdout.splitlines()
+        assert header == SPRIO_HEADER
+        assert [int(r.split()[0]) for r in rows] == waiting  # not the running nor the held job
+        assert held not in [int(r.split()[0]) for r in rows]
+        for row in rows:
+            job_id, part, prio, site, age, fairshare, part_factor, qos = row.split()
+            assert (part, site, part_factor, qos) == ("gpu", "0", "1000", "0")
+            # the factors add up to the priority, which is squeue's (sprio truncates the sum,
+            # as Slurm's (long long) does; squeue rounds it; each factor is rounded)
+            total = int(age) + int(fairshare) + int(part_factor) + int(qos)
+            assert abs(int(prio) - total) <= 2 and int(fairshare) > 0
+            squeue = live.run("squeue", "-h", "-j", job_id, "-o", "%Q").stdout.strip()
+            assert int(prio) in (int(squeue), int(squeue) - 1)
+            assert len(row) == len(header)
+        res = live.run("sprio", "-w")
+        assert res.stdout.splitlines() == [
+            SPRIO_HEADER,
+            "        Weights                               1       1000      10000       1000"
+            "       1000"]
+        res = live.run("sprio", "-n", "-l", "-h", "-j", str(waiting[0]))
+        [row] = res.stdout.splitlines()
+        assert row.split()[:3] == [str(waiting[0]), "gpu", "root"]
+        weighted = live.run("sprio", "-h", "-j", str(waiting[0]), "-o", "%F").stdout.strip()
+        assert round(float(row.split()[6]) * 10000) == int(weighted)  # FAIRSHARE, normalised
+        assert row.endswith(" " * 20)  # the blank TRES column, as Slurm's
+        res = live.run("sprio", "-j", str(waiting[1]), "-o", "%.15i %.10u %.10o %.10Y")
+        assert res.stderr == "sprio: error: Invalid job format specification: o\n"
+        assert res.stdout.splitlines()[0] == "          JOBID       USER   PRIORITY"
+        res = live.run("sprio", "-j", "999999")
+        assert (res.returncode, res.stdout) == (
+            0, "Unable to find jobs matching user/id(s) specified\n")
+        res = live.run("sprio", "-j", "x1")
+        assert (res.returncode, res.stderr) == (1, "sprio: error: Invalid job id: x1\n")
+
+        res = live.run("sdiag")
+        assert res.returncode == 0, res.stderr
+        text = res.stdout
+        assert text.startswith("*" * 55 + "\nsdiag output at ")
+        figures = dict(re.findall(r"^\t?([A-Z][\w ()]*?):\s+(\d+)$", text, re.M))
+        assert int(figures["Total cycles"]) > 0 and figures["Jobs pending"] == "3"
+        assert int(figures["Jobs submitted"]) >= 4 and int(figures["Jobs started"]) >= 1
+        assert "\nBackfilling stats\n" in text
+        res = live.run("sdiag", "--json")
+        import json
+
+        stats = json.loads(res.stdout)["statistics"]
+        assert stats["jobs_pending"] == 3 and stats["schedule_cycle_total"] > 0
+        assert stats["schedule_cycle_max"] >= stats["schedule_cycle_last"] > 0
+    finally:
+        (workdir / "release").touch()
+        live.run("scancel", "-u", "root")
