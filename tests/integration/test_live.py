@@ -221,3 +221,62 @@ def test_sprio_and_sdiag_on_a_queue_behind_a_blocker(live: Cluster, workdir: Pat
     finally:
         (workdir / "release").touch()
         live.run("scancel", "-u", "root")
+
+
+def test_kiln_top_once_and_live(live: Cluster, workdir: Path) -> None:
+    """``kiln top`` over a pipe is one snapshot; on an 80x24 terminal it is the live view,
+    which redraws in place on the alternate screen and leaves cleanly on q."""
+    import fcntl
+    import os
+    import select
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    job = live.sbatch("--gres=gpu:2", "-J", "topjob", "-o", "/dev/null", "--wrap",
+                      release_file(workdir), cwd=workdir)
+    try:
+        live.wait(job, {"RUNNING"})
+        res = live.run("kiln", "top")  # stdout is a pipe: --once
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        assert lines[0].startswith("kiln top  ") and max(map(len, lines)) <= 80
+        node = next(line.split() for line in lines if line.startswith(" node1"))
+        assert node[:5] == ["node1", "mixed", "8", "2", "6"]
+        assert any(line.split()[:3] == [str(job), "topjob", "R"] for line in lines)
+        assert live.run("kiln", "top", "--once").returncode == 0
+
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        proc = subprocess.Popen([str(Path(live.env["PATH"].split(":")[0]) / "kiln"), "top"],
+                                stdin=slave, stdout=slave, stderr=slave,
+                                env={**live.env, "TERM": "xterm-256color"},
+                                start_new_session=True)
+        os.close(slave)
+        seen = b""
+
+        def screen_shows(text: bytes) -> bool:
+            nonlocal seen
+            while select.select([master], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+            return text in seen
+
+        until(lambda: screen_shows(b"topjob"), "the live view shows the job")
+        assert b"\x1b[?1049h" in seen  # the alternate screen: redrawn in place, no scrolling
+        os.write(master, b"u")
+        until(lambda: screen_shows(b"Queue (root's)"), "u filters the queue to my jobs")
+        os.write(master, b"q")
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            screen_shows(b"")
+        assert proc.wait(timeout=5) == 0
+        screen_shows(b"")
+        assert b"\x1b[?1049l" in seen and b"Traceback" not in seen  # the screen given back
+        os.close(master)
+    finally:
+        (workdir / "release").touch()
+    live.wait(job, {"COMPLETED"})
