@@ -101,7 +101,8 @@ def _node_gpus(state: ClusterState) -> dict[str, tuple[float, float, bool]]:
                    any(s for _, _, s in v)) for node, v in out.items()}
 
 
-def nodes_table(state: ClusterState) -> Any:
+def nodes_table(state: ClusterState, view: View, limit: int | None = None) -> Any:
+    """The nodes (of the chosen partition), at most ``limit`` rows (the rest counted)."""
     from rich.table import Table
 
     table = Table(title="Nodes", title_justify="left", expand=True, box=None, padding=(0, 1))
@@ -110,7 +111,10 @@ def nodes_table(state: ClusterState) -> Any:
                           ("UTIL", "right"), ("GPUMEM", "right")):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     sampled = _node_gpus(state)
-    for node in state.nodes:
+    nodes = [n for n in state.nodes
+             if not view.partition or view.partition in (n.get("partitions") or [])]
+    shown = nodes if limit is None or len(nodes) <= limit else nodes[:max(limit - 1, 1)]
+    for node in shown:
         total, alloc = len(node.get("gpus") or []), int(node.get("alloc_gpus") or 0)
         display = str(node.get("state_display") or node.get("state") or "")
         drained = total - alloc if display.startswith(("DRAIN", "DOWN")) else 0
@@ -119,6 +123,8 @@ def nodes_table(state: ClusterState) -> Any:
                       str(total - alloc - drained), str(drained),
                       "-" if util is None else f"{util:.0f}%{' sim' if sim else ''}",
                       "-" if mem is None else f"{mem / 1024:.1f}G")
+    if len(shown) < len(nodes):
+        table.add_row(f"+{len(nodes) - len(shown)} more", "", "", "", "", "", "", "")
     return table
 
 
@@ -196,8 +202,9 @@ def _jobs(state: ClusterState, view: View) -> list[dict[str, Any]]:
             and (not view.partition or j.get("partition") == view.partition)]
 
 
-def render(state: ClusterState, view: View) -> Any:
-    """The whole view: a title line, the four panels, the keys."""
+def render(state: ClusterState, view: View, height: int | None = None) -> Any:
+    """The whole view: a title line, the four panels, the keys. ``height`` (the live view's
+    terminal): the node list is cut to what leaves room for the rest."""
     from rich.console import Group
     from rich.text import Text
 
@@ -205,7 +212,13 @@ def render(state: ClusterState, view: View) -> Any:
     title = Text(f"kiln top  {stamp}" + (f"  partition {view.partition}"
                                          if view.partition else ""), style="bold")
     keys = Text("u: my jobs / all  p: partition  q: quit", style="dim")
-    return Group(title, nodes_table(state), queue_table(state, view),
+    limit = None
+    if height is not None:
+        mine = sum(1 for j in state.jobs if j.get("user") == view.user
+                   and j.get("state") in ("RUNNING", "PENDING"))
+        rest = 10 + len(_partitions(state)) + min(mine, MY_JOBS_SHOWN + 1)
+        limit = max(height - rest, 3)
+    return Group(title, nodes_table(state, view, limit), queue_table(state, view),
                  my_jobs_table(state, view), Text(fairshare_line(state, view)), keys)
 
 
@@ -241,6 +254,13 @@ def on_key(key: str, view: View, state: ClusterState) -> bool:
     return True
 
 
+def _height() -> int:
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).lines
+    except OSError:
+        return 24
+
+
 def live(view: View) -> None:
     import termios
     import tty
@@ -252,17 +272,17 @@ def live(view: View) -> None:
     state = gather(view.user)
     try:
         tty.setcbreak(fd)
-        with Live(render(state, view), screen=True, auto_refresh=False) as screen:
+        with Live(render(state, view, _height()), screen=True, auto_refresh=False) as screen:
             fetched = time.monotonic()
             while True:
                 ready, _, _ = select.select([fd], [], [], 0.25)
                 if ready:
                     if not on_key(os.read(fd, 1).decode(errors="replace"), view, state):
                         return
-                    screen.update(render(state, view), refresh=True)
+                    screen.update(render(state, view, _height()), refresh=True)
                 if time.monotonic() - fetched >= REFRESH:
                     state, fetched = gather(view.user), time.monotonic()
-                    screen.update(render(state, view), refresh=True)
+                    screen.update(render(state, view, _height()), refresh=True)
     except KeyboardInterrupt:
         return
     finally:

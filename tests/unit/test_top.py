@@ -85,3 +85,19 @@ def test_keys_filter_the_queue(utc: None) -> None:
     assert "ReqNodeNotAvail:1" in text and "Resources" not in text
     assert top.on_key("p", view, state) and view.partition == ""
     assert not top.on_key("q", view, state) and not top.on_key("\x03", view, state)
+
+
+def test_the_live_view_fits_its_terminal(utc: None) -> None:
+    state = known_state()
+    state.nodes = [dict(state.nodes[0], name=f"node{i:03d}") for i in range(1, 101)]
+    text = top.snapshot_text(state, top.View("alice"), width=80)
+    assert "node100" in text  # a snapshot shows every node
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    Console(file=buffer, width=80, height=24, color_system=None).print(
+        top.render(state, top.View("alice"), height=24))
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) <= 24 and any("more" in line for line in lines)
