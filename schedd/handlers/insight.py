@@ -179,14 +179,8 @@ def job_priority(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str
                "partition": sched.weight_partition, "qos": sched.weight_qos}
     return {"weights": weights, "jobs": [
         {"job_id": j.id, "partition": j.partition, "user": j.user, "account": j.account,
-         "nice": j.nice, "factors": table.get(j.id, {})} for j in sorted(shown, key=_BY_ID)]}
-
-
-def _by_id(job: Job) -> int:
-    return job.id
-
-
-_BY_ID = _by_id
+         "nice": j.nice, "factors": table.get(j.id, {})}
+        for j in sorted(shown, key=lambda j: j.id)]}
 
 
 def sched_diag(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
