@@ -31,6 +31,9 @@ import click
 
 REFRESH = 2.0  # seconds between fetches in the live view
 MY_JOBS_SHOWN = 5
+# the job attributes the view reads: schedd sends just these, column by column (as squeue)
+JOB_FIELDS = ["id", "name", "user", "state", "partition", "reason", "start_time", "time_limit",
+              "array_job_id", "array_task_id", "allocation"]
 
 
 @dataclass(slots=True)
@@ -59,7 +62,7 @@ def gather(user: str) -> ClusterState:
 
     with Client() as client:
         nodes = client.call("query_nodes", {})
-        jobs = client.call("query_jobs", {}).get("jobs", [])
+        jobs = rows(client.call("query_jobs", {"fields": JOB_FIELDS}))
         try:
             shares = client.call("sshare", {}).get("rows", [])
         except ClientError:
@@ -74,6 +77,13 @@ def gather(user: str) -> ClusterState:
                             usage[int(job["job_id"])] = step["usage"]
     return ClusterState(float(nodes.get("now") or time.time()), nodes.get("nodes", []), jobs,
                         shares, usage)
+
+
+def rows(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """query_jobs' column reply ({"count", "columns", "values", "constant"}) as one dict per job."""
+    count, constant = int(reply.get("count") or 0), reply.get("constant") or {}
+    columns = list(zip(reply.get("columns") or [], reply.get("values") or [], strict=True))
+    return [{**constant, **{name: values[i] for name, values in columns}} for i in range(count)]
 
 
 # --- the panels ------------------------------------------------------------------------------

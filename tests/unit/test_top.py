@@ -101,3 +101,11 @@ def test_the_live_view_fits_its_terminal(utc: None) -> None:
         top.render(state, top.View("alice"), height=24))
     lines = buffer.getvalue().splitlines()
     assert len(lines) <= 24 and any("more" in line for line in lines)
+
+
+def test_rows_from_a_column_reply() -> None:
+    reply = {"count": 2, "columns": ["id", "state"], "values": [[1, 2], ["RUNNING", "PENDING"]],
+             "constant": {"user": "alice"}}
+    assert top.rows(reply) == [{"user": "alice", "id": 1, "state": "RUNNING"},
+                               {"user": "alice", "id": 2, "state": "PENDING"}]
+    assert top.rows({"count": 0, "columns": [], "values": [], "constant": {}}) == []
