@@ -69,7 +69,8 @@ def job_stat(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, An
     """sstat: for each id asked for (in order), the jobs it names with their running steps,
     each step's live usage merged over its nodes (``schedd.slurm.stats.merge_usage``) from the
     agents' last heartbeats. A user sees their own jobs; another's comes back ``denied``
-    (operators see every job). A job that is not running has no steps."""
+    (operators see every job), or not at all under PrivateData=jobs. A job that is not running
+    has no steps."""
     operator = is_operator(caller)
     answers = []
     for text in body["job_ids"]:
@@ -77,6 +78,7 @@ def job_stat(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, An
             jobs, _ = select_jobs_reporting(ctx, {"job_ids": [text], "all_states": True})
         except RequestError:
             jobs = []
+        jobs = visible_jobs(ctx, caller, jobs)  # PrivateData=jobs: another's is not even there
         found = []
         for job in jobs:
             entry: dict[str, Any] = {"job_id": job.id, "steps": []}
