@@ -201,6 +201,9 @@ class Agent:
             age = self.launcher.checkpoint_age(r["job_id"], r["generation"], time.time())
             if age is not None:
                 item["checkpoint_age"] = age
+            usage = self.sampler.usage(r["job_id"], r["generation"])  # for sstat
+            if usage:
+                item["usage"] = usage
             out.append(item)
         return out
 
@@ -360,7 +363,7 @@ class Agent:
                 if self.relay is not None:
                     self.relay.server.ready(ready, time.monotonic())
             now = time.time()
-            self.sampler.tick(now, self.launcher.running())
+            self.sampler.tick(now, self.launcher.running(), self.steps.live_tasks())
             for fin in self.launcher.poll(now):
                 self._report(fin, error=f"launch failed: {fin.error}" if fin.error else "")
             for key, body in self.steps.poll(now):
@@ -414,7 +417,8 @@ class Agent:
         if not self._registered:
             self.register()
             return
-        body = {"node": self.name, "running": self._running(), "steps": self.steps.job_ids()}
+        body = {"node": self.name, "running": self._running(), "steps": self.steps.job_ids(),
+                "step_usage": self.sampler.step_usage()}
         if self.launcher.unkillable:  # UnkillableStepTimeout: schedd drains the node, once
             body["drain"] = self.launcher.unkillable.pop(0)[:256]
         self._send("heartbeat", body)

@@ -134,9 +134,11 @@ class JobSamples:
     rss_max: float = 0.0
     cpu_user: float = 0.0
     cpu_system: float = 0.0
+    task: dict[str, float] = field(default_factory=dict)  # sstat's figures of the batch step
 
     def add(self, gpu: list[tuple[float, float]], tree: TreeUsage) -> None:
         self.samples += 1
+        absorb(self.task, tree)
         self.rss_sum += tree.rss_kb
         self.rss_max = max(self.rss_max, tree.rss_kb)
         self.cpu_user = max(self.cpu_user, tree.cpu_user)
@@ -166,6 +168,13 @@ class JobSamples:
         return out
 
 
+def absorb(task: dict[str, float], tree: TreeUsage) -> None:
+    """Fold a reading into a task's figures: each the largest seen (RSS and virtual size peak;
+    CPU time, page faults and I/O only grow)."""
+    for metric, value in tree.figures().items():
+        task[metric] = max(task.get(metric, 0.0), value)
+
+
 class TreeUsage(NamedTuple):
     """One reading of a job's process tree."""
 
@@ -173,6 +182,15 @@ class TreeUsage(NamedTuple):
     cpu_user: float  # seconds: the live processes' own, plus what each has reaped
     cpu_system: float
     pids: set[int]
+    vms_kb: float = 0.0  # virtual size, the live processes together
+    pages: float = 0.0  # major page faults of the live processes
+    read_bytes: float = 0.0  # bytes read and written by the live processes (rchar, wchar)
+    write_bytes: float = 0.0
+
+    def figures(self) -> dict[str, float]:
+        """This reading as sstat's per-task metrics (``schedd.slurm.stats.USAGE_METRICS``)."""
+        return {"cpu": self.cpu_user + self.cpu_system, "mem": self.rss_kb, "vmem": self.vms_kb,
+                "pages": self.pages, "read": self.read_bytes, "write": self.write_bytes}
 
 
 GONE = TreeUsage(0.0, 0.0, 0.0, set())
@@ -188,19 +206,45 @@ def tree_usage(pid: int) -> TreeUsage:
         procs = [root, *root.children(recursive=True)]
     except _LOST:
         return GONE
-    rss_total, user, system, pids = 0, 0.0, 0.0, set()
+    rss_total, vms_total, user, system, pids = 0, 0, 0.0, 0.0, set()
+    pages, read, written = 0, 0, 0
     for proc in procs:
         try:
             with proc.oneshot():
-                rss, times = proc.memory_info().rss, proc.cpu_times()
+                memory, times = proc.memory_info(), proc.cpu_times()
+                io = _io(proc)
         except _LOST:
             continue
         user += times.user + times.children_user
         system += times.system + times.children_system
-        if rss:  # a zombie (exited, not yet reaped) reads 0: it holds nothing any more
-            rss_total += rss
+        if memory.rss:  # a zombie (exited, not yet reaped) reads 0: it holds nothing any more
+            rss_total += memory.rss
+            vms_total += memory.vms
             pids.add(proc.pid)
-    return TreeUsage(rss_total / 1024, user, system, pids)
+            pages += _major_faults(proc.pid)
+            read, written = read + io[0], written + io[1]
+    return TreeUsage(rss_total / 1024, user, system, pids, vms_total / 1024, pages, read,
+                     written)
+
+
+def _io(proc: psutil.Process) -> tuple[int, int]:
+    """Characters a process has read and written (Slurm's fs/disk: rchar and wchar)."""
+    try:
+        io = proc.io_counters()
+    except (AttributeError, NotImplementedError, *_LOST):
+        return 0, 0
+    return int(getattr(io, "read_chars", io.read_bytes)), int(getattr(io, "write_chars",
+                                                                      io.write_bytes))
+
+
+def _major_faults(pid: int) -> int:
+    """A process's major page faults (field 12 of /proc/PID/stat); 0 where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[9])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 class Sampler:
@@ -213,6 +257,9 @@ class Sampler:
         self.interval = max(float(interval), 0.05)
         self.probe = probe
         self.jobs: dict[Key, JobSamples] = {}
+        # srun steps' tasks here: (job id, step id) -> task id -> figures (see ``absorb``)
+        self.steps: dict[Key, dict[int, dict[str, float]]] = {}
+        self.simulated = isinstance(backend, FakeGPUs)
         self._last = 0.0
 
     def track(self, spec: dict[str, Any]) -> None:
@@ -220,9 +267,11 @@ class Sampler:
         key = (int(spec["job_id"]), int(spec["generation"]))
         self.jobs[key] = JobSamples(gpus=[int(g) for g in spec.get("gpus") or []])
 
-    def tick(self, now: float, running: list[dict[str, Any]]) -> None:
+    def tick(self, now: float, running: list[dict[str, Any]],
+             step_tasks: Iterable[tuple[int, int, int, int]] = ()) -> None:
         """Sample every running job when the interval has passed, and any job not sampled yet
-        (``running``: the launcher's list, with job_id, generation and pid)."""
+        (``running``: the launcher's list, with job_id, generation and pid); and so the srun
+        steps' tasks (``step_tasks``: (job id, step id, task id, pid) of each live task)."""
         due = now - self._last >= self.interval
         if due:
             self._last = now
@@ -233,6 +282,38 @@ class Sampler:
             samples = self.jobs.setdefault(key, JobSamples())  # adopted after a restart
             if due or not samples.samples:
                 self._sample(key[0], int(item["pid"]), samples)
+        self._sample_steps(due, list(step_tasks))
+
+    def _sample_steps(self, due: bool, tasks: list[tuple[int, int, int, int]]) -> None:
+        alive = {(job_id, step_id) for job_id, step_id, _, _ in tasks}
+        for gone in set(self.steps) - alive:
+            del self.steps[gone]
+        for job_id, step_id, task_id, pid in tasks:
+            figures = self.steps.setdefault((job_id, step_id), {}).get(task_id)
+            if figures is not None and not due:
+                continue
+            tree = self.probe(pid)
+            if tree.pids:
+                absorb(self.steps[(job_id, step_id)].setdefault(task_id, {}), tree)
+
+    def usage(self, job_id: int, generation: int) -> dict[str, float]:
+        """The batch step's live usage on this node (``schedd.slurm.stats.summarize_tasks``,
+        and the job's GPUs); {} before its first sample."""
+        samples = self.jobs.get((job_id, generation))
+        if samples is None or not samples.samples:
+            return {}
+        out = keys.summarize_tasks({0: samples.task})
+        if samples.gpu_samples:
+            out.update({keys.U_GPU_UTIL: round(samples.util_sum / samples.gpu_samples, 2),
+                        keys.U_GPU_MEM: int(samples.mem_max)})
+            if self.simulated:
+                out[keys.U_SIMULATED] = 1
+        return out
+
+    def step_usage(self) -> list[dict[str, Any]]:
+        """Each srun step's live usage on this node, for the heartbeat's ``step_usage``."""
+        return [{"job_id": job_id, "step_id": step_id, "usage": keys.summarize_tasks(tasks)}
+                for (job_id, step_id), tasks in sorted(self.steps.items()) if tasks]
 
     def _sample(self, job_id: int, pid: int, samples: JobSamples) -> None:
         tree = self.probe(pid)

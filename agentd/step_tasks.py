@@ -276,6 +276,12 @@ class StepRunner:
     def running(self) -> list[tuple[int, int]]:
         return sorted(self._steps)
 
+    def live_tasks(self) -> list[tuple[int, int, int, int]]:
+        """(job id, step id, task id, pid) of every task still running here (the sampler's)."""
+        return [(step.job_id, step.step_id, task.procid, task.pid)
+                for step in self._steps.values() for task in step.tasks
+                if task.pid and not task.exited]
+
     # --- the loop --------------------------------------------------------------------------
 
     def poll(self, now: float | None = None) -> list[tuple[tuple[int, int], dict[str, Any]]]:

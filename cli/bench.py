@@ -139,16 +139,19 @@ def sched(jobs: int, nodes: int, gpus_per_node: int, reservations: int, repeat: 
                              ("--reservations", reservations, 0)):
         if value < low:
             raise click.UsageError(f"{name} must be at least {low}")
+    from cli.progress import progress
     from schedd.scheduler.cycle import schedule
 
     snapshot = synthetic_snapshot(jobs, nodes, gpus_per_node, seed)
     config = SchedulerConfig(bf_max_reservations=reservations, fill=fill)
     times = []
     decisions = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        decisions = schedule(snapshot, config)
-        times.append(time.perf_counter() - t0)
+    with progress(f"timing {repeat} cycles", repeat) as update:
+        for n in range(repeat):
+            t0 = time.perf_counter()
+            decisions = schedule(snapshot, config)
+            times.append(time.perf_counter() - t0)
+            update(n + 1)
     assert decisions is not None
     click.echo(f"cycle_s {statistics.median(times):.4f}")
     click.echo(f"rss_mb {peak_rss_mb():.1f}")

@@ -33,6 +33,7 @@ def db() -> None:
 @click.option("--url", help=URL_HELP)
 def upgrade(url: str | None) -> None:
     """Create or migrate the ledger to this kiln's schema."""
+    from cli.progress import progress
     from schedd.ledger.engine import show_url
     from schedd.ledger.migrate import current_revision, head_revision
     from schedd.ledger.migrate import upgrade as upgrade_ledger
@@ -41,7 +42,8 @@ def upgrade(url: str | None) -> None:
     url = _resolve_url(url)
     try:
         before = current_revision(url)
-        upgrade_ledger(url)
+        with progress(f"upgrading {show_url(url)}", None):
+            upgrade_ledger(url)
         head = head_revision()
     except SchemaError as exc:
         raise click.ClickException(str(exc)) from None

@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "keygen": ("cli.keygen", "keygen"),
     "why": ("cli.why", "why"),
     "stats": ("cli.stats", "stats"),
+    "top": ("cli.top", "top"),
 }
 
 

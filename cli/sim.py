@@ -57,6 +57,7 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
 def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
         gpus_per_node: int | None, config_file: str | None, out: str | None) -> None:
     """Replay an SWF trace through the scheduler core on a virtual clock."""
+    from cli.progress import progress
     from schedd.sim import machine as machines
     from schedd.sim.metrics import summarize, write_csv
     from schedd.sim.policy import policy_config
@@ -75,7 +76,8 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
             machine = machines.pool(data.max_procs)
         else:
             machine = machines.gpu_cluster(data.max_procs, nodes, gpus_per_node)
-        result = replay(data, machine, config)
+        with progress(f"replaying {len(data.jobs):,} jobs", len(data.jobs)) as update:
+            result = replay(data, machine, config, progress=lambda done, total: update(done))
     except (SwfError, SimError, ConfigError) as exc:
         _fail(ctx, str(exc))
     if not result.records:

@@ -38,6 +38,7 @@ class Context(Protocol):
     agents: Any  # lifecycle.agents.AgentRegistry
     preemption: Any  # lifecycle.preemption.Tracker
     planner: Any  # lifecycle.planner.Planner
+    diag: Any  # reports.diag.SchedulerDiag: the cycles' figures (sdiag)
 
     def now(self) -> float: ...
 

@@ -39,6 +39,7 @@ from schedd.localsock import LocalServer, Work
 from schedd.logs import setup_logging
 from schedd.relay import Pending, RelayError, Relays
 from schedd.reports import forecast, metrics
+from schedd.reports.diag import SchedulerDiag
 from schedd.routes import AGENT_HANDLERS, CLIENT_HANDLERS
 from schedd.scheduler.snapshot import Decisions
 from schedd.slurm.hostlist import compress
@@ -75,6 +76,7 @@ class Daemon:
         self._cycle_due = True
         self._last_cycle = 0.0
         self._last_cycle_seconds = 0.0
+        self.diag = SchedulerDiag(since=time.time())  # sdiag's figures (schedd/reports/diag.py)
         # named timers of the loop: (name, seconds between runs, what runs)
         self.timers: list[tuple[str, float, Callable[[float], None]]] = [
             ("preemption", 0.0, lambda now: preemption.tick(self, self.preemption, now)),
@@ -290,6 +292,8 @@ class Daemon:
         self.planner.remember(decisions)
         self._last_cycle_seconds = time.perf_counter() - cycle_started
         elapsed = time.perf_counter() - started
+        self.diag.cycle_done(now, self._last_cycle_seconds, decisions.depth,
+                             len(snapshot.pending), decisions.backfilled)
         if self.metrics is not None:
             self.metrics.cycle_done(elapsed)
         if decisions.starts or elapsed > 0.1:

@@ -251,6 +251,10 @@ CLIENT_OPS: dict[str, Schema] = {
     "sshare": {},
     # kiln why / kiln stats (schedd/handlers/insight.py)
     "job_why": {"job_id": Str(64, required=True)},
+    # sstat: running steps' live usage; sprio: pending jobs' priority factors; sdiag
+    "job_stat": {"job_ids": List(_ID, size=MAX_JOB_REFS, required=True)},
+    "job_priority": {"job_ids": List(_ID, size=MAX_JOB_REFS), "users": _NAMES},
+    "sched_diag": {},
     "forecast_stats": {"since": Num()},
 }
 
@@ -263,8 +267,10 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          "cgroup": Str(256), "cgroup_reason": Str(256)}
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
+# usage = the batch step's live figures (schedd.slurm.stats.USAGE_KEYS), for sstat
+_USAGE = Map(Num(0), size=64)
 _RUNNING = Obj({"job_id": Int(0, required=True), "generation": Int(0, required=True),
-                "checkpoint_age": Num(0)})
+                "checkpoint_age": Num(0), "usage": _USAGE})
 _ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=True),
                   "generation": Int(0, required=True), "state": Str(32, required=True),
                   "exit_code": Int(0, 255, required=True),
@@ -280,7 +286,11 @@ AGENT_OPS: dict[str, Schema] = {
     "heartbeat": {"node": Str(256, required=True), "running": List(_RUNNING),
                   "steps": List(Int(0)),  # ids of jobs with step tasks alive here
                   # a job's processes outlived UnkillableStepTimeout: drain with this reason
-                  "drain": Str(256)},
+                  "drain": Str(256),
+                  # srun steps' live figures on this node, for sstat
+                  "step_usage": List(Obj({"job_id": Int(0, required=True),
+                                          "step_id": Int(0, required=True),
+                                          "usage": _USAGE}), size=MAX_JOB_REFS)},
     "job_started": {"node": Str(256, required=True), "job_id": Int(0, required=True),
                     "generation": Int(0, required=True), "start_time": Num(required=True),
                     "pid": Int(0)},

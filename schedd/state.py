@@ -11,6 +11,7 @@ is read once, at start-up (and by the accounting queries, which read history).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,8 @@ class State:
         self.accounts = Accounts()  # associations, QOS, limits (schedd/domain/accounts.py)
         self.usage = UsageMeter(cfg.scheduler)  # fair-share and GrpTRESMins usage
         self.reservations: dict[str, Reservation] = {}  # advance reservations by name
+        # how many times jobs entered each state (and "submitted") since schedd started: sdiag
+        self.state_counts: Counter[str] = Counter()
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -128,6 +131,7 @@ class State:
 
     def add_jobs(self, jobs: list[Job], events: list[JobEvent]) -> None:
         self.store.insert_jobs(jobs, events)
+        self.state_counts["submitted"] += len(jobs)
         for job in jobs:
             self._keep(job)
             self._state_changed(job)  # a job once unknown (a vanished dependency) is now known
@@ -146,6 +150,7 @@ class State:
                 setattr(job, key, value)
             if "state" in fields:
                 self._state_changed(job)
+                self.state_counts[getattr(job.state, "value", str(job.state))] += 1
             if "dependency" in fields:
                 self._verdicts.pop(job.id, None)
             if "name" in fields:

@@ -13,7 +13,7 @@ from typing import Any
 from schedd.context import Context, RequestError
 from schedd.lifecycle import health, transitions
 from schedd.model import GPU, JobState, Node, NodeState
-from schedd.slurm.stats import clean_stats
+from schedd.slurm.stats import clean_stats, clean_usage
 from schedd.state import RUNNING_STATES
 
 log = logging.getLogger("schedd.agent")
@@ -86,14 +86,23 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
     health.node_heard(ctx, node, now)
     if body.get("drain"):
         _drain(ctx, node, str(body["drain"]))
-    _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
+    usage = _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
     _reconcile_steps(ctx, name, body.get("steps") or [])
+    for item in body.get("step_usage") or []:
+        job = ctx.state.jobs.get(item["job_id"])
+        if job is not None and job.state in RUNNING_STATES and \
+                any(a.node == name for a in job.allocation):
+            usage[(job.id, str(item["step_id"]))] = clean_usage(item.get("usage"))
+    ctx.agents.usage[name] = usage  # what sstat shows: this node's latest word
     return {}
 
 
-def _reconcile(ctx: Context, node: str, running: list[Any], now: float, fresh: bool) -> None:
-    """Fence what the agent runs but should not; resend launches it never confirmed."""
+def _reconcile(ctx: Context, node: str, running: list[Any], now: float,
+               fresh: bool) -> dict[tuple[int, str], dict[str, float]]:
+    """Fence what the agent runs but should not; resend launches it never confirmed. Returns
+    the live usage of the batch steps that are schedd's, for sstat."""
     reported: set[tuple[int, int]] = set()
+    usage: dict[tuple[int, str], dict[str, float]] = {}
     for item in running:  # typed by protocol.AGENT_OPS
         job_id, gen = item["job_id"], item["generation"]
         reported.add((job_id, gen))
@@ -104,6 +113,8 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float, fresh: b
             ctx.agents.fence(node, job_id, gen)
             continue
         ctx.agents.confirmed.add((job_id, gen))
+        if item.get("usage"):
+            usage[(job_id, "batch")] = clean_usage(item["usage"])
         age = item.get("checkpoint_age")
         if age is not None:
             ctx.agents.checkpoints[job_id] = now - float(age)
@@ -119,6 +130,7 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float, fresh: b
             continue  # ended just now; its job_ended report is on its way
         if now - job.start_time >= grace or fresh:
             transitions.relaunch(ctx, job)
+    return usage
 
 
 def _reconcile_steps(ctx: Context, node: str, job_ids: list[int]) -> None:

@@ -13,7 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.selection import INVALID_JOB_ID, sees_all, select_jobs, visible_jobs
+from schedd.handlers.selection import (
+    INVALID_JOB_ID,
+    sees_all,
+    select_jobs,
+    select_jobs_reporting,
+    visible_jobs,
+)
 from schedd.identity import Caller
 from schedd.model import Job, JobState
 from schedd.reports import explain, forecast
@@ -148,3 +154,38 @@ def forecast_stats(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[s
         "pending_with_forecast": len(waiting),
         "running": sum(1 for j in ctx.state.jobs.values() if j.state in RUNNING_STATES),
     }
+
+
+def job_priority(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """sprio: the weighted priority factors of pending jobs (held ones have none), as the
+    scheduler's own sum computes them (``explain.factor_breakdown``, over the whole queue so
+    the partition and QOS factors are normalised as the cycle does), and the weights. ``job_ids``
+    and ``users`` narrow the jobs shown; PrivateData=jobs shows a user only their own."""
+    state, sched, now = ctx.state, ctx.cfg.scheduler, ctx.now()
+    queue = [j for j in state.pending() if not j.held]
+    # no association tree: the cycle's fair share is the same for every job (None), not 0
+    shares = (state.usage.fairshare.factors() or None) if sched.weight_fairshare else {}
+    table = explain.factor_breakdown([state.pending_view(j) for j in queue], now, sched,
+                                     _node_views(ctx), shares) if queue else {}  # type: ignore[arg-type]
+    shown = visible_jobs(ctx, caller, queue)
+    if body.get("job_ids"):
+        wanted = {j.id for j in select_jobs_reporting(ctx, {"job_ids": body["job_ids"]})[0]}
+        shown = [j for j in shown if j.id in wanted]
+    if body.get("users"):
+        users = set(body["users"])
+        shown = [j for j in shown if j.user in users]
+    weights = {"age": sched.weight_age, "assoc": sched.weight_assoc,
+               "fairshare": sched.weight_fairshare, "job_size": sched.weight_job_size,
+               "partition": sched.weight_partition, "qos": sched.weight_qos}
+    return {"weights": weights, "jobs": [
+        {"job_id": j.id, "partition": j.partition, "user": j.user, "account": j.account,
+         "nice": j.nice, "factors": table.get(j.id, {})}
+        for j in sorted(shown, key=lambda j: j.id)]}
+
+
+def sched_diag(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """sdiag: the scheduling cycles' figures since schedd started (``reports.diag``)."""
+    state = ctx.state
+    pending = sum(1 for _ in state.pending())
+    running = sum(1 for _ in state.running())
+    return ctx.diag.to_wire(ctx.now(), pending, running, state.state_counts)

@@ -1,13 +1,20 @@
-"""``query_jobs``: squeue and scontrol show job, answered from memory."""
+"""``query_jobs``: squeue and scontrol show job; ``job_stat``: sstat; answered from memory."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.handlers.selection import INVALID_JOB_ID, select_jobs, visible_jobs
+from schedd.handlers.selection import (
+    INVALID_JOB_ID,
+    select_jobs,
+    select_jobs_reporting,
+    visible_jobs,
+)
 from schedd.identity import Caller, is_operator
 from schedd.model import ROW_FIELDS, Job, job_columns
+from schedd.slurm.stats import merge_usage
+from schedd.state import RUNNING_STATES
 
 
 def row_columns(fields: list[Any]) -> list[str]:
@@ -56,3 +63,41 @@ def query_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     return {"jobs": [j.to_wire(with_script=with_script, private=operator or j.uid == caller.uid)
                      for j in jobs],
             "now": ctx.now()}
+
+
+def job_stat(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """sstat: for each id asked for (in order), the jobs it names with their running steps,
+    each step's live usage merged over its nodes (``schedd.slurm.stats.merge_usage``) from the
+    agents' last heartbeats. A user sees their own jobs; another's comes back ``denied``
+    (operators see every job), or not at all under PrivateData=jobs. A job that is not running
+    has no steps."""
+    operator = is_operator(caller)
+    answers = []
+    for text in body["job_ids"]:
+        try:
+            jobs, _ = select_jobs_reporting(ctx, {"job_ids": [text], "all_states": True})
+        except RequestError:
+            jobs = []
+        jobs = visible_jobs(ctx, caller, jobs)  # PrivateData=jobs: another's is not even there
+        found = []
+        for job in jobs:
+            entry: dict[str, Any] = {"job_id": job.id, "steps": []}
+            if not operator and job.uid != caller.uid:
+                entry["denied"] = True
+            elif job.state in RUNNING_STATES and job.allocation:
+                entry["steps"] = _running_steps(ctx, job)
+            found.append(entry)
+        answers.append({"id": text, "jobs": found})
+    return {"answers": answers}
+
+
+def _running_steps(ctx: Context, job: Job) -> list[dict[str, Any]]:
+    """The batch step (on the batch host), then the srun steps still running, by id."""
+    usage = ctx.agents.step_usage(job)
+    steps = [("batch", [job.batch_host or job.allocation[0].node])]
+    for live in sorted(ctx.steps.of_job(job.id), key=lambda s: s.step_id):
+        if not live.done:
+            steps.append((str(live.step_id), list(live.nodes)))
+    return [{"step": step, "nodes": nodes,
+             "usage": merge_usage({n: u for n, u in usage.get(step, {}).items() if n in nodes})}
+            for step, nodes in steps]

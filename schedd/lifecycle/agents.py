@@ -31,6 +31,9 @@ class AgentRegistry:
         # job id -> when (schedd's clock) its $KILN_CHECKPOINT_FILE was last touched, as the
         # batch host's heartbeats report it (schedd/lifecycle/preemption.py scores victims with it)
         self.checkpoints: dict[int, float] = {}
+        # node -> {(job id, step: "batch" or "0", "1", ...): its live usage there}, as the node's
+        # last heartbeat reported it (schedd.slurm.stats; sstat reads it, nothing stores it)
+        self.usage: dict[str, dict[tuple[int, str], dict[str, float]]] = {}
 
     def _tell(self, node: str, op: str, body: dict[str, Any]) -> None:
         self._send(node.encode(), protocol.request(op, body, next(self._ids)))
@@ -61,6 +64,18 @@ class AgentRegistry:
         """A run has ended: its confirmation and checkpoint reports are of no more use."""
         self.confirmed.discard((job_id, generation))
         self.checkpoints.pop(job_id, None)
+        for steps in self.usage.values():
+            for key in [k for k in steps if k[0] == job_id]:
+                del steps[key]
+
+    def step_usage(self, job: Job) -> dict[str, dict[str, dict[str, float]]]:
+        """The live usage of ``job``'s steps: {step: {node: usage}}, from its nodes' agents."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for alloc in job.allocation:
+            for (job_id, step), usage in self.usage.get(alloc.node, {}).items():
+                if job_id == job.id:
+                    out.setdefault(step, {})[alloc.node] = usage
+        return out
 
     def terminate(self, job: Job, state: str) -> None:
         if job.allocation:

@@ -59,6 +59,8 @@ class Plan:
     reasons: dict[int, str] = field(default_factory=dict)
     expected_start: dict[int, float] = field(default_factory=dict)
     reserved_nodes: dict[int, list[str]] = field(default_factory=dict)
+    depth: int = 0  # pending jobs the walk tested (sdiag's depth)
+    backfilled: int = 0  # jobs started behind a job that could not start (sdiag)
 
 
 def area(job: PendingJob, duration: float) -> tuple[float, float]:
@@ -111,11 +113,13 @@ class Walk:
             if self.blocked and self.planned_all:
                 break
         else:
+            self.plan.depth = tested
             return self.finish()
         # Nothing left to plan: the rest can only start now, and most cannot (the quick
         # FreeIndex test); this loop is what a long queue behind a full cluster costs.
         if not self.config.backfill:  # FCFS: everything behind the blocked head waits
             self.name_the_rest(jobs)
+            self.plan.depth = tested
             return self.finish()
         # A job that cannot fit now waits for the same reason as every job of its shape until
         # something starts: that verdict is kept per shape (a key built in C), so a long tail
@@ -140,6 +144,7 @@ class Walk:
                     continue
                 reason = verdicts[shape] = candidates(job).reason or "Priority"
             reasons[job.job_id] = reason
+        self.plan.depth = tested
         return self.finish()
 
     def name_the_rest(self, jobs: Iterable[PendingJob]) -> None:
@@ -188,6 +193,8 @@ class Walk:
             self.free.after_change(tl)
         self.plan.starts.append((job.job_id, allocation))
         self.plan.reasons.pop(job.job_id, None)
+        if self.blocked:
+            self.plan.backfilled += 1
 
     def reserve(self, job: PendingJob, nodes: list[NodeTimeline]) -> None:
         """Plan the job at its earliest start; hold the resources there (with backfill)."""

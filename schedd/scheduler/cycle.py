@@ -76,6 +76,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
         reasons=plan.reasons,
         expected_start=plan.expected_start,
         reserved_nodes=plan.reserved_nodes,
+        depth=plan.depth, backfilled=min(plan.backfilled, len(plan.starts)),
         priorities=shown,
         preemptions=preemptions,
     )

@@ -250,6 +250,8 @@ class Decisions:
     reserved_nodes: dict[int, list[str]] = field(default_factory=dict)  # the plan's nodes
     priorities: dict[int, int] = field(default_factory=dict)
     preemptions: list[Preemption] = field(default_factory=list)  # scheduler/preempt.py
+    depth: int = 0  # pending jobs the walk tested (sdiag)
+    backfilled: int = 0  # of the starts, those behind a job that could not start (sdiag)
 
 
 def cpus_per_node(job: Job) -> int:

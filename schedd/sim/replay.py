@@ -113,10 +113,15 @@ class _Promises:
         self.last.update(self.times)
 
 
+PROGRESS_EVERY = 256  # cycles between two calls of replay's ``progress``
+
+
 def replay(
-    trace: Trace, machine: Machine, config: SchedulerConfig, schedule: Scheduler | None = None
+    trace: Trace, machine: Machine, config: SchedulerConfig, schedule: Scheduler | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Replay:
-    """Replay ``trace`` on ``machine`` under ``config``; ``schedule`` defaults to kiln's core."""
+    """Replay ``trace`` on ``machine`` under ``config``; ``schedule`` defaults to kiln's core.
+    ``progress`` (kiln sim's bar) is told (jobs arrived, jobs in all) every few cycles."""
     if schedule is None:
         from schedd.scheduler.cycle import schedule
     state = _State(machine, usage=UsageLedger(config) if config.weight_fairshare else None)
@@ -145,6 +150,8 @@ def replay(
         decisions = schedule(snapshot, config)
         core += time.perf_counter() - t0
         cycles += 1
+        if progress is not None and cycles % PROGRESS_EVERY == 0:
+            progress(i, n)
         for start in decisions.starts:
             _start(state, start, now)
         promises.update(decisions, state.pending)

@@ -34,10 +34,14 @@ def clean_stats(value: Any) -> dict[str, float]:
     Anything that is not a dict gives ``{}``. Only the known keys are looked up, so the result
     has at most ``len(STAT_KEYS)`` entries and the work does not grow with what was sent.
     Integers stay integers (a sample count, KiB); they must fit a float."""
+    return _clean(value, STAT_KEYS)
+
+
+def _clean(value: Any, known: tuple[str, ...]) -> dict[str, float]:
     if not isinstance(value, dict):
         return {}
     out: dict[str, float] = {}
-    for key in STAT_KEYS:
+    for key in known:
         number = value.get(key)
         if isinstance(number, bool) or not isinstance(number, (int, float)):
             continue
@@ -47,4 +51,73 @@ def clean_stats(value: Any) -> dict[str, float]:
             continue
         if math.isfinite(as_float) and as_float >= 0:
             out[key] = abs(number)  # -0.0 -> 0.0
+    return out
+
+
+# --- live usage: what sstat shows of a running step -------------------------------------------
+# Every heartbeat, an agent sends each running step's usage on its node (the batch step with
+# its ``running`` item, srun steps as ``step_usage``): per metric, the largest and smallest of
+# its tasks' figures with the task that has them, and their total; schedd merges the nodes'
+# (``merge_usage``) and sstat prints the result. A task's figure is its largest RSS and virtual
+# size (KiB), its CPU time (user + system seconds), its major page faults, and the bytes it has
+# read and written, so far.
+
+USAGE_METRICS: tuple[str, ...] = ("cpu", "mem", "vmem", "pages", "read", "write")
+USAGE_PARTS: tuple[str, ...] = ("max", "max_task", "min", "min_task", "tot")
+U_NTASKS = "ntasks"
+U_GPU_UTIL = "gpu_util"  # percent, mean over the samples so far (the step's GPUs on the node)
+U_GPU_MEM = "gpu_mem_mb"  # MiB, the most the node's GPUs held together
+U_SIMULATED = "gpu_simulated"  # 1: the GPU figures come from --fake-gpus, not a device
+
+USAGE_KEYS: tuple[str, ...] = (
+    U_NTASKS, U_GPU_UTIL, U_GPU_MEM, U_SIMULATED,
+    *(f"{m}_{p}" for m in USAGE_METRICS for p in USAGE_PARTS),
+)
+
+
+def clean_usage(value: Any) -> dict[str, float]:
+    """What of an agent's live ``usage`` schedd may keep (as ``clean_stats``)."""
+    return _clean(value, USAGE_KEYS)
+
+
+def summarize_tasks(tasks: dict[int, dict[str, float]]) -> dict[str, float]:
+    """A node's usage of one step from its tasks' figures ({task id: {metric: value}})."""
+    out: dict[str, float] = {U_NTASKS: len(tasks)}
+    if not tasks:
+        return out
+    for metric in USAGE_METRICS:
+        values = [(float(t.get(metric, 0.0)), task) for task, t in sorted(tasks.items())]
+        high = max(values, key=lambda v: v[0])
+        low = min(values, key=lambda v: v[0])
+        out.update({f"{metric}_max": high[0], f"{metric}_max_task": high[1],
+                    f"{metric}_min": low[0], f"{metric}_min_task": low[1],
+                    f"{metric}_tot": sum(v for v, _ in values)})
+    return out
+
+
+def merge_usage(nodes: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """One step's usage over its nodes ({node: summary}): the largest and smallest with the
+    node and task that have them (``<metric>_max_node``), totals and task counts summed; the
+    GPU figures: utilisation averaged over the nodes, memory summed. {} without a node."""
+    if not nodes:
+        return {}
+    names = sorted(nodes)
+    out: dict[str, Any] = {U_NTASKS: int(sum(nodes[n].get(U_NTASKS, 0) for n in names)),
+                           "nodes": names}
+    for metric in USAGE_METRICS:
+        if not any(f"{metric}_max" in nodes[n] for n in names):
+            continue
+        high = max(names, key=lambda n: nodes[n].get(f"{metric}_max", 0.0))
+        low = min(names, key=lambda n: nodes[n].get(f"{metric}_min", 0.0))
+        out.update({
+            f"{metric}_max": nodes[high].get(f"{metric}_max", 0.0), f"{metric}_max_node": high,
+            f"{metric}_max_task": int(nodes[high].get(f"{metric}_max_task", 0)),
+            f"{metric}_min": nodes[low].get(f"{metric}_min", 0.0), f"{metric}_min_node": low,
+            f"{metric}_min_task": int(nodes[low].get(f"{metric}_min_task", 0)),
+            f"{metric}_tot": sum(nodes[n].get(f"{metric}_tot", 0.0) for n in names)})
+    gpu = [nodes[n] for n in names if U_GPU_UTIL in nodes[n]]
+    if gpu:
+        out[U_GPU_UTIL] = sum(g[U_GPU_UTIL] for g in gpu) / len(gpu)
+        out[U_GPU_MEM] = sum(g.get(U_GPU_MEM, 0.0) for g in gpu)
+        out[U_SIMULATED] = any(g.get(U_SIMULATED) for g in gpu)
     return out

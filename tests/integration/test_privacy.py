@@ -225,6 +225,10 @@ def test_private_data_hides_other_users_jobs_usage_accounts(private: Cluster, ot
         hist = private.run("sacct", "-X", "-n", "-P", "-o", "JobID,User", "-a", user=intruder)
         assert hist.returncode == 0 and other_user not in hist.stdout, hist.stdout
         assert private.run("kiln", "why", str(held), user=intruder).returncode != 0
+        stat_ = private.run("sstat", "-n", "-j", str(held), user=intruder)  # as an unknown id
+        assert stat_.stderr == f"sstat: error: couldn't get steps for job {held}\n"
+        own = private.run("sstat", "-n", "-j", str(held), user=other_user)
+        assert own.stderr == f"sstat: error: no steps running for job {held}\n"
         # ... while the owner and root see theirs
         theirs_q = private.run("squeue", "-h", "-o", "%i", user=other_user).stdout.split()
         assert str(held) in theirs_q and str(mine) not in theirs_q

@@ -148,3 +148,51 @@ def test_make_sampler_picks_the_backend() -> None:
 @pytest.mark.parametrize("interval", [0, -1])
 def test_interval_has_a_floor(interval: float) -> None:
     assert sampler.Sampler(None, interval).interval == 0.05
+
+
+# --- live usage: what sstat shows ------------------------------------------------------------
+
+
+def tree(rss: float, cpu: float = 1.0, vms: float = 0.0, pid: int = 1) -> sampler.TreeUsage:
+    return sampler.TreeUsage(rss, cpu, 0.0, {pid}, vms, 3.0, 100.0, 50.0)
+
+
+def test_batch_usage_is_the_largest_seen_and_the_gpus() -> None:
+    readings = iter([tree(1000.0, cpu=1.0, vms=5000.0), tree(400.0, cpu=2.5, vms=4000.0)])
+    s = sampler.Sampler(sampler.FakeGPUs(gpus()), interval=1, probe=lambda pid: next(readings))
+    s.track({"job_id": 9, "generation": 1, "gpus": [0]})
+    assert s.usage(9, 1) == {}  # before the first sample
+    s.tick(10.0, [{"job_id": 9, "generation": 1, "pid": 5}])
+    s.tick(11.0, [{"job_id": 9, "generation": 1, "pid": 5}])
+    usage = s.usage(9, 1)
+    util, _ = sampler.fake_gpu_sample(9, 0, 81920)
+    assert usage[keys.U_NTASKS] == 1 and usage["mem_max"] == 1000.0  # RSS peaks
+    assert usage["cpu_max"] == 2.5 and usage["vmem_tot"] == 5000.0  # CPU time only grows
+    assert (usage["mem_max_task"], usage["pages_max"], usage["read_max"]) == (0, 3.0, 100.0)
+    assert usage[keys.U_GPU_UTIL] == util and usage[keys.U_SIMULATED] == 1
+
+
+def test_step_tasks_are_sampled_each_and_forgotten_when_gone() -> None:
+    rss = {11: 100.0, 12: 300.0}
+    s = sampler.Sampler(None, interval=1, probe=lambda pid: tree(rss[pid], pid=pid))
+    s.tick(1.0, [], [(4, 0, 0, 11), (4, 0, 1, 12)])
+    [step] = s.step_usage()
+    assert (step["job_id"], step["step_id"]) == (4, 0)
+    u = step["usage"]
+    assert (u[keys.U_NTASKS], u["mem_max"], u["mem_max_task"]) == (2, 300.0, 1)
+    assert (u["mem_min"], u["mem_min_task"], u["mem_tot"]) == (100.0, 0, 400.0)
+    s.tick(5.0, [], [])
+    assert s.step_usage() == []
+
+
+def test_schedd_merges_a_steps_nodes() -> None:
+    a = keys.summarize_tasks({0: {"mem": 100.0, "cpu": 5.0}, 1: {"mem": 700.0, "cpu": 1.0}})
+    b = keys.summarize_tasks({2: {"mem": 300.0, "cpu": 9.0}})
+    merged = keys.merge_usage({"n2": b, "n1": a})
+    assert merged[keys.U_NTASKS] == 3 and merged["nodes"] == ["n1", "n2"]
+    assert (merged["mem_max"], merged["mem_max_node"], merged["mem_max_task"]) == (700.0, "n1", 1)
+    assert (merged["cpu_min"], merged["cpu_min_node"], merged["cpu_min_task"]) == (1.0, "n1", 1)
+    assert (merged["cpu_max_node"], merged["mem_tot"]) == ("n2", 1100.0)
+    assert keys.merge_usage({}) == {}
+    assert keys.clean_usage({"mem_max": -1, "cpu_max": True, "ntasks": 2, "x": 1}) == {
+        "ntasks": 2}

@@ -4,6 +4,7 @@ against a real ledger on both databases, with the agents replaced by a recorder.
 from __future__ import annotations
 
 import base64
+from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -77,6 +78,7 @@ class FakeState:
         self.jobs: dict[int, Job] = {}
         self._verdicts: dict = {}  # State.commit keeps dependency verdicts in step
         self._dependents: dict = {}
+        self.state_counts: Counter[str] = Counter()  # State.commit counts state entries (sdiag)
 
     def time_limit(self, job: Job) -> int | None:
         return job.time_limit
