@@ -80,6 +80,9 @@ class AgentConfig:
     # it unless a schedd listens there (the head node) or a schedd's socket file is there
     serve_commands: bool | str = "auto"
     relay_only: bool = False  # a login node: relays commands, registers no node, runs no jobs
+    # seconds a launch waits for the directory of its -o/-e file (submit libraries make it
+    # just after sbatch prints the job id) before the job fails saying why
+    output_dir_wait: float = 5.0
 
 
 @dataclass(slots=True)

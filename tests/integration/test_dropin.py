@@ -3,6 +3,8 @@ and compares with what Slurm 22.05 prints (/work/shared/slurm-reference, the man
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.integration.cluster import Cluster
@@ -56,3 +58,28 @@ def test_sacctmgr_adds_and_removes_list_items(cluster: Cluster, people: str) -> 
     # a setting that is not a list has no +=
     bad = acct(cluster, "-i", "modify", "user", people, "set", "MaxJobs+=3")
     assert bad.returncode == 1 and "Unknown option: MaxJobs+=3" in bad.stderr
+
+
+# --- 2. an output directory made just after sbatch returns ----------------------------------
+
+
+def test_output_directory_made_after_sbatch_returns(cluster: Cluster, workdir: Path) -> None:
+    """submitit and parsl make ``logs/<jobid>/`` once sbatch printed the id: the job waits for
+    it ([agent] output_dir_wait) instead of failing at once."""
+    job_id = cluster.sbatch("-o", f"{workdir}/logs/%j/out.txt", "--wrap", "echo landed",
+                            cwd=workdir)
+    (workdir / "logs" / str(job_id)).mkdir(parents=True)
+    assert cluster.wait(job_id, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    assert (workdir / "logs" / str(job_id) / "out.txt").read_text() == "landed\n"
+
+
+def test_output_directory_that_never_appears_says_why(cluster: Cluster, workdir: Path) -> None:
+    job_id = cluster.sbatch("-o", f"{workdir}/nowhere/out.txt", "--wrap", "true", cwd=workdir)
+    assert cluster.wait(job_id, {"COMPLETED", "FAILED"})["state"] == "FAILED"
+    why = f"launch_failed:_could_not_open_output_file_{workdir}/nowhere/out.txt:" \
+          "_No_such_file_or_directory"
+    shown = cluster.scontrol_show_job(job_id)
+    assert (shown["JobState"], shown["Reason"]) == ("FAILED", why)
+    res = cluster.run("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID,State,Reason")
+    assert res.stdout.split("|")[:2] == [str(job_id), "FAILED"]
+    assert "could not open output file" in res.stdout and "No such file" in res.stdout
