@@ -148,9 +148,41 @@ LETTERS = {
     "z": "socketcorethread", "d": "disk", "w": "weight", "e": "freemem", "O": "cpuload",
     "p": "prio_tier",
 }
+
+def _cluster(g: Group) -> str:
+    from schedd.config import load
+
+    return load().cluster_name
+
+
+def _user_long(g: Group) -> str:
+    return "root(0)" if _first(g).get("reason") else "Unknown"
+
+
+# the rest of sinfo --helpformat (22.05): filled where kiln knows, else Slurm's value for a
+# node that does not use the feature
+FIELDS.update({
+    "nodehost": ("HOSTNAMES", FIELDS["hostnames"][1], True),
+    "nodeaddr": ("NODE_ADDR", lambda g: compress([n.get("address") or n["name"]
+                                                  for n in g["nodes"]]), True),
+    "sockets": ("SOCKETS", lambda g: str(_first(g).get("cpus", 1)), False),
+    "cores": ("CORES", lambda g: "1", False),
+    "threads": ("THREADS", lambda g: "1", False),
+    "cluster": ("CLUSTER", _cluster, False),
+    "allocnodes": ("ALLOCNODES", lambda g: "all", False),
+    "comment": ("COMMENT", lambda g: "(null)", False),
+    "extra": ("EXTRA", lambda g: "(null)", False),
+    "maxcpuspernode": ("MAX_CPUS_PER_NODE", lambda g: "UNLIMITED", False),
+    "port": ("PORT", lambda g: "0", False),
+    "preemptmode": ("PREEMPT_MODE", lambda g: "OFF", False),
+    "priorityjobfactor": ("PRIO_JOB_FACTOR", lambda g: "1", False),
+    "userlong": ("USER", _user_long, False),
+    "version": ("VERSION", lambda g: "kiln", False),
+})
 LONG_NAMES = {k: k for k in FIELDS}
 LONG_NAMES.update({"gresused": "gresused", "statecomplete": "statelong", "cpusload": "cpuload",
-                   "priotier": "prio_tier", "allocmem": "allocmem"})
+                   "priotier": "prio_tier", "prioritytier": "prio_tier", "allocmem": "allocmem",
+                   "disk": "disk", "size": "size"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -259,8 +291,8 @@ def choose_format(values: dict[str, str | None]) -> tuple[str, list[Column], boo
         return prefix, columns, False
     if values.get("Format"):
         columns, unknown = parse_long_format(values["Format"], LONG_NAMES)
-        for name in unknown:
-            print(f"{PROG}: error: Invalid node format specification: {name}", file=sys.stderr)
+        if unknown:  # a name sinfo does not know: nothing is printed (no shifted columns)
+            fail(*(f"Invalid node format specification: {name}" for name in unknown))
         return "", columns, False
     long = "long" in values
     if "summarize" in values:

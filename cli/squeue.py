@@ -128,8 +128,8 @@ def choose_columns(values: dict[str, str | None]) -> tuple[str, list[Column]]:
         fail("-O (--Format) is incompatible with -o (--format)")
     if values.get("Format"):
         columns, unknown = parse_long_format(values["Format"], JOB_LONG_NAMES)
-        for name in unknown:
-            print(f"{PROG}: error: Invalid job format specification: {name}", file=sys.stderr)
+        if unknown:  # a name squeue does not know: nothing is printed (no shifted columns)
+            fail(*(f"Invalid job format specification: {name}" for name in unknown))
         return "", columns
     fmt = values.get("format")
     if not fmt:

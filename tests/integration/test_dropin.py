@@ -83,3 +83,40 @@ def test_output_directory_that_never_appears_says_why(cluster: Cluster, workdir:
     res = cluster.run("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID,State,Reason")
     assert res.stdout.split("|")[:2] == [str(job_id), "FAILED"]
     assert "could not open output file" in res.stdout and "No such file" in res.stdout
+
+
+# --- 3. squeue -O and sinfo -O: every name Slurm knows -------------------------------------
+
+
+def test_squeue_long_format_fills_every_slurm_field(cluster: Cluster, workdir: Path) -> None:
+    node = cluster.run("sinfo", "-h", "-p", "gpu", "-o", "%N").stdout.strip()
+    job_id = cluster.sbatch("-H", "-n", "2", "--mem-per-cpu=100", "--gres=gpu:1", "-x", node,
+                            "-J", "fmt", "--wrap", "true", cwd=workdir)
+    names = ("JobID,MinCpus,MinTmpDisk,Sockets,Cores,Threads,Contiguous,ExcNodes,CoreSpec,"
+             "tres-alloc,tres-per-node,Name")
+    res = cluster.run("squeue", "-h", "-j", str(job_id), "-O",
+                      ",".join(f"{n}:|" for n in names.split(",")))
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (f"{job_id}|1|0|*|*|*|0|{node}|N/A|"
+                          "cpu=2,mem=200M,node=1,billing=2,gres/gpu=1|gres:gpu:1|fmt|\n")
+    # Slurm's :width and :.width (right-justified), default width 20, headers
+    wide = cluster.run("squeue", "-j", str(job_id), "-O", "JobID:8,MinTmpDisk:.14,Sockets")
+    assert wide.stdout.splitlines() == ["JOBID     MIN_TMP_DISKSOCKETS_PER_NODE    ",
+                                        f"{job_id:<8}{'0':>14}*                   "]
+    # a name Slurm does not know: one error line, nothing printed, exit 1
+    bad = cluster.run("squeue", "-O", "JobID,NoSuchField,Name")
+    assert (bad.returncode, bad.stdout, bad.stderr) == (
+        1, "", "squeue: error: Invalid job format specification: NoSuchField\n")
+    cluster.run("scancel", str(job_id))
+
+
+def test_sinfo_long_format_knows_nodehost(cluster: Cluster) -> None:
+    node = cluster.run("sinfo", "-h", "-p", "gpu", "-o", "%N").stdout.strip()
+    res = cluster.run("sinfo", "-h", "-p", "gpu", "-O", "NodeHost:|,Sockets:|,Cores:|,Threads:|,"
+                      "PartitionName:|")
+    assert (res.returncode, res.stderr) == (0, "")
+    cpus = cluster.run("sinfo", "-h", "-p", "gpu", "-o", "%c").stdout.strip()
+    assert res.stdout == f"{node}|{cpus}|1|1|gpu|\n"
+    bad = cluster.run("sinfo", "-O", "NodeHost,Bogus")
+    assert (bad.returncode, bad.stdout, bad.stderr) == (
+        1, "", "sinfo: error: Invalid node format specification: Bogus\n")
