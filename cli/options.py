@@ -638,8 +638,6 @@ def parse_restart_cost(text: str) -> int:
 # Options that mean nothing on kiln: accepted (scripts written for Slurm keep working), stored in
 # nowhere, and announced with one warning line each. dest -> what the user should know.
 SBATCH_IGNORED: dict[str, str] = {
-    "clusters": "kiln schedules one cluster",
-    "cluster": "kiln schedules one cluster",
     "mail-type": "recorded, but kiln sends no mail",
     "mail-user": "recorded, but kiln sends no mail",
     "acctg-freq": "agents sample every [agent] sample_interval seconds",

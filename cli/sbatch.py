@@ -30,6 +30,7 @@ from cli.options import (
     refused_option,
     resolve_cpus_per_gpu,
 )
+from cli.submit_checks import check_request
 from schedd import paths
 from schedd.protocol import (
     E_AGAIN,
@@ -113,6 +114,7 @@ def submit_command(argv: Sequence[str]) -> int:
     except OptionError as exc:
         raise CommandError(exc.message, prefixed=exc.prefixed) from None
     resolve_cpus_per_gpu(settings)
+    check_request(settings, "Batch job submission failed")
     given = [*directives, *env_options(dict(os.environ)), *cli_opts]
     refused = refused_option(given)
     if refused:

@@ -55,6 +55,7 @@ from cli.options import (
     parse_argv,
     refused_option,
 )
+from cli.submit_checks import check_request
 from schedd import paths
 
 PROG = "srun"
@@ -172,6 +173,7 @@ def srun_command(argv: Sequence[str]) -> int:
     job_id = settings.get("_jobid") or _env_job_id()
     if job_id:
         return run_step(job_id, settings, command)
+    check_request(settings, "Unable to allocate resources")  # a new allocation
     return run_job(settings, command, list(argv))
 
 

@@ -120,3 +120,41 @@ def test_sinfo_long_format_knows_nodehost(cluster: Cluster) -> None:
     bad = cluster.run("sinfo", "-O", "NodeHost,Bogus")
     assert (bad.returncode, bad.stdout, bad.stderr) == (
         1, "", "sinfo: error: Invalid node format specification: Bogus\n")
+
+
+# --- 6. submit-time validation, with Slurm's messages ---------------------------------------
+
+GRES = "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification\n"
+
+
+@pytest.mark.parametrize("args, stderr", [
+    (["--gres=shard:2"], GRES),
+    (["--gres=gpu:1,mps:100"], GRES),
+    (["--mem-per-gpu=1G"], GRES),
+    (["--gpus-per-task=1", "-N1"],
+     "sbatch: error: Failed to validate job spec. --gpus-per-task used without either --gpus or "
+     "-n/--ntasks is not allowed.\n" + GRES),
+    (["-w", "nosuchnode"], "sbatch: error: Batch job submission failed: Invalid node name "
+                           "specified\n"),
+    (["--exclude=nosuch[1-2]"], "sbatch: error: Batch job submission failed: Invalid node name "
+                                "specified\n"),
+    (["-M", "elsewhere"], "sbatch: error: 'elsewhere' can't be reached now, or it is an invalid "
+                          "entry for --cluster.  Use 'sacctmgr list clusters' to see available "
+                          "clusters.\n"),
+])
+def test_submit_refuses_what_slurm_refuses(cluster: Cluster, workdir: Path, args: list[str],
+                                           stderr: str) -> None:
+    before = cluster.run("squeue", "-h", "-t", "all", "-o", "%i").stdout
+    res = cluster.run("sbatch", *args, "--wrap", "true", cwd=workdir)
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", stderr)
+    assert cluster.run("squeue", "-h", "-t", "all", "-o", "%i").stdout == before  # nothing made
+
+
+def test_submit_accepts_what_slurm_accepts(cluster: Cluster, workdir: Path) -> None:
+    """This cluster's own name in -M; --mem-per-gpu and --gpus-per-task with GPUs and tasks."""
+    for args in (["-M", "kiln"], ["--clusters=kiln"], ["--mem-per-gpu=1G", "--gpus=1"],
+                 ["--gpus-per-task=1", "-n", "1"], ["--gpus-per-task=1", "--gpus=2"],
+                 ["--gpus-per-task=1", "--ntasks-per-node=1"]):
+        res = cluster.run("sbatch", "-H", *args, "--wrap", "true", cwd=workdir)
+        assert (res.returncode, res.stderr) == (0, ""), args
+        cluster.run("scancel", res.stdout.split()[-1])

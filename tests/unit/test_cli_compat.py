@@ -32,7 +32,7 @@ def schedd(fake_schedd):  # noqa: F811
 
 
 def test_sbatch_warns_once_per_ignored_option_and_quiet_silences(schedd, capsys) -> None:
-    argv = ["--mail-type=END", "--mail-user=a@b", "-M", "c1", "--hint=compute_bound",
+    argv = ["--mail-type=END", "--mail-user=a@b", "--hint=compute_bound",
             "--wrap", "true"]
     assert sbatch.main(argv) == 0
     out, err = capsys.readouterr()
@@ -40,7 +40,6 @@ def test_sbatch_warns_once_per_ignored_option_and_quiet_silences(schedd, capsys)
     assert err.splitlines() == [
         "sbatch: warning: --mail-type is ignored: recorded, but kiln sends no mail",
         "sbatch: warning: --mail-user is ignored: recorded, but kiln sends no mail",
-        "sbatch: warning: --clusters is ignored: kiln schedules one cluster",
         "sbatch: warning: --hint is ignored: kiln allocates CPUs, not sockets or cores"]
     assert schedd.ops("submit")[-1]["job"]["mail_type"] == "END"
     assert sbatch.main(["-Q", "--mail-type=END", "--wrap", "true"]) == 0
@@ -56,7 +55,7 @@ def test_sbatch_refuses_options_that_change_who_or_what_runs(schedd, capsys, opt
 
 
 def test_sbatch_tres_per_task(schedd, capsys) -> None:
-    assert sbatch.main(["--tres-per-task=cpu:4,gres/gpu:a100:2", "--wrap", "true"]) == 0
+    assert sbatch.main(["-n1", "--tres-per-task=cpu:4,gres/gpu:a100:2", "--wrap", "true"]) == 0
     job = schedd.ops("submit")[-1]["job"]
     assert (job["cpus_per_task"], job["gpus_per_task"], job["gpu_type"]) == (4, 2, "a100")
     assert sbatch.main(["--tres-per-task=license/x:1", "--wrap", "true"]) == 1
