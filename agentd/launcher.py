@@ -206,6 +206,7 @@ class Launcher:
                warning: SignalSpec | None) -> _Job:
         out_fd, err_fd, cwd, err_path = self._open_files(spec, ident)
         argv = [str(script)] if spec["script"].startswith("#!") else ["/bin/bash", str(script)]
+        argv += spec.get("args") or []  # sbatch script.sh a b: $1 $2 of the batch shell
         start = time.time()
         try:
             proc = subprocess.Popen(

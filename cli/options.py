@@ -492,6 +492,16 @@ def _gres(settings: Settings, value: str | None) -> None:
         settings["gres"] = ",".join(others)
 
 
+def _priority(settings: Settings, value: str | None) -> None:
+    """--priority=N (operators): sent beside the job, not as a Job field (schedd checks who)."""
+    text = (value or "").strip()
+    if text.upper() == "TOP":
+        raise OptionError("--priority=TOP is not supported: give a number")
+    if not text.isdigit() or int(text) >= 2**32 - 1:
+        raise OptionError(f"Invalid --priority value: {value}")
+    settings["_priority"] = int(text)
+
+
 def _array(settings: Settings, value: str | None) -> None:
     spec, throttle, _ids = parse_array(value or "", settings.get("_max_array_size", 1001))
     settings["array_spec"], settings["array_max_running"] = spec, throttle
@@ -584,6 +594,7 @@ SBATCH_HANDLERS: dict[str, Handler] = {
     "gpus-per-node": _gpus("gpus_per_node", "--gpus-per-node"),
     "gpus-per-task": _gpus("gpus_per_task", "--gpus-per-task"),
     "gres": _gres,
+    "priority": _priority,
     "hold": _flag("held", "user"),
     "job-name": _store("name"),
     "mail-type": _mail_type,
@@ -683,7 +694,6 @@ SBATCH_IGNORED: dict[str, str] = {
     "ntasks-per-gpu": "use -n with --gpus-per-task", "ntasks-per-tres": "use -n with --gpus-per-task",
     "overcommit": "kiln allocates at least one CPU per task",
     "prefer": "a soft preference, not honoured",
-    "priority": "set by the scheduler; use --nice, or scontrol update Priority= as an operator",
     "mem-bind": "no memory binding",
 }
 

@@ -169,11 +169,23 @@ def _cpu_time(row: dict[str, Any], opts: Options) -> str:
     return fmt_duration(int(row.get("elapsed") or 0) * int(row.get("alloc_cpus") or 0))
 
 
+def _gres(key: str) -> Callable[[dict[str, Any], Options], str]:
+    """ReqGRES/AllocGRES (kept by Slurm for old readers such as job-metrics warehouses): the
+    gres part of the TRES string, ``gres/gpu=2`` -> ``gpu:2``, ``gres/gpu:a100=2`` ->
+    ``gpu:a100:2``."""
+    def get(r: dict[str, Any], o: Options) -> str:
+        items = [item[5:].replace("=", ":") for item in str(r.get(key) or "").split(",")
+                 if item.startswith("gres/")]
+        return ",".join(items)
+    return get
+
+
 FIELDS: list[Field] = [
     Field("Account", 10, _text("account"), keys=("account",)),
     Field("AllocCPUS", 10, _text("alloc_cpus"), cut=False, keys=("alloc_cpus",)),
     Field("AllocNodes", 10, lambda r, o: str(r.get("nnodes") if r.get("alloc_tres") else 0),
           cut=False, keys=("nnodes", "alloc_tres")),
+    Field("AllocGRES", 12, _gres("alloc_tres"), keys=("alloc_tres",)),
     Field("AllocTRES", 10, _text("alloc_tres"), keys=("alloc_tres",)),
     Field("AveRSS", 10, lambda r, o: _units(r.get("ave_rss_kb"), "KMGTP", o), cut=False,
           keys=("ave_rss_kb",)),
@@ -218,6 +230,7 @@ FIELDS: list[Field] = [
     Field("Reason", 22, _text("reason"), keys=("reason",)),
     Field("ReqCPUS", 8, lambda r, o: "" if r.get("kind") == "step" else str(r.get("req_cpus")),
           cut=False, keys=("req_cpus",)),
+    Field("ReqGRES", 12, _gres("req_tres"), keys=("req_tres",)),
     Field("ReqMem", 10, _text("req_mem"), keys=("req_mem",)),
     Field("ReqTRES", 10, _text("req_tres"), keys=("req_tres",)),
     Field("Reservation", 20, _text("reservation"), keys=("reservation",)),

@@ -192,7 +192,10 @@ def build_job(settings: Settings, script: str, default_name: str, command: str,
 def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
     test_only = bool(settings.get("_test_only"))
     try:
-        reply = _call_retrying(client, {"job": job, "test_only": test_only})
+        body: dict[str, Any] = {"job": job, "test_only": test_only}
+        if settings.get("_priority") is not None:
+            body["priority"] = settings["_priority"]
+        reply = _call_retrying(client, body)
     except ClientError as exc:
         raise CommandError(*submit_failure(exc.message, "Batch job submission failed")) from None
     job_id = reply["job_id"]

@@ -481,7 +481,10 @@ def run_job(settings: Settings, command: list[str], argv: list[str]) -> int:
     try:
         with Client() as client, Interrupts() as interrupts:
             try:
-                job_id = client.call("submit", {"job": job})["job_id"]
+                body: dict[str, Any] = {"job": job}
+                if settings.get("_priority") is not None:  # an operator's --priority
+                    body["priority"] = settings["_priority"]
+                job_id = client.call("submit", body)["job_id"]
             except ClientError as exc:
                 fail(*submit_failure(exc.message, "Unable to allocate resources"))
             tails = [Tail(job["stdout"], sys.stdout.buffer), Tail(job["stderr"],

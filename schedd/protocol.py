@@ -208,6 +208,9 @@ CLIENT_OPS: dict[str, Schema] = {
     "submit": {
         "job": Obj(SUBMIT_SCHEMA, required=True),  # Job fields as sbatch parsed them
         "test_only": Bool(),
+        # sbatch --priority: an operator's fixed priority (Job.admin_priority, server-owned:
+        # the handler checks the caller); not a Job field a submission writes
+        "priority": Int(0, 2**32 - 1),
     },
     "query_jobs": {**JOB_FILTER, "with_script": Bool(), "start_estimates": Bool(),
                    # Job attribute names: the reply is then {"columns", "values"}, not "jobs"
@@ -350,6 +353,7 @@ LAUNCH_FIELDS: Schema = {
     "kill_wait": Int(-1, _INT32, required=True),  # seconds between SIGTERM and SIGKILL
     "signal": Str(64),  # --signal as given, e.g. "B:USR1@120"
     "start_time": Num(required=True),  # schedd's decision time; the agent measures its own
+    "args": List(Str(), size=MAX_SCRIPT_ARGS),  # the script's arguments (sbatch script.sh a b)
 }
 
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {

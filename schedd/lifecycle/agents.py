@@ -48,6 +48,7 @@ class AgentRegistry:
             "gpus": list(alloc.gpus), "cpus": alloc.cpus, "memory_mb": alloc.memory_mb,
             "time_limit": job.launched_limit,
             "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,
+            "args": list(job.script_args),
         }
         self._tell(alloc.node, "launch", {"launch": spec})
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, until
 
 
 def acct(cluster: Cluster, *args: str, user: str | None = None):
@@ -158,3 +158,94 @@ def test_submit_accepts_what_slurm_accepts(cluster: Cluster, workdir: Path) -> N
         res = cluster.run("sbatch", "-H", *args, "--wrap", "true", cwd=workdir)
         assert (res.returncode, res.stderr) == (0, ""), args
         cluster.run("scancel", res.stdout.split()[-1])
+
+
+# --- 10. small parity items -------------------------------------------------------------------
+
+
+def test_parsable_comment_name_filters_and_script_arguments(cluster: Cluster, workdir: Path
+                                                            ) -> None:
+    res = cluster.run("sbatch", "--parsable", "--comment=run 7 of 9", "-J", "parity", "-H",
+                      "--wrap", "true", cwd=workdir)
+    assert res.returncode == 0 and res.stdout.strip().isdigit(), res.stderr
+    held = res.stdout.strip()
+    shown = cluster.run("squeue", "-h", "--name", "parity", "-o", "%A|%k")
+    assert shown.stdout == f"{held}|run 7 of 9\n"
+    assert cluster.run("scancel", "--name", "parity").returncode == 0
+    until(lambda: cluster.job(held)["state"] == "CANCELLED", "scancel --name cancels it")
+    script = workdir / "args.sh"
+    script.write_text('#!/bin/bash\necho "$#:$1:$2"\n')
+    job_id = cluster.sbatch("-o", "args.out", str(script), "first arg", "second", cwd=workdir)
+    cluster.wait(job_id, {"COMPLETED"})
+    assert (workdir / "args.out").read_text() == "2:first arg:second\n"
+
+
+def test_wait_parsable_exits_with_the_job(cluster: Cluster, workdir: Path) -> None:
+    res = cluster.run("sbatch", "--wait", "--parsable", "-o", "/dev/null", "--wrap", "exit 3",
+                      cwd=workdir)
+    assert res.returncode == 3 and res.stdout.strip().isdigit(), (res.stdout, res.stderr)
+    ok = cluster.run("sbatch", "-W", "--parsable", "-o", "/dev/null", "--wrap", "true",
+                     cwd=workdir)
+    assert ok.returncode == 0 and ok.stdout.strip().isdigit()
+
+
+def test_priority_is_for_operators_and_nice_for_everyone(cluster: Cluster, workdir: Path,
+                                                         other_user: str) -> None:
+    # pending on Resources behind a job holding every GPU (a held job shows Priority=0)
+    blocker = cluster.sbatch("--gres=gpu:8", "-o", "/dev/null", "--wrap", "sleep 300",
+                             cwd=workdir)
+    cluster.wait(blocker, {"RUNNING"})
+    job_id = cluster.sbatch("--gres=gpu:1", "--priority=4242", "--wrap", "true", cwd=workdir)
+    until(lambda: cluster.scontrol_show_job(job_id)["Priority"] == "4242",
+          "the operator's --priority is the job's priority")
+    res = cluster.run("sbatch", "-H", "--priority=9", "--wrap", "true", user=other_user,
+                      cwd=workdir)
+    assert (res.returncode, res.stderr) == (
+        1, "sbatch: error: Batch job submission failed: Access/permission denied\n")
+    nice = cluster.sbatch("-H", "--nice=100", "--wrap", "true", user=other_user, cwd=workdir)
+    assert cluster.scontrol_show_job(nice)["Nice"] == "100"
+    cluster.run("scancel", str(job_id), str(nice), str(blocker))
+
+
+def test_gpus_and_gres_gpu_give_the_same_job(cluster: Cluster, workdir: Path) -> None:
+    envs = []
+    for flag in ("--gpus=2", "--gres=gpu:2"):
+        job_id = cluster.sbatch(flag, "-o", "gpu-%j.txt", "--wrap",
+                                "env | grep -E '^(SLURM_GPUS_ON_NODE|SLURM_JOB_GPUS|CUDA|GPU_)'"
+                                " | sort", cwd=workdir)
+        cluster.wait(job_id, {"COMPLETED"})
+        text = (workdir / f"gpu-{job_id}.txt").read_text()
+        envs.append(dict(line.split("=", 1) for line in text.splitlines()))
+        tres = cluster.run("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "AllocTRES")
+        assert "gres/gpu=2" in tres.stdout
+    for env in envs:
+        assert env["SLURM_GPUS_ON_NODE"] == "2"
+        assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+    assert set(envs[0]) == set(envs[1])
+
+
+WAREHOUSE = ("jobid,jobidraw,cluster,partition,account,group,gid,user,uid,submit,eligible,start,"
+             "end,elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,reqgres,reqtres,timelimit,"
+             "nodelist,jobname")
+
+
+def test_metrics_warehouse_accounting_query(cluster: Cluster, workdir: Path) -> None:
+    """The query a job-metrics warehouse runs: every field of a finished job is filled."""
+    job_id = cluster.sbatch("-J", "wh", "-n", "2", "--mem=100", "--gres=gpu:1", "-t", "5",
+                            "-o", "/dev/null", "--wrap", "true", cwd=workdir)
+    cluster.wait(job_id, {"COMPLETED"})
+    res = cluster.run("sacct", "--allusers", "--parsable", "--noheader", "--allocations",
+                      "--duplicates", "--format", WAREHOUSE, "--starttime", "now-1hour",
+                      "--endtime", "now")
+    assert res.returncode == 0, res.stderr
+    rows = [line.split("|") for line in res.stdout.splitlines()]
+    row = next(r for r in rows if r[0] == str(job_id))
+    assert len(row) == len(WAREHOUSE.split(",")) + 1 and row[-1] == ""  # --parsable: ends in |
+    values = dict(zip(WAREHOUSE.split(","), row, strict=False))
+    empty = [k for k, v in values.items() if v == ""]
+    assert empty == [], values
+    assert (values["jobidraw"], values["cluster"], values["state"], values["exitcode"],
+            values["nnodes"], values["ncpus"], values["reqcpus"], values["reqmem"],
+            values["timelimit"], values["jobname"]) == (
+        str(job_id), "kiln", "COMPLETED", "0:0", "1", "2", "2", "100M", "00:05:00", "wh")
+    assert values["reqgres"] == "gpu:1" and "gres/gpu=1" in values["reqtres"]
