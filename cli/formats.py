@@ -10,6 +10,7 @@ from that Table a whole column at a time (the end of this module).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -75,10 +76,13 @@ def fmt_cpu_time(secs: float | None) -> str:
 
 
 def fmt_time(t: float | None, none: str = "N/A") -> str:
-    """An instant as Slurm prints it: local ISO 8601 without zone, 2026-11-29T08:06:38."""
+    """An instant as Slurm prints it: local ISO 8601 without zone, 2026-11-29T08:06:38, or as
+    SLURM_TIME_FORMAT says (a strftime format; ``standard`` and ``relative`` keep ISO 8601)."""
     if not t:
         return none
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+    custom = os.environ.get("SLURM_TIME_FORMAT", "")
+    fmt = custom if custom and custom not in ("standard", "relative") else "%Y-%m-%dT%H:%M:%S"
+    return time.strftime(fmt, time.localtime(t))
 
 
 def fmt_limit_minutes(secs: int | None, unlimited: str = "infinite") -> str:

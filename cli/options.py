@@ -452,6 +452,18 @@ SBATCH_ENV_VARS = {
     "SBATCH_REQUEUE": "requeue", "SBATCH_RESERVATION": "reservation", "SBATCH_SIGNAL": "signal",
     "SBATCH_TIMELIMIT": "time", "SBATCH_WAIT": "wait", "SBATCH_WCKEY": "wckey",
     "SBATCH_ERROR": "error", "SBATCH_INPUT": "input", "SBATCH_OUTPUT": "output",
+    # the rest of sbatch(1)'s INPUT ENVIRONMENT VARIABLES (22.05)
+    "SBATCH_ACCTG_FREQ": "acctg-freq", "SBATCH_BATCH": "batch", "SBATCH_CLUSTERS": "clusters",
+    "SLURM_CLUSTERS": "clusters", "SBATCH_CORE_SPEC": "core-spec",
+    "SBATCH_CPUS_PER_GPU": "cpus-per-gpu", "SBATCH_DELAY_BOOT": "delay-boot",
+    "SBATCH_DISTRIBUTION": "distribution", "SBATCH_GET_USER_ENV": "get-user-env",
+    "SBATCH_GPU_BIND": "gpu-bind", "SBATCH_GPU_FREQ": "gpu-freq",
+    "SBATCH_GRES_FLAGS": "gres-flags", "SBATCH_HINT": "hint", "SBATCH_IGNORE_PBS": "ignore-pbs",
+    "SBATCH_MEM_BIND": "mem-bind", "SBATCH_NETWORK": "network", "SBATCH_NO_KILL": "no-kill",
+    "SBATCH_OVERCOMMIT": "overcommit", "SBATCH_POWER": "power", "SBATCH_PROFILE": "profile",
+    "SBATCH_REQ_SWITCH": "switches", "SBATCH_SPREAD_JOB": "spread-job",
+    "SBATCH_THREAD_SPEC": "thread-spec", "SBATCH_USE_MIN_NODES": "use-min-nodes",
+    "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
 }
 
 Settings = dict[str, Any]
@@ -765,6 +777,17 @@ def apply_options(settings: Settings, parsed: Parsed) -> None:
             handler(settings, value)
         else:
             settings[opt.dest.replace("-", "_")] = True if value is None else value
+
+
+def env_defaults(values: dict[str, Any], variables: dict[str, str],
+                 flags: frozenset[str] = frozenset()) -> None:
+    """A reporting command's input environment variables (SQUEUE_SORT, SINFO_PARTITION, ...):
+    each fills its option's dest when the command line did not give it (the command line
+    wins, as in Slurm); a flag's variable only has to be set."""
+    for var, dest in variables.items():
+        value = os.environ.get(var)
+        if value is not None and dest not in values:
+            values[dest] = None if dest in flags else value
 
 
 def env_options(environ: dict[str, str]) -> Parsed:

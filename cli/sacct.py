@@ -598,8 +598,8 @@ def choose_columns(values: dict[str, list[str | None]]) -> list[Column]:
         text = BRIEF_FORMAT
     elif "long" in values:
         text = LONG_FORMAT
-    else:
-        text = DEFAULT_FORMAT
+    else:  # Slurm's input environment variable, then its default
+        text = os.environ.get("SACCT_FORMAT") or DEFAULT_FORMAT
     return parse_format(text)
 
 

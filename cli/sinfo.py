@@ -7,6 +7,7 @@ partition, ``-R`` the reasons of down and drained nodes. ``%G`` shows ``gpu:<typ
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from cli.formats import (
     parse_percent_format,
 )
 from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
+from cli.options import NO_ARG, Opt, OptionError, OptionTable, env_defaults, parse_argv
 from schedd.slurm.hostlist import compress, expand
 
 PROG = "sinfo"
@@ -185,6 +186,16 @@ LONG_NAMES.update({"gresused": "gresused", "statecomplete": "statelong", "cpuslo
                    "disk": "disk", "size": "size"})
 
 
+def from_environment(values: dict[str, str | None]) -> None:
+    """sinfo's input environment variables under the command line: SINFO_PARTITION,
+    SINFO_SORT, SINFO_ALL, and SINFO_FORMAT for the default (partition) layout only."""
+    env_defaults(values, {"SINFO_PARTITION": "partition", "SINFO_SORT": "sort",
+                          "SINFO_ALL": "all"}, frozenset({"all"}))
+    layouts = {"format", "Format", "summarize", "Node", "list-reasons"}
+    if os.environ.get("SINFO_FORMAT") and not layouts & values.keys():
+        values["format"] = os.environ["SINFO_FORMAT"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return run_command(PROG, sinfo_command, argv)
 
@@ -241,6 +252,7 @@ def sinfo_command(argv: Sequence[str]) -> int:
     if positional:
         fail(f"Unrecognized option: {positional[0]}")
     values = {opt.dest: value for opt, value in found}
+    from_environment(values)
     if "help" in values or "usage" in values:
         print("Usage: sinfo [-adelNRrsTv] [-i seconds] [-t states] [-p partition] [-n nodes]\n"
               "             [-S fields] [-o format] [-O Format] [--federation] [--local]")

@@ -8,6 +8,7 @@ are folded into one ``123_[4-9]`` line unless ``-r`` asks for one line per task,
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from cli.options import (
     OptionError,
     OptionTable,
     check_users,
+    env_defaults,
     list_filters,
     parse_argv,
     parse_states,
@@ -75,6 +77,25 @@ IGNORED = {"clusters": "kiln schedules one cluster", "federation": "kiln has no 
 REFUSED = {"steps": "--steps is not supported: list a job's steps with sacct -j JOBID",
            "yaml": "--yaml is not supported: use --json"}
 
+
+
+# squeue's input environment variables (squeue(1)), under the command line
+ENV_VARS = {"SQUEUE_ACCOUNT": "accounts", "SQUEUE_ALL": "all", "SQUEUE_ARRAY": "array",
+            "SQUEUE_LICENSES": "licenses", "SQUEUE_NAMES": "name",
+            "SQUEUE_PARTITION": "partitions", "SQUEUE_PRIORITY": "priority", "SQUEUE_QOS": "qos",
+            "SQUEUE_SORT": "sort", "SQUEUE_STATES": "states", "SQUEUE_USERS": "users"}
+ENV_FLAGS = frozenset({"all", "array", "priority"})
+
+
+def from_environment(values: dict[str, str | None]) -> None:
+    """SQUEUE_* where the command line is silent; SQUEUE_FORMAT2 (-O) before SQUEUE_FORMAT
+    (-o), and neither when the command line gives a format (or --long/--start)."""
+    env_defaults(values, ENV_VARS, ENV_FLAGS)
+    if not {"format", "Format", "long", "start"} & values.keys():
+        if os.environ.get("SQUEUE_FORMAT2"):
+            values["Format"] = os.environ["SQUEUE_FORMAT2"]
+        elif os.environ.get("SQUEUE_FORMAT"):
+            values["format"] = os.environ["SQUEUE_FORMAT"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -242,6 +263,7 @@ def squeue_command(argv: Sequence[str]) -> int:
     for dest, why in IGNORED.items():
         if dest in values:
             print(f"{PROG}: warning: --{dest} is ignored: {why}", file=sys.stderr)
+    from_environment(values)
     query = build_query(values, positional)
     prefix, columns = choose_columns(values)
     if values.get("iterate") is not None:

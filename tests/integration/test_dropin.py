@@ -249,3 +249,54 @@ def test_metrics_warehouse_accounting_query(cluster: Cluster, workdir: Path) -> 
             values["timelimit"], values["jobname"]) == (
         str(job_id), "kiln", "COMPLETED", "0:0", "1", "2", "2", "100M", "00:05:00", "wh")
     assert values["reqgres"] == "gpu:1" and "gres/gpu=1" in values["reqtres"]
+
+
+# --- 9. input environment variables -------------------------------------------------------
+
+
+def test_sbatch_environment_sits_between_directives_and_command_line(cluster: Cluster,
+                                                                     workdir: Path) -> None:
+    """sbatch(1): "environment variables will override any options set in a batch script, and
+    command line options will override any environment variables"."""
+    script = workdir / "envopts.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -J fromscript\n#SBATCH -t 30\ntrue\n")
+    env = {"SBATCH_JOB_NAME": "fromenv", "SBATCH_PARTITION": "short", "SBATCH_TIMELIMIT": "7",
+           "SBATCH_OUTPUT": "/dev/null", "SBATCH_WAIT": "1"}
+    res = cluster.run("sbatch", "--parsable", str(script), cwd=workdir, env=env)
+    assert res.returncode == 0, res.stderr  # SBATCH_WAIT: returned once the job ended
+    job = cluster.job(res.stdout.strip())
+    assert (job["name"], job["partition"], job["time_limit"], job["state"]) == (
+        "fromenv", "short", 420, "COMPLETED")
+    res = cluster.run("sbatch", "--parsable", "-J", "fromcli", "-H", str(script), cwd=workdir,
+                      env={"SBATCH_JOB_NAME": "fromenv"})
+    assert cluster.job(res.stdout.strip())["name"] == "fromcli"
+    cluster.run("scancel", res.stdout.strip())
+
+
+def test_reporting_commands_read_their_environment(cluster: Cluster, workdir: Path) -> None:
+    first = cluster.sbatch("-H", "-J", "envb", "--wrap", "true", cwd=workdir)
+    second = cluster.sbatch("-H", "-J", "enva", "--wrap", "true", cwd=workdir)
+    ids = {"SQUEUE_STATES": "PD", "SQUEUE_USERS": "root"}
+    shown = cluster.run("squeue", "-h", env={**ids, "SQUEUE_FORMAT": "%i %j",
+                                             "SQUEUE_SORT": "j"})
+    lines = [line for line in shown.stdout.splitlines() if line.split()[0] in
+             (str(first), str(second))]
+    assert lines == [f"{second} enva", f"{first} envb"]
+    long = cluster.run("squeue", "-h", "-j", str(first), env={"SQUEUE_FORMAT2": "JobID:|,Name:|",
+                                                               "SQUEUE_FORMAT": "%i"})
+    assert long.stdout == f"{first}|envb|\n"
+    cli_wins = cluster.run("squeue", "-h", "-j", str(first), "-o", "%j",
+                           env={"SQUEUE_FORMAT2": "JobID"})
+    assert cli_wins.stdout == "envb\n"
+    epoch = cluster.run("squeue", "-h", "-j", str(first), "-o", "%V",
+                        env={"SLURM_TIME_FORMAT": "%s"})
+    assert abs(int(epoch.stdout) - int(cluster.job(first)["submit_time"])) <= 1
+    cluster.run("scancel", str(first), str(second))
+    until(lambda: cluster.job(first)["state"] == "CANCELLED", "the job is cancelled")
+    acct = cluster.run("sacct", "-X", "-n", "-P", "-j", str(first),
+                       env={"SACCT_FORMAT": "JobName,State"})
+    assert acct.stdout == "envb|CANCELLED by 0\n"
+    info = cluster.run("sinfo", "-h", "-p", "gpu", env={"SINFO_FORMAT": "%P|%a"})
+    assert info.stdout == "gpu*|up\n"
+    info = cluster.run("sinfo", "-h", env={"SINFO_PARTITION": "short", "SINFO_FORMAT": "%R"})
+    assert info.stdout == "short\n"
