@@ -679,7 +679,7 @@ SBATCH_IGNORED: dict[str, str] = {
     "delay-boot": "nodes are not rebooted for jobs",
     "switches": "no network topology", "network": "no network options",
     "mcs-label": "no MCS labels", "profile": "no HDF5 profiling (see seff and sacct)",
-    "licenses": "no licenses are configured", "tmp": "temporary disk is not scheduled",
+"tmp": "temporary disk is not scheduled",
     "deadline": "recorded, not enforced", "get-user-env": "the submit environment is used",
     "propagate": "resource limits are not propagated", "gres-flags": "GPUs are placed by NVLink island",
     "oom-kill-step": "a job over its memory is ended as a whole",

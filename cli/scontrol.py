@@ -55,6 +55,7 @@ ENTITIES = {
     "hostnames": "hostnames", "hostname": "hostnames", "hostlist": "hostlist",
     "hostlistsorted": "hostlistsorted", "reservation": "reservation",
     "reservations": "reservation", "res": "reservation", "reservationname": "reservation",
+    "license": "license", "licenses": "license", "lic": "license", "licensename": "license",
 }
 
 
@@ -124,6 +125,8 @@ def show(args: list[str], oneliner: bool) -> int:
             return show_nodes(client, target, oneliner)
         if entity == "partition":
             return show_partitions(client, target, oneliner)
+        if entity == "license":
+            return show_licenses(client, target, oneliner)
         if entity == "reservation":
             from cli import scontrol_resv
 
@@ -413,6 +416,17 @@ def partition_lines(part: dict[str, Any], nodes: list[dict[str, Any]]) -> list[s
         "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
         f"TRES={tres}",
     ]
+
+
+def show_licenses(client: Client, target: str | None, oneliner: bool) -> int:
+    """``scontrol show licenses [NAME]``: Slurm 22.05's two lines per license."""
+    lics = client.call("query_licenses", {"names": [target]} if target else {})["licenses"]
+    for lic in lics:
+        head = f"LicenseName={lic['name']}"
+        counts = (f"Total={lic['total']} Used={lic['used']} "
+                  f"Free={max(lic['total'] - lic['used'], 0)} Reserved=0 Remote=no")
+        print(f"{head} {counts}" if oneliner else f"{head}\n    {counts}")
+    return 0
 
 
 def show_partitions(client: Client, target: str | None, oneliner: bool) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from schedd import paths
-from schedd.model import Partition
+from schedd.model import License, Partition
 from schedd.paths import ConfigError
 
 # Slurm's PrivateData values kiln acts on (config key private_data)
@@ -130,6 +130,7 @@ class Config:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     partitions: list[Partition] = field(default_factory=list)
+    licenses: list[License] = field(default_factory=list)  # [[license]] name, count
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
 
     def __post_init__(self) -> None:
@@ -198,13 +199,18 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     partitions = [
         _build(Partition, p, f"{where} [[partition]]") for p in data.pop("partition", [])
     ]
+    licenses = [_build(License, lic, f"{where} [[license]]") for lic in data.pop("license", [])]
+    for lic in licenses:
+        if not isinstance(lic.name, str) or not lic.name or not isinstance(lic.count, int) \
+                or lic.count < 0:
+            raise ConfigError(f"{where} [[license]]: a name and a count >= 0, not {lic!r}")
     schedd = data.pop("schedd", {})
     top = {**data, **schedd}
     if top.get("db_url_file") and not top.get("db_url"):
         top["db_url"] = _read_secret(str(top["db_url_file"]), f"{where}: db_url_file")
     cfg = _build(
         Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
-        partitions=partitions, accounting=accounting,
+        partitions=partitions, licenses=licenses, accounting=accounting,
     )
     return cfg
 

@@ -223,6 +223,7 @@ CLIENT_OPS: dict[str, Schema] = {
     "requeue": {"job_ids": List(_ID, size=MAX_JOB_REFS, required=True), "hold": Bool()},
     "query_nodes": {"names": _NAMES},
     "query_partitions": {"names": _NAMES},
+    "query_licenses": {"names": _NAMES},
     "update_node": {"names": List(_NAME, required=True),
                     "changes": Obj({"state": Str(32), "reason": Str()}, required=True)},
     # advance reservations (schedd/handlers/resv.py)

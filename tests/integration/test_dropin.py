@@ -3,11 +3,13 @@ and compares with what Slurm 22.05 prints (/work/shared/slurm-reference, the man
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster, until
+from tests.integration.cluster import Cluster, release_file, until
+from tests.integration.conftest import _cluster
 
 
 def acct(cluster: Cluster, *args: str, user: str | None = None):
@@ -300,3 +302,34 @@ def test_reporting_commands_read_their_environment(cluster: Cluster, workdir: Pa
     assert info.stdout == "gpu*|up\n"
     info = cluster.run("sinfo", "-h", env={"SINFO_PARTITION": "short", "SINFO_FORMAT": "%R"})
     assert info.stdout == "short\n"
+
+
+# --- 7. licenses ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def licensed(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A cluster with two matlab licenses ([[license]] in kiln.toml)."""
+    yield from _cluster(request, "sqlite", nodes=1, fake_gpus="8xH100-80GB", kill_wait=3,
+                        schedd_extra='[[license]]\nname = "matlab"\ncount = 2\n')
+
+
+def test_licenses_are_scheduled_and_shown(licensed: Cluster, workdir: Path) -> None:
+    shown = licensed.run("scontrol", "show", "lic")
+    assert shown.stdout == "LicenseName=matlab\n    Total=2 Used=0 Free=2 Reserved=0 Remote=no\n"
+    holder = licensed.sbatch("-L", "matlab:2", "-o", "/dev/null", "--wrap",
+                             release_file(workdir), cwd=workdir)
+    licensed.wait(holder, {"RUNNING"})
+    waiter = licensed.sbatch("--licenses=matlab", "-o", "/dev/null", "--wrap", "true",
+                             cwd=workdir)
+    until(lambda: licensed.job(waiter)["reason"] == "Licenses", "the job waits for a license")
+    row = licensed.run("squeue", "-h", "-j", str(waiter), "-o", "%T|%r|%W")
+    assert row.stdout == "PENDING|Licenses|matlab:1\n"
+    assert licensed.run("scontrol", "-o", "show", "licenses", "matlab").stdout == (
+        "LicenseName=matlab Total=2 Used=2 Free=0 Reserved=0 Remote=no\n")
+    (workdir / "release").touch()
+    assert licensed.wait(waiter, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    for bad in ("nosuch", "matlab:3", "matlab:x"):
+        res = licensed.run("sbatch", "-L", bad, "--wrap", "true", cwd=workdir)
+        assert (res.returncode, res.stdout, res.stderr) == (
+            1, "", "sbatch: error: Batch job submission failed: Invalid license specification\n")
