@@ -23,7 +23,15 @@ from cli.formats import (
     parse_percent_format,
 )
 from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, env_defaults, parse_argv
+from cli.options import (
+    NO_ARG,
+    OPTIONAL,
+    Opt,
+    OptionError,
+    OptionTable,
+    env_defaults,
+    parse_argv,
+)
 from schedd.slurm.hostlist import compress, expand
 
 PROG = "sinfo"
@@ -38,7 +46,7 @@ TABLE = OptionTable([
     Opt("responding", "r", NO_ARG), Opt("list-reasons", "R", NO_ARG),
     Opt("summarize", "s", NO_ARG), Opt("sort", "S"), Opt("states", "t"),
     Opt("reservation", "T", NO_ARG), Opt("usage", "", NO_ARG), Opt("verbose", "v", NO_ARG),
-    Opt("version", "V", NO_ARG), Opt("json", "", NO_ARG),
+    Opt("version", "V", NO_ARG), Opt("json", "", OPTIONAL),
 ])
 
 DEFAULT_FORMAT = "partition:9 ,available:.5 ,time:.10 ,nodes:.6 ,statecompact:.6 ,nodelist:0"
@@ -276,9 +284,14 @@ def sinfo_command(argv: Sequence[str]) -> int:
         raise CommandError(f"slurm_load_partitions: {exc.message}", prefixed=False) from None
     partitions, nodes = apply_filters(values, partitions, nodes)
     if "json" in values:
+        from cli.data_parser import VersionError, version_of
         from cli.sinfo_json import print_json
 
-        return print_json(partitions, nodes)
+        try:
+            version = version_of(values.get("json"))
+        except VersionError as exc:
+            fail(str(exc))
+        return print_json(partitions, nodes, version)
     if "list-reasons" in values:
         nodes = [n for n in nodes if _category(n) == "O" or n.get("reason")]
         partitions = [{"name": "", "nodes": [n["name"] for n in nodes]}] if nodes else []
