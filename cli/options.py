@@ -552,7 +552,7 @@ _MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND
 def _mail_type(settings: Settings, value: str | None) -> None:
     types = [t.strip().upper() for t in (value or "").split(",")]
     if not all(t in _MAIL_TYPES for t in types):
-        raise OptionError("Invalid --mail-type specification")
+        raise OptionError(f"--mail-type={value} invalid")  # slurm_opt.c's words
     settings["mail_type"] = ",".join(types)
 
 
@@ -661,8 +661,6 @@ def parse_restart_cost(text: str) -> int:
 # Options that mean nothing on kiln: accepted (scripts written for Slurm keep working), stored in
 # nowhere, and announced with one warning line each. dest -> what the user should know.
 SBATCH_IGNORED: dict[str, str] = {
-    "mail-type": "recorded, but kiln sends no mail",
-    "mail-user": "recorded, but kiln sends no mail",
     "acctg-freq": "agents sample every [agent] sample_interval seconds",
     "bb": "no burst buffers", "bbf": "no burst buffers",
     "container": "no OCI container support", "context": "no SELinux contexts",

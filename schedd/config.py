@@ -86,6 +86,18 @@ class AgentConfig:
 
 
 @dataclass(slots=True)
+class MailConfig:
+    """``[mail]``: how --mail-type mail leaves (schedd/lifecycle/mail.py): MailProg, called as
+    slurmctld calls it, or SMTP when ``smtp_host`` is set."""
+
+    mail_prog: str = "/usr/bin/mail"  # MailProg
+    smtp_host: str = ""
+    smtp_port: int = 25
+    smtp_from: str = ""  # default slurm@<this host>
+    domain: str = ""  # appended to a bare user name over SMTP (Slurm's MailDomain)
+
+
+@dataclass(slots=True)
 class AccountingConfig:
     """``[accounting]``: prices for kiln's cost report (``sreport cluster AccountCost``).
 
@@ -132,6 +144,7 @@ class Config:
     partitions: list[Partition] = field(default_factory=list)
     licenses: list[License] = field(default_factory=list)  # [[license]] name, count
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
+    mail: MailConfig = field(default_factory=MailConfig)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
@@ -196,6 +209,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     scheduler = _build(SchedulerConfig, data.pop("scheduler", {}), f"{where} [scheduler]")
     agent = _build(AgentConfig, data.pop("agent", {}), f"{where} [agent]")
     accounting = _build(AccountingConfig, data.pop("accounting", {}), f"{where} [accounting]")
+    mail = _build(MailConfig, data.pop("mail", {}), f"{where} [mail]")
     partitions = [
         _build(Partition, p, f"{where} [[partition]]") for p in data.pop("partition", [])
     ]
@@ -210,7 +224,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
         top["db_url"] = _read_secret(str(top["db_url_file"]), f"{where}: db_url_file")
     cfg = _build(
         Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
-        partitions=partitions, licenses=licenses, accounting=accounting,
+        partitions=partitions, licenses=licenses, accounting=accounting, mail=mail,
     )
     return cfg
 

@@ -400,3 +400,152 @@ def test_json_data_parser_versions_follow_the_published_schemas(
     assert (bad.returncode, bad.stdout) == (1, "")
     plain = json.loads(cluster.run("squeue", "--json").stdout)  # v0.0.38 stays the default
     assert plain["meta"]["plugin"]["type"] == "openapi/v0.0.38"
+
+
+# --- 8. mail ----------------------------------------------------------------------------------
+
+RECORDER = """#!/bin/sh
+# a MailProg that records how it was called: $1=-s $2=subject $3=user, and its environment
+printf '%s|%s|%s|%s|%s\\n' "$1" "$2" "$3" "$SLURM_JOB_ID" "$SLURM_JOB_MAIL_TYPE" >> {log}
+"""
+
+
+@pytest.fixture(scope="module")
+def mailbox(request: pytest.FixtureRequest) -> Iterator[tuple[Cluster, Path]]:
+    """A cluster whose MailProg is a recorder writing one line per mail."""
+    from tests.integration.cluster import cleanup, world_tempdir
+
+    where = world_tempdir("kiln-mail-")
+    prog, log = where / "mailprog", where / "mail.log"
+    prog.write_text(RECORDER.format(log=log))
+    prog.chmod(0o755)
+    try:
+        for cluster in _cluster(request, "sqlite", nodes=1, fake_gpus="8xH100-80GB",
+                                kill_wait=3, schedd_extra=f'[mail]\nmail_prog = "{prog}"\n'):
+            yield cluster, log
+    finally:
+        cleanup(where)
+
+
+def mails(log: Path) -> list[list[str]]:
+    return [line.split("|") for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def mails_of(log: Path, job_id: int, count: int) -> list[list[str]]:
+    def found() -> list[list[str]] | None:
+        got = [m for m in mails(log) if m[3] == str(job_id)]
+        return got if len(got) >= count else None
+    return until(found, f"{count} mails of job {job_id}")
+
+
+def test_mail_prog_gets_slurms_call_and_subjects(mailbox: tuple[Cluster, Path],
+                                                  workdir: Path) -> None:
+    import re
+
+    cluster, log = mailbox
+    quiet = cluster.sbatch("--mail-type=NONE", "-o", "/dev/null", "--wrap", "true", cwd=workdir)
+    job_id = cluster.sbatch("--mail-type=BEGIN,END", "-J", "mailjob", "-o", "/dev/null",
+                            f"--dependency=afterany:{quiet}", "--wrap", "true", cwd=workdir)
+    began, ended = mails_of(log, job_id, 2)
+    assert began[0] == "-s" and began[2] == "root" and began[4] == "BEGIN,END"
+    assert re.fullmatch(rf"Slurm Job_id={job_id} Name=mailjob Began, Queued time "
+                        r"\d\d:\d\d:\d\d", began[1])
+    assert re.fullmatch(rf"Slurm Job_id={job_id} Name=mailjob Ended, Run time "
+                        r"\d\d:\d\d:\d\d, COMPLETED, ExitCode 0", ended[1])
+    assert [m for m in mails(log) if m[3] == str(quiet)] == []  # NONE: no mail
+    failed = cluster.sbatch("--mail-type=END,FAIL", "--mail-user=alice@example.org",
+                            "-J", "bad", "-o", "/dev/null", "--wrap", "exit 3", cwd=workdir)
+    (mail,) = mails_of(log, failed, 1)
+    assert mail[2] == "alice@example.org"
+    assert re.fullmatch(rf"Slurm Job_id={failed} Name=bad Failed, Run time \d\d:\d\d:\d\d, "
+                        r"FAILED, ExitCode 3", mail[1])
+
+
+def test_mail_time_limit_shares_and_array_summary(mailbox: tuple[Cluster, Path],
+                                                  workdir: Path) -> None:
+    import re
+
+    cluster, log = mailbox
+    job_id = cluster.sbatch("--mail-type=TIME_LIMIT_50", "-t", "0:06", "-J", "half",
+                            "-o", "/dev/null", "--wrap", release_file(workdir, "half"),
+                            cwd=workdir)
+    (mail,) = mails_of(log, job_id, 1)
+    assert re.fullmatch(rf"Slurm Job_id={job_id} Name=half Reached 50% of time limit, "
+                        r"Run time \d\d:\d\d:\d\d", mail[1])
+    (workdir / "half").touch()
+    array = cluster.sbatch("--array=0-2", "--mail-type=END", "-J", "arr", "-o", "/dev/null",
+                           "--wrap", "true", cwd=workdir)
+    until(lambda: all(cluster.job(f"{array}_{t}")["state"] == "COMPLETED" for t in range(3)),
+          "the array has finished")
+    summary = until(lambda: [m for m in mails(log) if "Array Summary" in m[1]
+                             and f"Job_id={array}_*" in m[1]], "the array's summary mail")
+    assert len(summary) == 1
+    assert summary[0][1] == (f"Slurm Array Summary Job_id={array}_* ({array}) Name=arr Ended, "
+                             "COMPLETED, ExitCode 0")
+
+
+class _SmtpSink:
+    """A local SMTP server that keeps each message it is given (enough of RFC 5321)."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.messages: list[str] = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rwb") as f:
+                f.write(b"220 sink\r\n")
+                f.flush()
+                data = None
+                for raw in f:
+                    line = raw.decode(errors="replace").rstrip("\r\n")
+                    if data is not None:
+                        if line == ".":
+                            self.messages.append("\n".join(data))
+                            data = None
+                            f.write(b"250 ok\r\n")
+                        else:
+                            data.append(line)
+                        f.flush()
+                        continue
+                    verb = line.split(" ", 1)[0].upper()
+                    if verb == "DATA":
+                        data = []
+                        f.write(b"354 go\r\n")
+                    elif verb == "QUIT":
+                        f.write(b"221 bye\r\n")
+                        f.flush()
+                        break
+                    else:
+                        f.write(b"250 ok\r\n")
+                    f.flush()
+
+
+def test_mail_over_smtp(request: pytest.FixtureRequest, workdir: Path) -> None:
+    sink = _SmtpSink()
+    extra = f'[mail]\nsmtp_host = "127.0.0.1"\nsmtp_port = {sink.port}\ndomain = "example.org"\n'
+    for cluster in _cluster(request, "sqlite", nodes=1, fake_gpus="2xH100-80GB", kill_wait=3,
+                            schedd_extra=extra):
+        job_id = cluster.sbatch("--mail-type=END", "-J", "smtpjob", "-o", "/dev/null",
+                                "--wrap", "true", cwd=workdir)
+        import email
+        import email.policy
+
+        (message,) = until(lambda: sink.messages, "a message at the SMTP sink")
+        parsed = email.message_from_string(message, policy=email.policy.default)
+        assert parsed["To"] == "root@example.org"
+        assert parsed["Subject"].startswith(f"Slurm Job_id={job_id} Name=smtpjob Ended, "
+                                            "Run time ")
+        assert parsed["Subject"].endswith(", COMPLETED, ExitCode 0")
+    sink.sock.close()
