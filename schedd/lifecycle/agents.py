@@ -48,8 +48,9 @@ class AgentRegistry:
             "gpus": list(alloc.gpus), "cpus": alloc.cpus, "memory_mb": alloc.memory_mb,
             "time_limit": job.launched_limit,
             "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,
-            "args": list(job.script_args),
         }
+        if job.script_args:  # only then: an agent older than the field still takes the rest
+            spec["args"] = list(job.script_args)
         self._tell(alloc.node, "launch", {"launch": spec})
 
     def forget_run(self, job_id: int, generation: int) -> None:
