@@ -10,6 +10,7 @@ from that Table a whole column at a time (the end of this module).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -452,6 +453,11 @@ def _gres_of(count: int, gtype: str = "") -> str:
 
 
 def _cluster_name(job: dict[str, Any], ctx: Ctx) -> str:
+    return _this_cluster()
+
+
+@functools.cache
+def _this_cluster() -> str:
     from schedd.config import load
 
     return load().cluster_name
