@@ -38,7 +38,7 @@ import zmq
 from agentd import cgroups as cgroup_mod
 from agentd import gpus as gpu_discovery
 from agentd.forward import check_cap
-from agentd.launcher import Finished, Launcher, LaunchError
+from agentd.launcher import Finished, Launcher, LaunchError, OutputDirMissing
 from agentd.relay import Relay, should_serve
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
@@ -94,6 +94,8 @@ class Agent:
         self._unacked: OrderedDict[tuple[int, int], tuple[float, dict[str, Any]]] = OrderedDict()
         self._report_ids: dict[int, tuple[int, int]] = {}
         self._seen: OrderedDict[tuple[int, int], None] = OrderedDict()  # launches handled
+        # launches waiting for their output directory: key -> (spec, give up at)
+        self._waiting: dict[tuple[int, int], tuple[dict[str, Any], float]] = {}
         self.heartbeat_interval = cfg.heartbeat_interval
         self._last_heartbeat = 0.0
         self._registered = False
@@ -205,6 +207,7 @@ class Agent:
             if usage:
                 item["usage"] = usage
             out.append(item)
+        out += [{"job_id": j, "generation": g} for j, g in self._waiting]  # held, not started
         return out
 
     def _end_body(self, fin: Finished) -> dict[str, Any]:
@@ -315,6 +318,7 @@ class Agent:
         if op == "launch":
             self._launch(body["launch"])
         elif op == "terminate":
+            self._waiting.pop((body["job_id"], body["generation"]), None)
             if not self.launcher.terminate(body["job_id"], body["generation"], body["state"]):
                 # not running here (never arrived, or long gone): schedd still waits for an end
                 self._report(Finished(body["job_id"], body["generation"], body["state"], 0, 0,
@@ -334,18 +338,38 @@ class Agent:
         self._seen[key] = None  # type: ignore[index]
         while len(self._seen) > 10_000:
             self._seen.popitem(last=False)
+        self._try_launch(spec, time.time() + self.cfg.agent.output_dir_wait)
+
+    def _try_launch(self, spec: dict[str, Any], give_up_at: float) -> None:
+        """Start the job; one whose output directory is missing waits (``_retry_waiting``)
+        until ``give_up_at``, then fails saying why (the job's Reason, in scontrol and sacct)."""
+        key = (spec["job_id"], spec["generation"])
+        self._waiting.pop(key, None)
         try:
             self.launcher.launch(spec)
+        except OutputDirMissing as exc:
+            if time.time() < give_up_at:
+                self._waiting[key] = (spec, give_up_at)
+                return
+            self._launch_failed(spec, exc)
+            return
         except (LaunchError, protocol.ProtocolError) as exc:
-            log.error("launch of job %s failed: %s", spec.get("job_id"), exc)
-            now = time.time()
-            code = exc.exit_code if isinstance(exc, LaunchError) else 1
-            self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", code,
-                                  0, now, now), error=f"launch failed: {exc}")
+            self._launch_failed(spec, exc)
             return
         self.sampler.track(spec)
         self._send("job_started", {"node": self.name, "job_id": spec["job_id"],
                                    "generation": spec["generation"], "start_time": time.time()})
+
+    def _launch_failed(self, spec: dict[str, Any], exc: Exception) -> None:
+        log.error("launch of job %s failed: %s", spec.get("job_id"), exc)
+        now = time.time()
+        code = exc.exit_code if isinstance(exc, LaunchError) else 1
+        self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", code,
+                              0, now, now), error=f"launch failed: {exc}")
+
+    def _retry_waiting(self) -> None:
+        for spec, give_up_at in list(self._waiting.values()):
+            self._try_launch(spec, give_up_at)
 
     # --- loop ----------------------------------------------------------------------------------
 
@@ -362,6 +386,7 @@ class Agent:
                     self._on_message(frames[0], frames[1:])
                 if self.relay is not None:
                     self.relay.server.ready(ready, time.monotonic())
+            self._retry_waiting()
             now = time.time()
             self.sampler.tick(now, self.launcher.running(), self.steps.live_tasks())
             for fin in self.launcher.poll(now):

@@ -93,6 +93,12 @@ class LaunchError(Exception):
         self.exit_code = exit_code
 
 
+class OutputDirMissing(LaunchError):
+    """The directory of the job's ``-o``/``-e`` file does not exist (yet): submit libraries
+    make it, named after the job id, just after sbatch prints the id, so the agent tries
+    again for ``[agent] output_dir_wait`` seconds before failing the launch."""
+
+
 @dataclass(slots=True)
 class Finished:
     """How a job ended, as ``job_ended`` reports it. ``exit_signal`` is the signal that killed
@@ -225,6 +231,7 @@ class Launcher:
         start = time.time()
         kill_wait = spec["kill_wait"] if spec["kill_wait"] >= 0 else self.kill_wait
         argv = [str(script)] if spec["script"].startswith("#!") else ["/bin/bash", str(script)]
+        argv += spec.get("args") or []  # sbatch script.sh a b: $1 $2 of the batch shell
         launch = {
             "job_id": key[0], "generation": key[1], "node": self.node_name, "argv": argv,
             "environment": spec["environment"], "cwd": cwd, "umask": _umask(spec["environment"]),
@@ -319,7 +326,8 @@ class Launcher:
             try:
                 out_fd = _open_output(out_path, append)
             except LaunchError as exc:
-                if err_path != out_path:  # say why in the job's stderr file when it has one
+                if err_path != out_path and not isinstance(exc, OutputDirMissing):
+                    # say why in the job's stderr file when it has one
                     with contextlib.suppress(LaunchError):
                         fd = _open_output(err_path, append)
                         _write_fd(fd, f"slurmstepd: error: {exc}\n")
@@ -694,7 +702,10 @@ def _open_output(path: str, append: bool) -> int:
     try:
         fd = open_as_user(path, flags)
     except OSError as exc:
-        raise LaunchError(f"could not open output file {path}: {exc.strerror}") from None
+        message = f"could not open output file {path}: {exc.strerror}"
+        if exc.errno == errno.ENOENT and not os.path.isdir(os.path.dirname(path) or "."):
+            raise OutputDirMissing(message) from None
+        raise LaunchError(message) from None
     if not append:
         try:
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)

@@ -10,6 +10,8 @@ from that Table a whole column at a time (the end of this module).
 
 from __future__ import annotations
 
+import functools
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -75,10 +77,13 @@ def fmt_cpu_time(secs: float | None) -> str:
 
 
 def fmt_time(t: float | None, none: str = "N/A") -> str:
-    """An instant as Slurm prints it: local ISO 8601 without zone, 2026-11-29T08:06:38."""
+    """An instant as Slurm prints it: local ISO 8601 without zone, 2026-11-29T08:06:38, or as
+    SLURM_TIME_FORMAT says (a strftime format; ``standard`` and ``relative`` keep ISO 8601)."""
     if not t:
         return none
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+    custom = os.environ.get("SLURM_TIME_FORMAT", "")
+    fmt = custom if custom and custom not in ("standard", "relative") else "%Y-%m-%dT%H:%M:%S"
+    return time.strftime(fmt, time.localtime(t))
 
 
 def fmt_limit_minutes(secs: int | None, unlimited: str = "infinite") -> str:
@@ -256,6 +261,35 @@ def job_tres_per_node(job: dict[str, Any]) -> str:
     return f"gres:gpu:{gtype}:{n}" if gtype else f"gres:gpu:{n}"
 
 
+def mem_str(mb: int) -> str:
+    """Slurm's exact unit conversion: 2048 -> '2G', 16000 -> '16000M'."""
+    if mb and mb % (1024 * 1024) == 0:
+        return f"{mb // (1024 * 1024)}T"
+    if mb and mb % 1024 == 0:
+        return f"{mb // 1024}G"
+    return f"{mb}M"
+
+
+def job_tres(job: dict[str, Any]) -> str:
+    cpus, nodes = job_num_cpus(job), job_num_nodes(job)
+    alloc = job.get("allocation") or []
+    if alloc:
+        mem = sum(int(a.get("memory_mb", 0)) for a in alloc)
+        gpus = sum(len(a.get("gpus") or []) for a in alloc)
+    else:
+        mem = int(job.get("mem_per_node_mb") or 0) * nodes or \
+            int(job.get("mem_per_cpu_mb") or 0) * cpus
+        gpus = (int(job.get("gpus") or 0) or int(job.get("gpus_per_task") or 0)
+                * int(job.get("num_tasks") or 1) or int(job.get("gpus_per_node") or 0) * nodes)
+    parts = [f"cpu={cpus}"]
+    if mem:
+        parts.append(f"mem={mem_str(mem)}")
+    parts += [f"node={nodes}", f"billing={cpus}"]
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    return ",".join(parts)
+
+
 _REASON_STATES = frozenset({"PENDING", "TIMEOUT", "FAILED", "OUT_OF_MEMORY"})
 
 
@@ -412,6 +446,93 @@ JOB_ATTRS: dict[str, tuple[str, ...]] = {
 }
 
 
+
+def _gres_of(count: int, gtype: str = "") -> str:
+    """22.05's gres spelling of a per-job/task TRES: ``gres:gpu:2``, ``gres:gpu:a100:2``."""
+    return "N/A" if not count else f"gres:gpu:{gtype}:{count}" if gtype else f"gres:gpu:{count}"
+
+
+def _cluster_name(job: dict[str, Any], ctx: Ctx) -> str:
+    return _this_cluster()
+
+
+@functools.cache
+def _this_cluster() -> str:
+    from schedd.config import load
+
+    return load().cluster_name
+
+
+# Fields of squeue -O that kiln fills from the job (key -> header, getter, right-justified is
+# unused for -O; attributes read).
+_MORE_FIELDS: dict[str, tuple[str, Getter, tuple[str, ...]]] = {
+    "tres_alloc": ("TRES_ALLOC", lambda j, c: job_tres(j),
+                   ("allocation", "num_tasks", "cpus_per_task", "num_nodes", "mem_per_node_mb",
+                    "mem_per_cpu_mb", "gpus", "gpus_per_task", "gpus_per_node")),
+    "tres_per_job": ("TRES_PER_JOB", lambda j, c: _gres_of(j.get("gpus") or 0,
+                                                         j.get("gpu_type") or ""),
+                     ("gpus", "gpu_type")),
+    "tres_per_task": ("TRES_PER_TASK", lambda j, c: _gres_of(j.get("gpus_per_task") or 0,
+                                                           j.get("gpu_type") or ""),
+                      ("gpus_per_task", "gpu_type")),
+    "mem_per_tres": ("MEM_PER_TRES", lambda j, c: f"gres:gpu:{j['mem_per_gpu_mb']}"
+                     if j.get("mem_per_gpu_mb") else "N/A", ("mem_per_gpu_mb",)),
+    "ntasks_per_node": ("NTASKS_PER_NODE", lambda j, c: str(j.get("ntasks_per_node") or "N/A"),
+                        ("ntasks_per_node",)),
+    "max_nodes": ("MAX_NODES", lambda j, c: str(j.get("num_nodes_max") or 0),
+                  ("num_nodes_max",)),
+    "accrue_time": ("ACCRUE_TIME", lambda j, c: fmt_time(j.get("eligible_time")),
+                    ("eligible_time",)),
+    "alloc_nodes": ("ALLOC_NODES", lambda j, c: j.get("submit_host") or "N/A",
+                    ("submit_host",)),
+    "alloc_sid": ("ALLOC_SID", lambda j, c: str(j.get("alloc_sid") or 0), ("alloc_sid",)),
+    "stdin": ("STDIN", lambda j, c: j.get("stdin") or "/dev/null", ("stdin",)),
+    "cluster": ("CLUSTER", _cluster_name, ()),
+}
+
+# Fields of squeue -O (Slurm 22.05) with nothing behind them on kiln: Slurm's value for a job
+# that does not use the feature (N/A, (null), 0, *).
+_SLURM_CONSTANTS: dict[str, tuple[str, str]] = {
+    "min_tmp_disk": ("MIN_TMP_DISK", "0"), "sockets": ("SOCKETS_PER_NODE", "*"),
+    "cores": ("CORES_PER_SOCKET", "*"), "threads": ("THREADS_PER_CORE", "*"),
+    "core_spec": ("CORE_SPEC", "N/A"), "tres_bind": ("TRES_BIND", "N/A"),
+    "tres_freq": ("TRES_FREQ", "N/A"), "tres_per_socket": ("TRES_PER_SOCKET", "N/A"),
+    "cpus_per_tres": ("CPUS_PER_TRES", "N/A"), "ntasks_per_core": ("NTASKS_PER_CORE", "N/A"),
+    "ntasks_per_socket": ("NTASKS_PER_SOCKET", "N/A"),
+    "ntasks_per_board": ("NTASKS_PER_BOARD", "N/A"),
+    "boards_per_node": ("BOARDS_PER_NODE", "N/A"), "sockets_per_board": ("SOCKETS_PER_BOARD", "N/A"),
+    "batch_flag": ("BATCH_FLAG", "1"), "assoc_id": ("ASSOC_ID", "0"),
+    "derived_ec": ("DERIVED_EC", "0:0"), "max_cpus": ("MAX_CPUS", "0"),
+    "last_sched_eval": ("LAST_SCHED_EVAL", "N/A"), "preempt_time": ("PREEMPT_TIME", "N/A"),
+    "resize_time": ("RESIZE_TIME", "N/A"), "deadline": ("DEADLINE", "N/A"),
+    "delay_boot": ("DELAY_BOOT", "N/A"), "network": ("NETWORK", "(null)"),
+    "profile": ("PROFILE", "NotSet"), "reboot": ("REBOOT", "0"), "req_switch": ("REQ_SWITCH", "0"),
+    "wait4switch": ("WAIT4SWITCH", "0"), "origin": ("ORIGIN", "N/A"),
+    "origin_raw": ("ORIGIN_RAW", "N/A"), "siblings_active": ("ACTIVE_SIBLINGS", "N/A"),
+    "siblings_active_raw": ("ACTIVE_SIBLINGS_RAW", "N/A"),
+    "siblings_viable": ("VIABLE_SIBLINGS", "N/A"),
+    "siblings_viable_raw": ("VIABLE_SIBLINGS_RAW", "N/A"),
+    "burst_buffer": ("BURST_BUFFER", "(null)"), "burst_buffer_state": ("BURST_BUFFER_STATE", "(null)"),
+    "cluster_features": ("CLUSTER_FEATURES", "(null)"), "container": ("CONTAINER", "(null)"),
+    "prefer": ("PREFER", "(null)"), "admin_comment": ("ADMIN_COMMENT", "(null)"),
+    "system_comment": ("SYSTEM_COMMENT", "(null)"), "mcs_label": ("MCSLABEL", "N/A"),
+    "select_jobinfo": ("SELECT_JOBINFO", "N/A"), "het_job_id": ("HET_JOB_ID", "N/A"),
+    "het_job_id_set": ("HET_JOB_ID_SET", "N/A"), "het_job_offset": ("HET_JOB_OFFSET", "N/A"),
+}
+
+
+def _constant(value: str) -> Getter:
+    return lambda j, c: value
+
+
+for _key, (_head, _get, _attrs) in _MORE_FIELDS.items():
+    JOB_FIELDS[_key] = (_head, _get, True)
+    JOB_ATTRS[_key] = _attrs
+for _key, (_head, _value) in _SLURM_CONSTANTS.items():
+    JOB_FIELDS[_key] = (_head, _constant(_value), True)
+    JOB_ATTRS[_key] = ()
+
+
 def job_attrs(keys: list[str]) -> list[str]:
     """The Job attributes the fields ``keys`` need, each once, in first-use order."""
     return list(dict.fromkeys(a for key in keys for a in JOB_ATTRS[key]))
@@ -449,6 +570,33 @@ JOB_LONG_NAMES: dict[str, str] = {
     "submittime": "submit_time", "timeleft": "time_left", "timelimit": "time_limit",
     "timeused": "time_used", "tres-per-node": "tres_per_node", "userid": "uid",
     "username": "user", "wckey": "wckey", "workdir": "work_dir", "exechost": "batch_host",
+    # the rest of squeue --helpformat (22.05), with Slurm's aliases
+    "mincpus": "min_cpus", "mintmpdisk": "min_tmp_disk", "sockets": "sockets", "cores": "cores",
+    "threads": "threads", "contiguous": "contiguous", "excnodes": "exc_nodes",
+    "corespec": "core_spec", "tres": "tres_alloc", "tres-alloc": "tres_alloc",
+    "tres-per-job": "tres_per_job", "tres-per-task": "tres_per_task",
+    "tres-per-socket": "tres_per_socket", "tres-bind": "tres_bind", "tres-freq": "tres_freq",
+    "cpus-per-tres": "cpus_per_tres", "mem-per-tres": "mem_per_tres", "gres": "tres_per_node",
+    "cpuspertask": "cpus_per_task", "shared": "over_subscribe", "ntpernode": "ntasks_per_node",
+    "ntpercore": "ntasks_per_core", "ntpersocket": "ntasks_per_socket",
+    "ntperboard": "ntasks_per_board", "boardspernode": "boards_per_node",
+    "sperboard": "sockets_per_board", "batchflag": "batch_flag", "associd": "assoc_id",
+    "derivedec": "derived_ec", "maxcpus": "max_cpus", "maxnodes": "max_nodes",
+    "lastschedeval": "last_sched_eval", "preempttime": "preempt_time",
+    "resizetime": "resize_time", "deadline": "deadline", "delayboot": "delay_boot",
+    "network": "network", "profile": "profile", "reboot": "reboot", "reqswitch": "req_switch",
+    "wait4switch": "wait4switch", "origin": "origin", "originraw": "origin_raw",
+    "siblingsactive": "siblings_active", "siblingsactiveraw": "siblings_active_raw",
+    "siblingsviable": "siblings_viable", "siblingsviableraw": "siblings_viable_raw",
+    "burstbuffer": "burst_buffer", "burstbufferstate": "burst_buffer_state",
+    "clusterfeature": "cluster_features", "container": "container", "prefer": "prefer",
+    "admin_comment": "admin_comment", "system_comment": "system_comment",
+    "mcslabel": "mcs_label", "selectjobinfo": "select_jobinfo", "hetjobid": "het_job_id",
+    "hetjobidset": "het_job_id_set", "hetjoboffset": "het_job_offset",
+    "packjobid": "het_job_id", "packjobidset": "het_job_id_set",
+    "packjoboffset": "het_job_offset", "accruetime": "accrue_time",
+    "allocnodes": "alloc_nodes", "allocsid": "alloc_sid", "stdin": "stdin",
+    "cluster": "cluster",
 }
 
 

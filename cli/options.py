@@ -452,6 +452,18 @@ SBATCH_ENV_VARS = {
     "SBATCH_REQUEUE": "requeue", "SBATCH_RESERVATION": "reservation", "SBATCH_SIGNAL": "signal",
     "SBATCH_TIMELIMIT": "time", "SBATCH_WAIT": "wait", "SBATCH_WCKEY": "wckey",
     "SBATCH_ERROR": "error", "SBATCH_INPUT": "input", "SBATCH_OUTPUT": "output",
+    # the rest of sbatch(1)'s INPUT ENVIRONMENT VARIABLES (22.05)
+    "SBATCH_ACCTG_FREQ": "acctg-freq", "SBATCH_BATCH": "batch", "SBATCH_CLUSTERS": "clusters",
+    "SLURM_CLUSTERS": "clusters", "SBATCH_CORE_SPEC": "core-spec",
+    "SBATCH_CPUS_PER_GPU": "cpus-per-gpu", "SBATCH_DELAY_BOOT": "delay-boot",
+    "SBATCH_DISTRIBUTION": "distribution", "SBATCH_GET_USER_ENV": "get-user-env",
+    "SBATCH_GPU_BIND": "gpu-bind", "SBATCH_GPU_FREQ": "gpu-freq",
+    "SBATCH_GRES_FLAGS": "gres-flags", "SBATCH_HINT": "hint", "SBATCH_IGNORE_PBS": "ignore-pbs",
+    "SBATCH_MEM_BIND": "mem-bind", "SBATCH_NETWORK": "network", "SBATCH_NO_KILL": "no-kill",
+    "SBATCH_OVERCOMMIT": "overcommit", "SBATCH_POWER": "power", "SBATCH_PROFILE": "profile",
+    "SBATCH_REQ_SWITCH": "switches", "SBATCH_SPREAD_JOB": "spread-job",
+    "SBATCH_THREAD_SPEC": "thread-spec", "SBATCH_USE_MIN_NODES": "use-min-nodes",
+    "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
 }
 
 Settings = dict[str, Any]
@@ -492,6 +504,16 @@ def _gres(settings: Settings, value: str | None) -> None:
         settings["gres"] = ",".join(others)
 
 
+def _priority(settings: Settings, value: str | None) -> None:
+    """--priority=N (operators): sent beside the job, not as a Job field (schedd checks who)."""
+    text = (value or "").strip()
+    if text.upper() == "TOP":
+        raise OptionError("--priority=TOP is not supported: give a number")
+    if not text.isdigit() or int(text) >= 2**32 - 1:
+        raise OptionError(f"Invalid --priority value: {value}")
+    settings["_priority"] = int(text)
+
+
 def _array(settings: Settings, value: str | None) -> None:
     spec, throttle, _ids = parse_array(value or "", settings.get("_max_array_size", 1001))
     settings["array_spec"], settings["array_max_running"] = spec, throttle
@@ -530,7 +552,7 @@ _MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND
 def _mail_type(settings: Settings, value: str | None) -> None:
     types = [t.strip().upper() for t in (value or "").split(",")]
     if not all(t in _MAIL_TYPES for t in types):
-        raise OptionError("Invalid --mail-type specification")
+        raise OptionError(f"--mail-type={value} invalid")  # slurm_opt.c's words
     settings["mail_type"] = ",".join(types)
 
 
@@ -584,6 +606,7 @@ SBATCH_HANDLERS: dict[str, Handler] = {
     "gpus-per-node": _gpus("gpus_per_node", "--gpus-per-node"),
     "gpus-per-task": _gpus("gpus_per_task", "--gpus-per-task"),
     "gres": _gres,
+    "priority": _priority,
     "hold": _flag("held", "user"),
     "job-name": _store("name"),
     "mail-type": _mail_type,
@@ -638,10 +661,6 @@ def parse_restart_cost(text: str) -> int:
 # Options that mean nothing on kiln: accepted (scripts written for Slurm keep working), stored in
 # nowhere, and announced with one warning line each. dest -> what the user should know.
 SBATCH_IGNORED: dict[str, str] = {
-    "clusters": "kiln schedules one cluster",
-    "cluster": "kiln schedules one cluster",
-    "mail-type": "recorded, but kiln sends no mail",
-    "mail-user": "recorded, but kiln sends no mail",
     "acctg-freq": "agents sample every [agent] sample_interval seconds",
     "bb": "no burst buffers", "bbf": "no burst buffers",
     "container": "no OCI container support", "context": "no SELinux contexts",
@@ -658,7 +677,7 @@ SBATCH_IGNORED: dict[str, str] = {
     "delay-boot": "nodes are not rebooted for jobs",
     "switches": "no network topology", "network": "no network options",
     "mcs-label": "no MCS labels", "profile": "no HDF5 profiling (see seff and sacct)",
-    "licenses": "no licenses are configured", "tmp": "temporary disk is not scheduled",
+"tmp": "temporary disk is not scheduled",
     "deadline": "recorded, not enforced", "get-user-env": "the submit environment is used",
     "propagate": "resource limits are not propagated", "gres-flags": "GPUs are placed by NVLink island",
     "oom-kill-step": "a job over its memory is ended as a whole",
@@ -685,7 +704,6 @@ SBATCH_IGNORED: dict[str, str] = {
     "ntasks-per-gpu": "use -n with --gpus-per-task", "ntasks-per-tres": "use -n with --gpus-per-task",
     "overcommit": "kiln allocates at least one CPU per task",
     "prefer": "a soft preference, not honoured",
-    "priority": "set by the scheduler; use --nice, or scontrol update Priority= as an operator",
     "mem-bind": "no memory binding",
 }
 
@@ -757,6 +775,17 @@ def apply_options(settings: Settings, parsed: Parsed) -> None:
             handler(settings, value)
         else:
             settings[opt.dest.replace("-", "_")] = True if value is None else value
+
+
+def env_defaults(values: dict[str, Any], variables: dict[str, str],
+                 flags: frozenset[str] = frozenset()) -> None:
+    """A reporting command's input environment variables (SQUEUE_SORT, SINFO_PARTITION, ...):
+    each fills its option's dest when the command line did not give it (the command line
+    wins, as in Slurm); a flag's variable only has to be set."""
+    for var, dest in variables.items():
+        value = os.environ.get(var)
+        if value is not None and dest not in values:
+            values[dest] = None if dest in flags else value
 
 
 def env_options(environ: dict[str, str]) -> Parsed:

@@ -51,7 +51,7 @@ TABLE = OptionTable([
     Opt("allusers", "a", NO_ARG), Opt("accounts", "A"), Opt("account", "", dest="accounts"),
     Opt("allocations", "X", NO_ARG), Opt("brief", "b", NO_ARG), Opt("delimiter", ""),
     Opt("duplicates", "D", NO_ARG), Opt("endtime", "E"), Opt("helpformat", "e", NO_ARG),
-    Opt("format", "o"), Opt("help", "h", NO_ARG), Opt("jobs", "j"), Opt("json", "", NO_ARG),
+    Opt("format", "o"), Opt("help", "h", NO_ARG), Opt("jobs", "j"), Opt("json", "", OPTIONAL),
     Opt("long", "l", NO_ARG), Opt("allclusters", "L", NO_ARG), Opt("clusters", "M"),
     Opt("cluster", "", dest="clusters"), Opt("name", ""), Opt("nodelist", "N"),
     Opt("noconvert", "", NO_ARG), Opt("noheader", "n", NO_ARG), Opt("parsable", "p", NO_ARG),
@@ -169,11 +169,23 @@ def _cpu_time(row: dict[str, Any], opts: Options) -> str:
     return fmt_duration(int(row.get("elapsed") or 0) * int(row.get("alloc_cpus") or 0))
 
 
+def _gres(key: str) -> Callable[[dict[str, Any], Options], str]:
+    """ReqGRES/AllocGRES (kept by Slurm for old readers such as job-metrics warehouses): the
+    gres part of the TRES string, ``gres/gpu=2`` -> ``gpu:2``, ``gres/gpu:a100=2`` ->
+    ``gpu:a100:2``."""
+    def get(r: dict[str, Any], o: Options) -> str:
+        items = [item[5:].replace("=", ":") for item in str(r.get(key) or "").split(",")
+                 if item.startswith("gres/")]
+        return ",".join(items)
+    return get
+
+
 FIELDS: list[Field] = [
     Field("Account", 10, _text("account"), keys=("account",)),
     Field("AllocCPUS", 10, _text("alloc_cpus"), cut=False, keys=("alloc_cpus",)),
     Field("AllocNodes", 10, lambda r, o: str(r.get("nnodes") if r.get("alloc_tres") else 0),
           cut=False, keys=("nnodes", "alloc_tres")),
+    Field("AllocGRES", 12, _gres("alloc_tres"), keys=("alloc_tres",)),
     Field("AllocTRES", 10, _text("alloc_tres"), keys=("alloc_tres",)),
     Field("AveRSS", 10, lambda r, o: _units(r.get("ave_rss_kb"), "KMGTP", o), cut=False,
           keys=("ave_rss_kb",)),
@@ -218,6 +230,7 @@ FIELDS: list[Field] = [
     Field("Reason", 22, _text("reason"), keys=("reason",)),
     Field("ReqCPUS", 8, lambda r, o: "" if r.get("kind") == "step" else str(r.get("req_cpus")),
           cut=False, keys=("req_cpus",)),
+    Field("ReqGRES", 12, _gres("req_tres"), keys=("req_tres",)),
     Field("ReqMem", 10, _text("req_mem"), keys=("req_mem",)),
     Field("ReqTRES", 10, _text("req_tres"), keys=("req_tres",)),
     Field("Reservation", 20, _text("reservation"), keys=("reservation",)),
@@ -547,6 +560,75 @@ def json_doc(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "errors": [], "jobs": jobs}
 
 
+def _exit_v4(text: str) -> dict[str, Any]:
+    from cli.data_parser import exit_code
+
+    code, _, sig = (text or "0:0").partition(":")
+    return exit_code(int(code or 0), int(sig or 0))
+
+
+def _times_v4(row: dict[str, Any]) -> dict[str, Any]:
+    limit = row.get("time_limit")
+    out = {"elapsed": int(row.get("elapsed") or 0), "start": int(row.get("start") or 0),
+           "end": int(row.get("end") or 0), "submission": int(row.get("submit") or 0),
+           "eligible": int(row.get("eligible") or 0), **_cpu_json(row)}
+    if row.get("kind") != "step":
+        out["limit"] = ({"set": False, "infinite": True, "number": 0} if limit is None else
+                        {"set": True, "infinite": False, "number": -(-int(limit) // 60)})
+    return out
+
+
+def json_doc_v4(rows: list[dict[str, Any]], version: str) -> dict[str, Any]:
+    """sacct --json=v0.0.40/41: the slurmdbd job records of that data_parser (cli/data_parser
+    fits them to the published schema)."""
+    from cli import data_parser
+
+    jobs: list[dict[str, Any]] = []
+    for row in rows:
+        tres = data_parser.tres_list
+        if row["kind"] == "step":
+            if jobs:
+                jobs[-1]["steps"].append({
+                    "step": {"id": row["job_id_raw"], "name": row["name"]},
+                    "state": [row.get("state_base") or row["state"].split()[0]],
+                    "exit_code": _exit_v4(row["exit_code"]),
+                    "nodes": {"range": row.get("node_list") or "",
+                              "count": row.get("nnodes") or 0},
+                    "tasks": {"count": row.get("ntasks") or 0}, "time": _times_v4(row),
+                    "tres": {"allocated": tres(row.get("alloc_tres") or ""),
+                             "requested": {"max": [], "min": [], "average": [], "total": []},
+                             "consumed": {"max": [], "min": [], "average": [], "total": []}}})
+            continue
+        jobs.append({
+            "account": row["account"], "allocation_nodes": row.get("nnodes") or 0,
+            "array": {"job_id": row.get("array_job_id") or 0,
+                      "task_id": data_parser.no_val(row.get("array_task_id")),
+                      "limits": {"max": {"running": {"tasks": 0}}}, "task": ""},
+            "association": {"account": row["account"], "cluster": row["cluster"],
+                            "partition": "", "user": row["user"], "id": 0},
+            "cluster": row["cluster"], "constraints": row.get("constraints") or "",
+            "comment": {"administrator": "", "job": row.get("comment") or "", "system": ""},
+            "derived_exit_code": _exit_v4(row.get("derived_exit_code") or "0:0"),
+            "time": _times_v4(row), "exit_code": _exit_v4(row["exit_code"]),
+            "group": _group(row, Options(0)), "job_id": int(row["job_id_raw"]),
+            "name": row["name"], "nodes": row.get("node_list") or "None assigned",
+            "partition": row["partition"],
+            "priority": data_parser.no_val(int(row.get("priority") or 0)), "qos": row["qos"],
+            "required": {"CPUs": row.get("req_cpus") or 0,
+                         "memory_per_node": data_parser.no_val(None),
+                         "memory_per_cpu": data_parser.no_val(None)},
+            "state": {"current": [row["state_base"]], "reason": row.get("reason") or "None"},
+            "steps": [],
+            "tres": {"allocated": tres(row.get("alloc_tres") or ""),
+                     "requested": tres(row.get("req_tres") or "")},
+            "user": row["user"], "working_directory": row.get("workdir") or "",
+        })
+    cluster = rows[0]["cluster"] if rows else ""
+    return data_parser.document(version, "sacct", {
+        "jobs": jobs, "meta": data_parser.meta(version, sys.argv, cluster),
+        "errors": [], "warnings": []})
+
+
 # --- command ---------------------------------------------------------------------------------
 
 USAGE = """Usage: sacct [options]
@@ -585,8 +667,8 @@ def choose_columns(values: dict[str, list[str | None]]) -> list[Column]:
         text = BRIEF_FORMAT
     elif "long" in values:
         text = LONG_FORMAT
-    else:
-        text = DEFAULT_FORMAT
+    else:  # Slurm's input environment variable, then its default
+        text = os.environ.get("SACCT_FORMAT") or DEFAULT_FORMAT
     return parse_format(text)
 
 
@@ -621,7 +703,9 @@ def sacct_command(argv: Sequence[str]) -> int:
     if "json" in values:
         import json
 
-        sys.stdout.write(json.dumps(json_doc(rows), indent=2) + "\n")
+        version = json_version(values)
+        doc = json_doc_v4(rows, version) if version else json_doc(rows)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
     parsable = "parsable" in values or "parsable2" in values
     delimiter = None
@@ -632,6 +716,16 @@ def sacct_command(argv: Sequence[str]) -> int:
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def json_version(values: dict[str, list[str | None]]) -> str:
+    """--json[=v0.0.40|v0.0.41]: the data_parser asked for ('' = v0.0.38)."""
+    from cli.data_parser import VersionError, version_of
+
+    try:
+        return version_of((values.get("json") or [None])[-1])
+    except VersionError as exc:
+        fail(str(exc))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

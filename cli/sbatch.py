@@ -30,6 +30,7 @@ from cli.options import (
     refused_option,
     resolve_cpus_per_gpu,
 )
+from cli.submit_checks import check_request
 from schedd import paths
 from schedd.protocol import (
     E_AGAIN,
@@ -113,6 +114,7 @@ def submit_command(argv: Sequence[str]) -> int:
     except OptionError as exc:
         raise CommandError(exc.message, prefixed=exc.prefixed) from None
     resolve_cpus_per_gpu(settings)
+    check_request(settings, "Batch job submission failed")
     given = [*directives, *env_options(dict(os.environ)), *cli_opts]
     refused = refused_option(given)
     if refused:
@@ -190,7 +192,10 @@ def build_job(settings: Settings, script: str, default_name: str, command: str,
 def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
     test_only = bool(settings.get("_test_only"))
     try:
-        reply = _call_retrying(client, {"job": job, "test_only": test_only})
+        body: dict[str, Any] = {"job": job, "test_only": test_only}
+        if settings.get("_priority") is not None:
+            body["priority"] = settings["_priority"]
+        reply = _call_retrying(client, body)
     except ClientError as exc:
         raise CommandError(*submit_failure(exc.message, "Batch job submission failed")) from None
     job_id = reply["job_id"]

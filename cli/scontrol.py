@@ -15,7 +15,15 @@ from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
-from cli.formats import command_text, fmt_duration, fmt_time, job_num_cpus, job_num_nodes
+from cli.formats import (
+    command_text,
+    fmt_duration,
+    fmt_time,
+    job_num_cpus,
+    job_num_nodes,
+    job_tres,
+    mem_str,
+)
 from cli.options import (
     NO_ARG,
     Opt,
@@ -47,6 +55,7 @@ ENTITIES = {
     "hostnames": "hostnames", "hostname": "hostnames", "hostlist": "hostlist",
     "hostlistsorted": "hostlistsorted", "reservation": "reservation",
     "reservations": "reservation", "res": "reservation", "reservationname": "reservation",
+    "license": "license", "licenses": "license", "lic": "license", "licensename": "license",
 }
 
 
@@ -116,6 +125,8 @@ def show(args: list[str], oneliner: bool) -> int:
             return show_nodes(client, target, oneliner)
         if entity == "partition":
             return show_partitions(client, target, oneliner)
+        if entity == "license":
+            return show_licenses(client, target, oneliner)
         if entity == "reservation":
             from cli import scontrol_resv
 
@@ -170,15 +181,6 @@ def show_jobs(client: Client, target: str | None, oneliner: bool) -> int:
     return 0
 
 
-def mem_str(mb: int) -> str:
-    """Slurm's exact unit conversion: 2048 -> '2G', 16000 -> '16000M'."""
-    if mb and mb % (1024 * 1024) == 0:
-        return f"{mb // (1024 * 1024)}T"
-    if mb and mb % 1024 == 0:
-        return f"{mb // 1024}G"
-    return f"{mb}M"
-
-
 def _owner(name: str, num: Any, kind: str) -> str:
     if not name:
         try:
@@ -215,26 +217,6 @@ def _expand_path(pattern: str, job: dict[str, Any], default: str) -> str:
         i += 1
     path = "".join(out)
     return path if path.startswith("/") else os.path.join(job.get("workdir") or "/", path)
-
-
-def job_tres(job: dict[str, Any]) -> str:
-    cpus, nodes = job_num_cpus(job), job_num_nodes(job)
-    alloc = job.get("allocation") or []
-    if alloc:
-        mem = sum(int(a.get("memory_mb", 0)) for a in alloc)
-        gpus = sum(len(a.get("gpus") or []) for a in alloc)
-    else:
-        mem = int(job.get("mem_per_node_mb") or 0) * nodes or \
-            int(job.get("mem_per_cpu_mb") or 0) * cpus
-        gpus = (int(job.get("gpus") or 0) or int(job.get("gpus_per_task") or 0)
-                * int(job.get("num_tasks") or 1) or int(job.get("gpus_per_node") or 0) * nodes)
-    parts = [f"cpu={cpus}"]
-    if mem:
-        parts.append(f"mem={mem_str(mem)}")
-    parts += [f"node={nodes}", f"billing={cpus}"]
-    if gpus:
-        parts.append(f"gres/gpu={gpus}")
-    return ",".join(parts)
 
 
 def _gres_spec(job: dict[str, Any], count: int) -> str:
@@ -435,6 +417,17 @@ def partition_lines(part: dict[str, Any], nodes: list[dict[str, Any]]) -> list[s
         "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
         f"TRES={tres}",
     ]
+
+
+def show_licenses(client: Client, target: str | None, oneliner: bool) -> int:
+    """``scontrol show licenses [NAME]``: Slurm 22.05's two lines per license."""
+    lics = client.call("query_licenses", {"names": [target]} if target else {})["licenses"]
+    for lic in lics:
+        head = f"LicenseName={lic['name']}"
+        counts = (f"Total={lic['total']} Used={lic['used']} "
+                  f"Free={max(lic['total'] - lic['used'], 0)} Reserved=0 Remote=no")
+        print(f"{head} {counts}" if oneliner else f"{head}\n    {counts}")
+    return 0
 
 
 def show_partitions(client: Client, target: str | None, oneliner: bool) -> int:

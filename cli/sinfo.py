@@ -7,6 +7,7 @@ partition, ``-R`` the reasons of down and drained nodes. ``%G`` shows ``gpu:<typ
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +23,15 @@ from cli.formats import (
     parse_percent_format,
 )
 from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
+from cli.options import (
+    NO_ARG,
+    OPTIONAL,
+    Opt,
+    OptionError,
+    OptionTable,
+    env_defaults,
+    parse_argv,
+)
 from schedd.slurm.hostlist import compress, expand
 
 PROG = "sinfo"
@@ -37,7 +46,7 @@ TABLE = OptionTable([
     Opt("responding", "r", NO_ARG), Opt("list-reasons", "R", NO_ARG),
     Opt("summarize", "s", NO_ARG), Opt("sort", "S"), Opt("states", "t"),
     Opt("reservation", "T", NO_ARG), Opt("usage", "", NO_ARG), Opt("verbose", "v", NO_ARG),
-    Opt("version", "V", NO_ARG), Opt("json", "", NO_ARG),
+    Opt("version", "V", NO_ARG), Opt("json", "", OPTIONAL),
 ])
 
 DEFAULT_FORMAT = "partition:9 ,available:.5 ,time:.10 ,nodes:.6 ,statecompact:.6 ,nodelist:0"
@@ -148,9 +157,51 @@ LETTERS = {
     "z": "socketcorethread", "d": "disk", "w": "weight", "e": "freemem", "O": "cpuload",
     "p": "prio_tier",
 }
+
+def _cluster(g: Group) -> str:
+    from schedd.config import load
+
+    return load().cluster_name
+
+
+def _user_long(g: Group) -> str:
+    return "root(0)" if _first(g).get("reason") else "Unknown"
+
+
+# the rest of sinfo --helpformat (22.05): filled where kiln knows, else Slurm's value for a
+# node that does not use the feature
+FIELDS.update({
+    "nodehost": ("HOSTNAMES", FIELDS["hostnames"][1], True),
+    "nodeaddr": ("NODE_ADDR", lambda g: compress([n.get("address") or n["name"]
+                                                  for n in g["nodes"]]), True),
+    "sockets": ("SOCKETS", lambda g: str(_first(g).get("cpus", 1)), False),
+    "cores": ("CORES", lambda g: "1", False),
+    "threads": ("THREADS", lambda g: "1", False),
+    "cluster": ("CLUSTER", _cluster, False),
+    "allocnodes": ("ALLOCNODES", lambda g: "all", False),
+    "comment": ("COMMENT", lambda g: "(null)", False),
+    "extra": ("EXTRA", lambda g: "(null)", False),
+    "maxcpuspernode": ("MAX_CPUS_PER_NODE", lambda g: "UNLIMITED", False),
+    "port": ("PORT", lambda g: "0", False),
+    "preemptmode": ("PREEMPT_MODE", lambda g: "OFF", False),
+    "priorityjobfactor": ("PRIO_JOB_FACTOR", lambda g: "1", False),
+    "userlong": ("USER", _user_long, False),
+    "version": ("VERSION", lambda g: "kiln", False),
+})
 LONG_NAMES = {k: k for k in FIELDS}
 LONG_NAMES.update({"gresused": "gresused", "statecomplete": "statelong", "cpusload": "cpuload",
-                   "priotier": "prio_tier", "allocmem": "allocmem"})
+                   "priotier": "prio_tier", "prioritytier": "prio_tier", "allocmem": "allocmem",
+                   "disk": "disk", "size": "size"})
+
+
+def from_environment(values: dict[str, str | None]) -> None:
+    """sinfo's input environment variables under the command line: SINFO_PARTITION,
+    SINFO_SORT, SINFO_ALL, and SINFO_FORMAT for the default (partition) layout only."""
+    env_defaults(values, {"SINFO_PARTITION": "partition", "SINFO_SORT": "sort",
+                          "SINFO_ALL": "all"}, frozenset({"all"}))
+    layouts = {"format", "Format", "summarize", "Node", "list-reasons"}
+    if os.environ.get("SINFO_FORMAT") and not layouts & values.keys():
+        values["format"] = os.environ["SINFO_FORMAT"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,6 +260,7 @@ def sinfo_command(argv: Sequence[str]) -> int:
     if positional:
         fail(f"Unrecognized option: {positional[0]}")
     values = {opt.dest: value for opt, value in found}
+    from_environment(values)
     if "help" in values or "usage" in values:
         print("Usage: sinfo [-adelNRrsTv] [-i seconds] [-t states] [-p partition] [-n nodes]\n"
               "             [-S fields] [-o format] [-O Format] [--federation] [--local]")
@@ -232,9 +284,14 @@ def sinfo_command(argv: Sequence[str]) -> int:
         raise CommandError(f"slurm_load_partitions: {exc.message}", prefixed=False) from None
     partitions, nodes = apply_filters(values, partitions, nodes)
     if "json" in values:
+        from cli.data_parser import VersionError, version_of
         from cli.sinfo_json import print_json
 
-        return print_json(partitions, nodes)
+        try:
+            version = version_of(values.get("json"))
+        except VersionError as exc:
+            fail(str(exc))
+        return print_json(partitions, nodes, version)
     if "list-reasons" in values:
         nodes = [n for n in nodes if _category(n) == "O" or n.get("reason")]
         partitions = [{"name": "", "nodes": [n["name"] for n in nodes]}] if nodes else []
@@ -259,8 +316,8 @@ def choose_format(values: dict[str, str | None]) -> tuple[str, list[Column], boo
         return prefix, columns, False
     if values.get("Format"):
         columns, unknown = parse_long_format(values["Format"], LONG_NAMES)
-        for name in unknown:
-            print(f"{PROG}: error: Invalid node format specification: {name}", file=sys.stderr)
+        if unknown:  # a name sinfo does not know: nothing is printed (no shifted columns)
+            fail(*(f"Invalid node format specification: {name}" for name in unknown))
         return "", columns, False
     long = "long" in values
     if "summarize" in values:

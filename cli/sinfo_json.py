@@ -7,6 +7,8 @@ memory MiB, time limits minutes (``null`` = UNLIMITED), as Slurm reports them.
 from __future__ import annotations
 
 import json
+import sys
+import time
 from typing import Any
 
 from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
@@ -62,10 +64,70 @@ def json_partition(part: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[st
     }
 
 
-def print_json(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> int:
-    doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
-           "errors": [], "warnings": [],
-           "nodes": [json_node(n) for n in nodes],
-           "partitions": [json_partition(p, nodes) for p in partitions]}
+def print_json(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]],
+               version: str = "") -> int:
+    if version:
+        doc = document_v4(partitions, nodes, version)
+    else:
+        doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
+               "errors": [], "warnings": [],
+               "nodes": [json_node(n) for n in nodes],
+               "partitions": [json_partition(p, nodes) for p in partitions]}
     print(json.dumps(doc, indent=2))
     return 0
+
+
+def document_v4(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                version: str) -> dict[str, Any]:
+    """--json=v0.0.40/41: the nodes and partitions responses of that data_parser, each held
+    to its published schema, in one document (what sinfo's own reader needs of both)."""
+    from cli import data_parser
+    from schedd.config import load
+
+    cluster = load().cluster_name
+    meta = data_parser.meta(version, sys.argv, cluster)
+    node_doc = data_parser.document(version, "nodes", {
+        "nodes": [node_v4(n, cluster) for n in nodes], "meta": meta,
+        "last_update": data_parser.no_val(int(time.time()))})
+    part_doc = data_parser.document(version, "partitions", {
+        "partitions": [partition_v4(p, nodes, cluster) for p in partitions], "meta": meta,
+        "last_update": data_parser.no_val(int(time.time()))})
+    return {**node_doc, "partitions": part_doc["partitions"]}
+
+
+def node_v4(node: dict[str, Any], cluster: str) -> dict[str, Any]:
+    old = json_node(node)
+    state = [old["state"].split("+")[0].upper(), *old["state_flags"]]
+    return {**old, "state": state, "cluster_name": cluster, "cores": 1, "sockets": old["cpus"],
+            "threads": 1, "boards": 1, "effective_cpus": old["cpus"],
+            "free_mem": {"set": True, "infinite": False,
+                         "number": max(old["real_memory"] - old["alloc_memory"], 0)},
+            "alloc_idle_cpus": old["idle_cpus"], "version": "kiln",
+            "reason_changed_at": int(node.get("reason_time") or 0),
+            "features": [f for f in old["features"].split(",") if f],
+            "active_features": [f for f in old["active_features"].split(",") if f],
+            "boot_time": {"set": True, "infinite": False, "number": old["boot_time"]},
+            "slurmd_start_time": {"set": True, "infinite": False,
+                                  "number": old["slurmd_start_time"]},
+            "last_busy": {"set": True, "infinite": False, "number": old["last_busy"]},
+            "weight": 1}
+
+
+def partition_v4(part: dict[str, Any], nodes: list[dict[str, Any]],
+                 cluster: str) -> dict[str, Any]:
+    old = json_partition(part, nodes)
+
+    def minutes(value: int | None) -> dict[str, Any]:
+        return {"set": value is not None, "infinite": value is None,
+                "number": value or 0}
+
+    return {"name": old["name"], "cluster": cluster,
+            "nodes": {"configured": old["nodes"], "total": old["total_nodes"],
+                      "allowed_allocation": "", "default": ""},
+            "partition": {"state": [old["state"]]},
+            "cpus": {"total": old["total_cpus"], "task_binding": 0},
+            "maximums": {"time": minutes(old["max_time_limit"])},
+            "defaults": {"time": minutes(old["default_time_limit"])},
+            "priority": {"tier": old["priority_tier"], "job_factor": 1},
+            "tres": {"configured": f"cpu={old['total_cpus']},node={old['total_nodes']}"
+                     + (f",gres/gpu={old['total_gpus']}" if old["total_gpus"] else "")}}

@@ -55,6 +55,7 @@ from cli.options import (
     parse_argv,
     refused_option,
 )
+from cli.submit_checks import check_request
 from schedd import paths
 
 PROG = "srun"
@@ -172,6 +173,7 @@ def srun_command(argv: Sequence[str]) -> int:
     job_id = settings.get("_jobid") or _env_job_id()
     if job_id:
         return run_step(job_id, settings, command)
+    check_request(settings, "Unable to allocate resources")  # a new allocation
     return run_job(settings, command, list(argv))
 
 
@@ -479,7 +481,10 @@ def run_job(settings: Settings, command: list[str], argv: list[str]) -> int:
     try:
         with Client() as client, Interrupts() as interrupts:
             try:
-                job_id = client.call("submit", {"job": job})["job_id"]
+                body: dict[str, Any] = {"job": job}
+                if settings.get("_priority") is not None:  # an operator's --priority
+                    body["priority"] = settings["_priority"]
+                job_id = client.call("submit", body)["job_id"]
             except ClientError as exc:
                 fail(*submit_failure(exc.message, "Unable to allocate resources"))
             tails = [Tail(job["stdout"], sys.stdout.buffer), Tail(job["stderr"],

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from schedd import paths
-from schedd.model import Partition
+from schedd.model import License, Partition
 from schedd.paths import ConfigError
 
 # what a partition's jobs do when their node loses schedd (Partition.on_isolation)
@@ -83,6 +83,21 @@ class AgentConfig:
     # it unless a schedd listens there (the head node) or a schedd's socket file is there
     serve_commands: bool | str = "auto"
     relay_only: bool = False  # a login node: relays commands, registers no node, runs no jobs
+    # seconds a launch waits for the directory of its -o/-e file (submit libraries make it
+    # just after sbatch prints the job id) before the job fails saying why
+    output_dir_wait: float = 5.0
+
+
+@dataclass(slots=True)
+class MailConfig:
+    """``[mail]``: how --mail-type mail leaves (schedd/lifecycle/mail.py): MailProg, called as
+    slurmctld calls it, or SMTP when ``smtp_host`` is set."""
+
+    mail_prog: str = "/usr/bin/mail"  # MailProg
+    smtp_host: str = ""
+    smtp_port: int = 25
+    smtp_from: str = ""  # default slurm@<this host>
+    domain: str = ""  # appended to a bare user name over SMTP (Slurm's MailDomain)
 
 
 @dataclass(slots=True)
@@ -152,8 +167,10 @@ class Config:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     partitions: list[Partition] = field(default_factory=list)
+    licenses: list[License] = field(default_factory=list)  # [[license]] name, count
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)
+    mail: MailConfig = field(default_factory=MailConfig)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
@@ -240,16 +257,23 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     agent = _build(AgentConfig, data.pop("agent", {}), f"{where} [agent]")
     accounting = _build(AccountingConfig, data.pop("accounting", {}), f"{where} [accounting]")
     cgroup = _build(CgroupConfig, data.pop("cgroup", {}), f"{where} [cgroup]")
+    mail = _build(MailConfig, data.pop("mail", {}), f"{where} [mail]")
     partitions = [
         _build(Partition, p, f"{where} [[partition]]") for p in data.pop("partition", [])
     ]
+    licenses = [_build(License, lic, f"{where} [[license]]") for lic in data.pop("license", [])]
+    for lic in licenses:
+        if not isinstance(lic.name, str) or not lic.name or not isinstance(lic.count, int) \
+                or lic.count < 0:
+            raise ConfigError(f"{where} [[license]]: a name and a count >= 0, not {lic!r}")
     schedd = data.pop("schedd", {})
     top = {**data, **schedd}
     if top.get("db_url_file") and not top.get("db_url"):
         top["db_url"] = _read_secret(str(top["db_url_file"]), f"{where}: db_url_file")
     cfg = _build(
         Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
-        partitions=partitions, accounting=accounting, cgroup=cgroup,
+        partitions=partitions, licenses=licenses, accounting=accounting, cgroup=cgroup,
+        mail=mail,
     )
     return cfg
 

@@ -32,7 +32,7 @@ from schedd.domain.steps import StepTable
 from schedd.identity import Caller, set_admin_lookup
 from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
-from schedd.lifecycle import enforcement, health, preemption, transitions
+from schedd.lifecycle import enforcement, health, mail, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
 from schedd.localsock import LocalServer, Work
@@ -71,6 +71,7 @@ class Daemon:
         self.relays = Relays(cfg.relay_root_nodes, self._send_relay)
         self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/srun.py)
         self.preemption = preemption.Tracker.from_state(self.state)  # victims in GraceTime
+        self.mail = mail.Outbox(cfg)  # --mail-type (lifecycle/mail.py)
         self.planner = Planner(cfg, self.state, self.agents, self.preemption)
         self.metrics = metrics.start(cfg, self.state, self.now)  # None unless metrics_listen
         self._cycle_due = True
@@ -168,6 +169,7 @@ class Daemon:
             return
         health.check_nodes(self, now)
         enforcement.tick(self, now)  # lowered time limits, spent budgets, stalled stops
+        self.mail.tick(list(self.state.running()), now, self.state.time_limit)  # TIME_LIMIT_N
 
     def _until_next_cycle(self, now: float) -> float:
         """Seconds to the next cycle: on the interval, or sooner when something changed — but

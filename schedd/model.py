@@ -110,6 +110,14 @@ class Partition:
     on_isolation: str = "kill"
 
 
+@dataclass(slots=True)
+class License:
+    """A cluster license (``[[license]]`` in kiln.toml: Slurm's ``Licenses=name:count``)."""
+
+    name: str
+    count: int = 1
+
+
 @dataclass(frozen=True, slots=True)
 class StopMark:
     """schedd told the agent to stop one run (``generation``) of a job, and what that run's

@@ -208,6 +208,9 @@ CLIENT_OPS: dict[str, Schema] = {
     "submit": {
         "job": Obj(SUBMIT_SCHEMA, required=True),  # Job fields as sbatch parsed them
         "test_only": Bool(),
+        # sbatch --priority: an operator's fixed priority (Job.admin_priority, server-owned:
+        # the handler checks the caller); not a Job field a submission writes
+        "priority": Int(0, 2**32 - 1),
     },
     "query_jobs": {**JOB_FILTER, "with_script": Bool(), "start_estimates": Bool(),
                    # Job attribute names: the reply is then {"columns", "values"}, not "jobs"
@@ -220,6 +223,7 @@ CLIENT_OPS: dict[str, Schema] = {
     "requeue": {"job_ids": List(_ID, size=MAX_JOB_REFS, required=True), "hold": Bool()},
     "query_nodes": {"names": _NAMES},
     "query_partitions": {"names": _NAMES},
+    "query_licenses": {"names": _NAMES},
     "update_node": {"names": List(_NAME, required=True),
                     "changes": Obj({"state": Str(32), "reason": Str()}, required=True)},
     # advance reservations (schedd/handlers/resv.py)
@@ -367,6 +371,7 @@ LAUNCH_FIELDS: Schema = {
     # fencing: the job's partition's on_isolation ("kill" or "keep") and fence_timeout (s)
     "on_isolation": Str(8),
     "fence_timeout": Num(0, 1e9),
+    "args": List(Str(), size=MAX_SCRIPT_ARGS),  # the script's arguments (sbatch script.sh a b)
 }
 
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {

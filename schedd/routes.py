@@ -41,6 +41,7 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "release": control.release,
     "query_nodes": nodes.query_nodes,
     "query_partitions": nodes.query_partitions,
+    "query_licenses": nodes.query_licenses,
     "show_config": nodes.show_config,
     "sacctmgr": sacctmgr.sacctmgr,
     "sshare": sacctmgr.sshare,

@@ -23,7 +23,14 @@ from schedd.domain.usage import UsageMeter
 from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepRecord
 from schedd.ledger.store import Store
 from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot, pending_from_job
+from schedd.scheduler.snapshot import (
+    NodeView,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    job_licenses,
+    pending_from_job,
+)
 from schedd.slurm import dependency
 
 log = logging.getLogger("schedd.state")
@@ -413,7 +420,8 @@ class State:
         return Snapshot(now=now, nodes=nodes, running=running, pending=pending,
                         associations=self.usage.fairshare.views(), limits=limits,
                         reservations=[r.view() for r in self.reservations.values()
-                                      if r.end_time > now]), blocked
+                                      if r.end_time > now],
+                        licenses={lic.name: lic.count for lic in self.cfg.licenses}), blocked
 
     def running_views(self, now: float) -> list[RunningJob]:
         """The running jobs as the core sees them, each ending by its time limit."""
@@ -424,7 +432,7 @@ class State:
             end = job.start_time + (limit if limit is not None else default)
             out.append(RunningJob(job.id, job.allocation, job.start_time, max(end, now),
                                   job.user, job.account, job.qos, job.partition,
-                                  reservation=job.reservation))
+                                  reservation=job.reservation, licenses=job_licenses(job)))
         return out
 
     def pending_view(self, job: Job) -> PendingJob:

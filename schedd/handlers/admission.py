@@ -20,7 +20,7 @@ from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
 from schedd.domain.reservation import ACCESS_DENIED
 from schedd.identity import Caller, is_operator
 from schedd.model import Job, JobState, Node
-from schedd.slurm import arrayspec, dependency
+from schedd.slurm import arrayspec, dependency, licenses
 from schedd.slurm.hostlist import HostlistError, compress, expand
 from schedd.slurm.text import has_control
 
@@ -33,6 +33,7 @@ INVALID_TIME = "Requested time limit is invalid (missing or exceeds some limit)"
 INVALID_PARTITION = "Invalid partition name specified"
 NODE_CONFIG = "Requested node configuration is not available"
 INVALID_NODE = "Invalid node name specified"
+INVALID_LICENSE = "Invalid license specification"
 INVALID_NICE = "Invalid --nice value"  # ESLURM_INVALID_NICE: a negative nice, not an operator
 # MaxJobCount: slurmctld answers EAGAIN, and sbatch retries, then prints strerror(EAGAIN)
 JOB_LIMIT = "Resource temporarily unavailable"
@@ -76,6 +77,7 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     if not job.workdir or not os.path.isabs(job.workdir):
         raise RequestError("working directory must be an absolute path")
     job.name = job.name or "sbatch"
+    job.licenses = check_licenses(ctx, job.licenses)
     _check_partition(ctx, job)
     job.nodelist = resolve_nodes(ctx, job.nodelist)  # -w
     job.exclude = resolve_nodes(ctx, job.exclude)  # -x
@@ -94,6 +96,21 @@ def check_text(fields: dict[str, Any]) -> None:
         value = fields.get(key)
         if isinstance(value, str) and has_control(value):
             raise RequestError(f"Invalid {label} value: control characters are not allowed")
+
+
+def check_licenses(ctx: Context, text: str) -> str:
+    """-L: each name a configured license, no more than the cluster has (Slurm's "Invalid
+    license specification"); stored as ``name:count``."""
+    if not text:
+        return ""
+    try:
+        wanted = licenses.parse(text)
+    except licenses.LicenseError:
+        raise RequestError(INVALID_LICENSE) from None
+    have = {lic.name: lic.count for lic in ctx.cfg.licenses}
+    if any(count > have.get(name, -1) for name, count in wanted.items()):
+        raise RequestError(INVALID_LICENSE)
+    return licenses.text(wanted)
 
 
 def resolve_nodes(ctx: Context, expr: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from schedd.context import Context
 from schedd.identity import Caller
+from schedd.scheduler.snapshot import job_licenses
 
 
 def query_nodes(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
@@ -36,6 +37,17 @@ def query_partitions(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict
         d["nodes"] = sorted(n.name for n in ctx.state.nodes.values() if part.name in n.partitions)
         out.append(d)
     return {"partitions": out}
+
+
+def query_licenses(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """scontrol show licenses: each [[license]] with what running jobs hold of it."""
+    names = set(body.get("names") or [])
+    used: dict[str, int] = {}
+    for job in ctx.state.running():
+        for name, count in job_licenses(job):
+            used[name] = used.get(name, 0) + count
+    return {"licenses": [{"name": lic.name, "total": lic.count, "used": used.get(lic.name, 0)}
+                         for lic in ctx.cfg.licenses if not names or lic.name in names]}
 
 
 def show_config(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:

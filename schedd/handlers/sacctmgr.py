@@ -69,13 +69,35 @@ LIMIT_NAMES = {"grp_tres": "GrpTRES", "grp_tres_mins": "GrpTRESMins", "grp_jobs"
                "guarantee": "Guarantee"}
 
 
+# The list settings Slurm lets ``+=`` and ``-=`` change (``QOS+=low,high``, ``Preempt-=low``,
+# ``Flags+=DenyOnLimit``): the value travels as Slurm's own item form, ``+low,+high``.
+LIST_FIELDS = {"qos", "preempt", "flags"}
+
+
 def fields_of(settings: dict[str, str], table: dict[str, str], where: str) -> dict[str, str]:
     out = {}
     for key, value in settings.items():
-        name = table.get(key.lower())
-        if name is None:
+        op = key[-1] if key[-1:] in "+-" else ""
+        name = table.get(key[:-1].lower() if op else key.lower())
+        if name is None or (op and name not in LIST_FIELDS):
             raise AccountsError(f"Unknown option: {key}={value} for {where}")
-        out[name] = value
+        out[name] = ",".join(op + item for item in value.split(",") if item) if op else value
+    return out
+
+
+def updated_list(current: list[str], value: str) -> list[str]:
+    """``low,high`` replaces the list; ``+low,+high`` adds to it and ``-low`` takes away
+    (Slurm's sacctmgr list syntax: ``QOS+=low`` and ``QOS=+low`` alike)."""
+    items = [i for i in value.split(",") if i and i != "-1"]
+    if not any(i[0] in "+-" for i in items):
+        return items
+    out = list(current)
+    for item in items:
+        name = item.lstrip("+-")
+        if item.startswith("-"):
+            out = [q for q in out if q != name]
+        elif name not in out:
+            out.append(name)
     return out
 
 
@@ -106,7 +128,7 @@ def apply_assoc(a: Association, fields: dict[str, str], accounts: Accounts) -> N
         elif name == "priority":
             a.priority = _count(value, "Priority")
         elif name == "qos":
-            names = [q for q in value.split(",") if q and q != "-1"]
+            names = updated_list(accounts.allowed_qos(a.account, a.user), value)
             unknown = [q for q in names if q not in accounts.qos]
             if unknown:
                 raise AccountsError(f"Unknown QOS: {unknown[0]}")
@@ -144,7 +166,7 @@ def apply_qos(q: QOS, fields: dict[str, str], accounts: Accounts) -> None:
             except ValueError:
                 raise AccountsError(f"Bad UsageFactor value: {value}") from None
         elif name == "preempt":
-            names = [p for p in value.split(",") if p and p != "-1"]
+            names = updated_list(q.preempt, value)
             if any(p not in accounts.qos for p in names):
                 raise AccountsError(f"Unknown QOS in Preempt: {value}")
             q.preempt = names
@@ -153,7 +175,7 @@ def apply_qos(q: QOS, fields: dict[str, str], accounts: Accounts) -> None:
                 raise AccountsError(f"Bad PreemptMode value: {value}")
             q.preempt_mode = value.lower()
         elif name == "flags":
-            q.flags = [f for f in value.split(",") if f and f != "-1"]
+            q.flags = updated_list(q.flags, value)
         else:
             apply_limit(q.limits, name, value)
 

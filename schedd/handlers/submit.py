@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedd.context import Context
+from schedd import protocol
+from schedd.context import Context, RequestError
 from schedd.handlers.admission import (
     build_job,
     check_job_count,
     check_submit_limits,
     expand_array,
 )
-from schedd.identity import Caller
+from schedd.handlers.selection import DENIED
+from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
 from schedd.model import Job
 from schedd.slurm.hostlist import compress
@@ -20,6 +22,10 @@ from schedd.slurm.hostlist import compress
 def submit(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     now = ctx.now()
     template = build_job(ctx, caller, body["job"], now)
+    if body.get("priority") is not None:  # sbatch --priority, as scontrol update Priority=
+        if not is_operator(caller):
+            raise RequestError(DENIED, protocol.E_PERMISSION)
+        template.admin_priority = body["priority"]
     if body.get("test_only"):
         return test_only(ctx, template, now)
     jobs = expand_array(ctx, template)  # at most max_array_size

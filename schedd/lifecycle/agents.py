@@ -54,6 +54,8 @@ class AgentRegistry:
             "on_isolation": self._partition(job).on_isolation,
             "fence_timeout": self.cfg.fence_timeout,
         }
+        if job.script_args:  # only then: an agent older than the field still takes the rest
+            spec["args"] = list(job.script_args)
         self._tell(alloc.node, "launch", {"launch": spec})
 
     def _partition(self, job: Job) -> Partition:

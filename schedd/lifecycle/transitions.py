@@ -127,9 +127,19 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
                                cpus=allocation[0].cpus, state="RUNNING", start_time=now))
     ctx.state.commit(changes, events, rows)
     started = [job for job, _ in changes]
+    outbox = getattr(ctx, "mail", None)  # --mail-type BEGIN (lifecycle/mail.py)
     for job in started:
         ctx.agents.launch(job, _array_ids(ctx, job))
+        if outbox is not None and job.mail_type:
+            outbox.began(job, _siblings(ctx, job))
     return started
+
+
+def _siblings(ctx: Context, job: Job) -> list[Job]:
+    """The other tasks of the job's array still in memory (none for a plain job)."""
+    if job.array_job_id is None:
+        return []
+    return [j for j in ctx.state.jobs.values() if j.array_job_id == job.array_job_id]
 
 
 def _array_ids(ctx: Context, job: Job) -> tuple[int, ...]:
@@ -282,3 +292,11 @@ def _node_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
 @after(20, "agents")
 def _forget_run(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     ctx.agents.forget_run(job.id, job.generation)
+
+
+@after(40, "mail")
+def _mail(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+    """--mail-type END, FAIL, REQUEUE (lifecycle/mail.py)."""
+    outbox = getattr(ctx, "mail", None)
+    if outbox is not None and job.mail_type:
+        outbox.ended(job, verdict.state, verdict.requeue, verdict.end_time, _siblings(ctx, job))

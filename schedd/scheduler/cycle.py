@@ -27,7 +27,7 @@ from itertools import compress
 from operator import attrgetter, indexOf, not_
 
 from schedd.config import SchedulerConfig
-from schedd.scheduler import fairshare, limits, preempt, priority, profile
+from schedd.scheduler import fairshare, licenses, limits, preempt, priority, profile
 from schedd.scheduler import reserved as reservations
 from schedd.scheduler.backfill import Walk, check_config
 from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot, Start
@@ -57,13 +57,18 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     explain = snapshot.explain or snapshot.preemption is not None
     walk = Walk(timelines, snapshot.now, config, snapshot.promised,
                 snapshot.promised_nodes, explain)
+    gate = licenses.LicenseGate(snapshot.licenses, snapshot.running) \
+        if snapshot.licenses else None  # -L: a job waits for its licenses (licenses.py)
+    walking = gate.screen(order, walk.plan.starts, walk.plan.reasons) if gate else order
     if snapshot.limits is None:
-        plan = walk.run(order)
+        plan = walk.run(walking)
     else:  # association/QOS limits: skip blocked jobs, count each start (limits.py)
         enforcer = limits.Enforcer(snapshot.limits, snapshot.running, snapshot.nodes,
                                    snapshot.now)
-        plan = walk.run(enforcer.screen(order, walk.plan.starts, walk.plan.reasons))
+        plan = walk.run(enforcer.screen(walking, walk.plan.starts, walk.plan.reasons))
         plan.starts = enforcer.settle(plan.starts, plan.reasons)
+    if gate is not None:
+        plan.starts = gate.settle(plan.starts, plan.reasons)
     if explain:
         resv.explain(order, walk, plan)
     if members:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schedd.model import GPU, Job, NodeAllocation
+from schedd.slurm import licenses
 
 
 @dataclass(slots=True)
@@ -55,6 +56,7 @@ class PendingJob:
     assoc_priority: int = 0  # the association's Priority (sacctmgr), for the assoc factor
     predicted_runtime: int | None = None  # seconds, used for planning when predict_runtime is on
     reservation: str = ""  # --reservation: runs only inside that advance reservation
+    licenses: tuple[tuple[str, int], ...] = ()  # -L: (name, count) pairs (scheduler/licenses)
 
     @property
     def total_gpus(self) -> int:
@@ -78,6 +80,7 @@ class RunningJob:
     restart_cost: int | None = None
     preempting: bool = False
     reservation: str = ""  # the advance reservation it runs in, "" = none
+    licenses: tuple[tuple[str, int], ...] = ()  # the licenses it holds while it runs
 
 
 @dataclass(slots=True)
@@ -231,6 +234,8 @@ class Snapshot:
     # are the same as without. The simulator sets it (its queue is a subsequence of a trace in
     # that order, its jobs all made alike by Machine.pending); the daemon does not.
     plain_arrivals: bool = False
+    # the cluster's licenses ([[license]]: name -> count); empty: none configured
+    licenses: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -290,6 +295,15 @@ def split_names(expr: str) -> frozenset[str]:
     return frozenset(expand(expr)) if expr else frozenset()
 
 
+def job_licenses(job: Job) -> tuple[tuple[str, int], ...]:
+    """A job's -L as (name, count) pairs (admission checked it; a record older than that
+    check that does not parse asks for none)."""
+    try:
+        return tuple(licenses.parse(job.licenses).items())
+    except licenses.LicenseError:
+        return ()
+
+
 def pending_from_job(job: Job, time_limit: int, qos_priority: int = 0,
                      partition_priority: int = 1) -> PendingJob:
     """The core's view of a pending Job; ``time_limit`` already resolved by the caller."""
@@ -316,4 +330,5 @@ def pending_from_job(job: Job, time_limit: int, qos_priority: int = 0,
         partition_priority=partition_priority,
         admin_priority=job.admin_priority,
         reservation=job.reservation,
+        licenses=job_licenses(job),
     )

@@ -171,7 +171,8 @@ def test_scontrol_and_sinfo_lookups_clients_use(compat: Cluster) -> None:
 
 
 def test_ignored_option_warns_once_and_submits(compat: Cluster, workdir: Path) -> None:
-    res = compat.run("sbatch", "--mail-type=END", "--clusters=c1", "--wrap", "true",
+    # (--mail-type is acted on and -M refuses another cluster since issue 16)
+    res = compat.run("sbatch", "--hint=compute_bound", "--cpu-freq=high", "--wrap", "true",
                      cwd=workdir)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("Submitted batch job ")
