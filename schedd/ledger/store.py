@@ -599,7 +599,10 @@ class Store:
 
     def save_partitions(self, partitions: list[Partition]) -> None:
         """Record the configured partitions (sacct names partitions that left the config)."""
-        rows = [dataclasses.asdict(p) for p in partitions]
+        # the columns the ledger keeps: runtime settings of a partition (on_isolation) are
+        # the config's, not history's
+        kept = set(t.partitions.c.keys())
+        rows = [{k: v for k, v in dataclasses.asdict(p).items() if k in kept} for p in partitions]
         if not rows:
             return
         with self._write("storing partitions") as conn:
