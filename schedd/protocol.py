@@ -145,7 +145,7 @@ SUBMIT_SCHEMA: Schema = {
     "submit_host": _NAME, "time_limit": _LIMIT, "time_min": _LIMIT, "workdir": Str(),
     "script_args": List(Str(), size=MAX_SCRIPT_ARGS), "alloc_sid": Int(0, _INT32),
     "restart_cost": Int(0, _INT32, nullable=True), "stdin": Str(), "wckey": _NAME,
-    "licenses": Str(),
+    "licenses": Str(), "interactive": Bool(),  # salloc: an allocation without a batch script
 }
 SUBMIT_FIELDS = frozenset(SUBMIT_SCHEMA)
 
@@ -244,6 +244,11 @@ CLIENT_OPS: dict[str, Schema] = {
     # detach: srun leaves without reading the rest (its output is then discarded)
     "step_cancel": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                     "detach": Bool()},
+    # salloc (schedd/handlers/salloc.py): the granted allocation's environment, and its end
+    # with the exit status of salloc's command
+    "allocation": {"job_id": Int(0, required=True)},
+    "relinquish": {"job_id": Int(0, required=True), "exit_code": Int(0, 255),
+                   "exit_signal": Int(0, 128)},
     # sacctmgr (verb add|modify|delete|show; entity account|user|qos|association) and sshare
     "sacctmgr": {"verb": Str(16, required=True), "entity": Str(32, required=True),
                  "names": _NAMES, "where": Map(Str(), size=64), "set": Map(Str(), size=64),

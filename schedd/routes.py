@@ -20,6 +20,7 @@ from schedd.handlers import (
     resv,
     sacct,
     sacctmgr,
+    salloc,
     srun,
     submit,
 )
@@ -48,6 +49,8 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "step_start": srun.step_start,
     "step_wait": srun.step_wait,
     "step_cancel": srun.step_cancel,
+    "allocation": salloc.allocation,
+    "relinquish": salloc.relinquish,
     "job_why": insight.job_why,
     "forecast_stats": insight.forecast_stats,
     "update_job": jobcontrol.update_job,
