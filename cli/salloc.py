@@ -26,7 +26,7 @@ import pwd
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from cli.options import (
     OPTIONAL,
     REQUIRED,
     SBATCH_OPTION_NAMES,
+    X11_REFUSED,
     Opt,
     OptionError,
     OptionTable,
@@ -83,7 +84,6 @@ _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 SALLOC_IGNORED = {"kill-command": "the command is sent SIGHUP when the allocation ends",
                   "bell": "no terminal bell", "no-bell": "no terminal bell",
                   "wait": "deprecated; use -I/--immediate"}
-X11_REFUSED = "--x11 is not supported by kiln: no X11 forwarding (use ssh -X to a node)"
 
 
 def _salloc_table() -> OptionTable:
@@ -110,9 +110,31 @@ class Request:
 
     job: dict[str, Any]
     command: list[str]
-    no_shell: bool
-    immediate: float  # seconds to wait for a start; 0: as long as it takes
-    quiet: bool
+    no_shell: bool = False
+    immediate: float = 0.0  # seconds to wait for a start; 0: as long as it takes
+    quiet: bool = False
+    prog: str = PROG  # srun --pty outside an allocation allocates as srun does
+
+
+def with_allocation(prog: str, settings: Settings, command: list[str],
+                    run: Callable[[int], int]) -> int:
+    """srun --pty outside an allocation: allocate (with srun's messages), ``run`` the step in
+    it, then end the allocation with the step's status, which is the exit code."""
+    request = Request(_job(settings, command, False), command, prog=prog,
+                      quiet=bool(settings.get("_quiet")))
+    with Client() as client:
+        job_id = _submit(client, request.job, prog)
+        granted = Waiting(client, job_id, request).wait()
+        os.environ.update(granted["environment"])
+        status = 1
+        try:
+            status = run(job_id)
+        finally:
+            try:
+                client.call("relinquish", {"job_id": job_id, "exit_code": min(status, 255)})
+            except ClientError:
+                pass
+    return status
 
 
 def allocate_command(argv: Sequence[str]) -> int:
@@ -120,7 +142,7 @@ def allocate_command(argv: Sequence[str]) -> int:
     if request is None:
         return 0
     with Client() as client:
-        job_id = _submit(client, request.job)
+        job_id = _submit(client, request.job, PROG)
         granted = Waiting(client, job_id, request).wait()
         if request.no_shell:
             return 0
@@ -201,15 +223,16 @@ def _job(settings: Settings, command: list[str], no_shell: bool) -> dict[str, An
     return job
 
 
-def _submit(client: Client, job: dict[str, Any]) -> int:
+def _submit(client: Client, job: dict[str, Any], prog: str) -> int:
+    lead = "Job submit/allocate failed" if prog == PROG else "Unable to allocate resources"
     try:
         return int(client.call("submit", {"job": job})["job_id"])
     except ClientError as exc:
-        raise CommandError(*submit_failure(exc.message, "Job submit/allocate failed")) from None
+        raise CommandError(*submit_failure(exc.message, lead)) from None
 
 
-def say(text: str) -> None:
-    print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+def say(text: str, prog: str = PROG) -> None:
+    print(f"{prog}: {text}", file=sys.stderr, flush=True)
 
 
 # --- waiting for the allocation ----------------------------------------------------------------
@@ -247,11 +270,7 @@ class Waiting:
             reply = self.client.call("allocation", {"job_id": job_id})
             state = reply["state"]
             if state == "RUNNING" and reply.get("environment"):
-                if pending:
-                    say(f"job {job_id} has been allocated resources")
-                say(f"Granted job allocation {job_id}")
-                if not self.request.no_shell:
-                    say(f"Nodes {reply['node_list']} are ready for job")
+                self._granted(reply, pending)
                 return reply
             if state in FINISHED:
                 say(f"Job allocation {job_id} has been revoked.")
@@ -262,10 +281,23 @@ class Waiting:
                 fail("Unable to allocate resources: Requested nodes are busy")
             if not pending and waited >= PENDING_AFTER:
                 pending = True
-                say(f"Pending job allocation {job_id}")
-                say(f"job {job_id} queued and waiting for resources")
+                if self.request.prog == PROG:
+                    say(f"Pending job allocation {job_id}")
+                if not self.request.quiet:
+                    say(f"job {job_id} queued and waiting for resources", self.request.prog)
             time.sleep(poll)
             poll = min(poll * 2, POLL_MAX)
+
+    def _granted(self, reply: dict[str, Any], pending: bool) -> None:
+        """Slurm's lines for a granted allocation (srun says less than salloc)."""
+        job_id, prog = self.job_id, self.request.prog
+        if pending and not self.request.quiet:
+            say(f"job {job_id} has been allocated resources", prog)
+        if prog != PROG:
+            return
+        say(f"Granted job allocation {job_id}")
+        if not self.request.no_shell:
+            say(f"Nodes {reply['node_list']} are ready for job")
 
     def _give_up(self) -> None:
         try:

@@ -183,6 +183,11 @@ JOB_FILTER: Schema = {
     "all_states": Bool(),  # include finished jobs still within MinJobAge
 }
 
+# A terminal's size, [rows, columns] (srun --pty; TIOCSWINSZ on the node).
+WINSIZE = Tuple(Int(1, 9999), Int(1, 9999))
+MAX_INPUT_BYTES = 64 * 1024  # of terminal input per step_input (base64: 4/3 of that)
+_INPUT = Str(MAX_INPUT_BYTES * 4 // 3 + 4)
+
 # What srun asks for when it starts a step inside its job (identity from the socket).
 STEP_START_FIELDS: Schema = {
     "job_id": Int(0, required=True),
@@ -201,6 +206,8 @@ STEP_START_FIELDS: Schema = {
     "forward": Bool(),  # streams without a pattern go to srun (step_output/step_wait)
     "open_mode": Str(16, choices=("truncate", "append")),
     "name": Str(),
+    "pty": Bool(),  # srun --pty: task 0 under a pseudo-terminal, its input from srun
+    "winsize": WINSIZE,  # the terminal's [rows, columns] at the start
 }
 
 CLIENT_OPS: dict[str, Schema] = {
@@ -244,6 +251,9 @@ CLIENT_OPS: dict[str, Schema] = {
     # detach: srun leaves without reading the rest (its output is then discarded)
     "step_cancel": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                     "detach": Bool()},
+    # srun --pty: terminal input (base64) at its offset in the input stream, and/or a new size
+    "step_input": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
+                   "offset": Int(0, 2**62), "data": _INPUT, "winsize": WINSIZE},
     # salloc (schedd/handlers/salloc.py): the granted allocation's environment, and its end
     # with the exit status of salloc's command
     "allocation": {"job_id": Int(0, required=True)},
@@ -330,6 +340,8 @@ STEP_LAUNCH_FIELDS: Schema = {
     "time_limit": Int(0, _INT32, required=True, nullable=True),  # from job_start; None = none
     "job_start": Num(required=True),
     "kill_wait": Int(-1, _INT32, required=True),
+    "pty": Bool(),  # task 0 (this node's first) under a pseudo-terminal
+    "winsize": WINSIZE,
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job
@@ -367,6 +379,9 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     # step_id absent: every step of the job on this node
     "terminate_steps": {"job_id": Int(0, required=True), "step_id": Int(0),
                         "state": Str(32, required=True)},
+    # srun --pty's input for a step's terminal (at its offset), and/or the terminal's new size
+    "step_input": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
+                   "offset": Int(0, 2**62), "data": _INPUT, "winsize": WINSIZE},
 }
 
 

@@ -49,6 +49,7 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "step_start": srun.step_start,
     "step_wait": srun.step_wait,
     "step_cancel": srun.step_cancel,
+    "step_input": srun.step_input,
     "allocation": salloc.allocation,
     "relinquish": salloc.relinquish,
     "job_why": insight.job_why,

@@ -62,7 +62,8 @@ def test_an_interactive_shell_on_two_nodes(two_nodes: Cluster, workdir: Path) ->
     assert _run(child, "stty size", r"(\d+ \d+)\r\n").group(1) == "24 80"
     child.setwinsize(40, 100)
     assert _run(child, "stty size", r"(\d+ \d+)\r\n").group(1) == "40 100"
-    child.sendline("sleep 100")
+    child.sendline("sh -c 'echo sleeping; exec sleep 100'")
+    child.expect_exact("sleeping\r\n")  # running in the foreground: Ctrl-C is for it
     child.sendintr()  # Ctrl-C: the foreground sleep dies, the shell stays
     child.expect_exact(PROMPT)
     assert _run(child, "echo still $((6*7))", r"still (\d+)").group(1) == "42"

@@ -1,0 +1,106 @@
+"""srun --pty through a real terminal (pexpect): keys both ways, window size, Ctrl-C, exit
+status, raw mode restored, inside salloc's allocation and outside one."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pexpect
+
+from tests.integration.cluster import BIN, Cluster, until
+from tests.integration.test_salloc import PROMPT, _run, _shell, _spawn
+
+REMOTE = "remote$ "
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
+SANE = "stty -a | tr ' ' '\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '"
+
+
+def _remote_shell(child: pexpect.spawn) -> None:
+    child.sendline(f"srun --pty env PS1='{REMOTE}' bash --norc --noprofile -i")
+    child.expect_exact(REMOTE)
+
+
+def _remote(child: pexpect.spawn, line: str, pattern: str) -> re.Match[str]:
+    child.sendline(line)
+    child.expect(pattern)
+    match = child.match
+    child.expect_exact(REMOTE)
+    return match
+
+
+def test_an_interactive_shell_on_a_node(two_nodes: Cluster, workdir: Path) -> None:
+    child, job_id = _shell(two_nodes, workdir, "-N", "2")
+    _remote_shell(child)
+    node = _remote(child, "echo on $SLURMD_NODENAME step $SLURM_STEP_ID", r"on (node\d) step 0")
+    assert node.group(1) in ("node1", "node2")
+    assert _remote(child, "tty", r"(/dev/pts/\d+)\r\n").group(1).startswith("/dev/pts/")
+    assert _remote(child, "stty size", r"(\d+ \d+)\r\n").group(1) == "24 80"
+    child.setwinsize(33, 101)  # SIGWINCH to srun, TIOCSWINSZ on the node
+    until(lambda: _remote(child, "stty size", r"(\d+ \d+)\r\n").group(1) == "33 101",
+          "the new size on the node")
+    child.sendline("sh -c 'echo sleeping; exec sleep 100'")
+    child.expect_exact("sleeping\r\n")  # running in the foreground: Ctrl-C is for it
+    child.sendintr()  # Ctrl-C, a byte in raw mode: the node's pty makes it SIGINT
+    child.expect_exact(REMOTE)
+    assert _remote(child, "echo alive $((6*7))", r"alive (\d+)").group(1) == "42"
+    child.sendline("exit 7")
+    child.expect(r"srun: error: node\d: task 0: Exited with exit code 7")
+    child.expect_exact(PROMPT)
+    assert _run(child, "echo rc=$?", r"rc=(\d+)").group(1) == "7"
+    assert _run(child, SANE, r"(-?icanon) (-?echo) ").groups() == ("icanon", "echo")
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert two_nodes.wait(job_id, FINISHED)["state"] == "COMPLETED"
+
+
+def test_input_is_echoed_and_read(two_nodes: Cluster, workdir: Path) -> None:
+    child, job_id = _shell(two_nodes, workdir)
+    child.sendline("srun --pty python3 -c 'print(\"got\", input(\"name? \"))'")
+    child.expect_exact("name? ")
+    child.send("kiln\r")
+    child.expect_exact("kiln\r\n")  # the node's pty echoes
+    child.expect_exact("got kiln\r\n")
+    child.expect_exact(PROMPT)
+    assert _run(child, "echo rc=$?", r"rc=(\d+)").group(1) == "0"
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+
+
+def test_kill_9_of_the_task_leaves_the_terminal_sane(two_nodes: Cluster,
+                                                     workdir: Path) -> None:
+    child, job_id = _shell(two_nodes, workdir)
+    child.sendline("srun --pty python3 -c 'import os; print(\"pid\", os.getpid(), flush=True);"
+                   " input()'")
+    child.expect(r"pid (\d+)\r\n")
+    os.kill(int(child.match.group(1)), signal.SIGKILL)
+    child.expect(r"srun: error: node\d: task 0: Killed")
+    child.expect_exact(PROMPT)
+    assert _run(child, "echo rc=$?", r"rc=(\d+)").group(1) == "137"
+    assert _run(child, SANE, r"(-?icanon) (-?echo) ").groups() == ("icanon", "echo")
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+
+
+def test_outside_an_allocation_it_allocates_first(two_nodes: Cluster, workdir: Path) -> None:
+    line = (f"{BIN / 'srun'} --pty bash -c 'test -t 0 && test -t 1 && echo on a terminal; "
+            f"exit 3'; echo rc=$?; {SANE}")
+    child = _spawn(two_nodes, [], workdir, command=line)
+    child.expect_exact("on a terminal")
+    child.expect(r"rc=(\d+)")
+    assert child.match.group(1) == "3"
+    child.expect(r"(-?icanon) (-?echo) ")
+    assert child.match.groups() == ("icanon", "echo")
+    child.expect(pexpect.EOF)
+
+
+def test_x11_is_refused(two_nodes: Cluster, workdir: Path) -> None:
+    for command in ("srun", "salloc"):
+        res = two_nodes.run(command, "--x11", "true", cwd=workdir)
+        assert res.returncode == 1
+        assert res.stderr == (f"{command}: error: --x11 is not supported by kiln: no X11 "
+                              "forwarding (use ssh -X to a node)\n")
