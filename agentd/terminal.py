@@ -74,7 +74,7 @@ class Terminal:
                 data = data[self.next_offset - offset:]
             elif offset > self.next_offset:
                 log.warning("terminal input: %d bytes were lost", offset - self.next_offset)
-            self.next_offset = offset
+                self.next_offset = offset
         self.next_offset += len(data)
         if len(self.pending) + len(data) > MAX_PENDING:
             self.dropped += len(data)
