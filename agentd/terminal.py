@@ -65,8 +65,9 @@ class Terminal:
         return cls(master), reader, slave
 
     def feed(self, offset: int | None, data: bytes) -> None:
-        """Input at ``offset`` of the input stream (None: next); a resend's bytes that were
-        written already are skipped."""
+        """Input at ``offset`` of srun's input stream (a resend's bytes that were written
+        already are skipped), or with no offset from an attached reader (sattach), written
+        as it comes."""
         if offset is not None:
             if offset + len(data) <= self.next_offset:
                 return
@@ -75,7 +76,7 @@ class Terminal:
             elif offset > self.next_offset:
                 log.warning("terminal input: %d bytes were lost", offset - self.next_offset)
                 self.next_offset = offset
-        self.next_offset += len(data)
+            self.next_offset += len(data)
         if len(self.pending) + len(data) > MAX_PENDING:
             self.dropped += len(data)
             log.warning("terminal input: the task does not read; %d bytes dropped", len(data))

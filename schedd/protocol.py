@@ -251,6 +251,9 @@ CLIENT_OPS: dict[str, Schema] = {
     # detach: srun leaves without reading the rest (its output is then discarded)
     "step_cancel": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                     "detach": Bool()},
+    # sattach: a running step's output from now on, through a tap of its own (0: attach)
+    "step_attach": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
+                    "tap": Int(0, _INT32)},
     # srun --pty: terminal input (base64) at its offset in the input stream, and/or a new size
     "step_input": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                    "offset": Int(0, 2**62), "data": _INPUT, "winsize": WINSIZE},

@@ -50,6 +50,7 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "step_wait": srun.step_wait,
     "step_cancel": srun.step_cancel,
     "step_input": srun.step_input,
+    "step_attach": srun.step_attach,
     "allocation": salloc.allocation,
     "relinquish": salloc.relinquish,
     "job_why": insight.job_why,

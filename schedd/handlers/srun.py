@@ -26,6 +26,7 @@ import binascii
 import dataclasses
 import logging
 import os
+import secrets
 from typing import Any
 
 from schedd import protocol
@@ -33,7 +34,7 @@ from schedd.context import Context, RequestError
 from schedd.domain.jobenv import expand_output_pattern, step_environment, task_overlay
 from schedd.domain.stepoutput import STREAMS, parse_cursors
 from schedd.domain.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
-from schedd.identity import Caller
+from schedd.identity import Caller, is_operator
 from schedd.ledger.records import StepRecord
 from schedd.model import Job, JobState
 from schedd.slurm.hostlist import compress
@@ -127,6 +128,32 @@ def step_input(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
             message[key] = body[key]
     ctx.agents.step_input(live.terminal, message)
     return {"delivered": True}
+
+
+def step_attach(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """sattach: the output of a running step from now on, through a tap of its own (``tap``
+    0: attach). Its owner's and operators' only. ``done`` once the step has ended and the
+    tap is empty (or schedd no longer holds the step)."""
+    job_id, step_id = body["job_id"], body["step_id"]
+    job = ctx.state.jobs.get(job_id)
+    if job is None:
+        raise RequestError(_invalid_step(job_id, step_id), protocol.E_INVALID_JOB)
+    if caller.uid not in (0, job.uid) and not is_operator(caller):
+        raise RequestError("Access/permission denied", protocol.E_PERMISSION)
+    live = ctx.steps.get(job_id, step_id)
+    if live is None:
+        if body.get("tap"):
+            return {"tap": body["tap"], "done": True}
+        raise RequestError(_invalid_step(job_id, step_id), protocol.E_INVALID_JOB)
+    now = ctx.now()
+    tap_id = int(body.get("tap") or 0)
+    tap = live.output.taps.get(tap_id) if tap_id else None
+    if tap is None:
+        tap_id = secrets.randbelow(2**31 - 1) + 1
+        tap = live.output.attach(tap_id, now)
+    output = tap.take(now)
+    return {"tap": tap_id, "output": output, "terminal": bool(live.terminal),
+            "done": live.done and not tap.chunks, "dropped": tap.dropped}
 
 
 def step_wait(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:

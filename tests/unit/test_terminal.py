@@ -31,9 +31,10 @@ def test_input_is_written_once_at_its_offset() -> None:
         term.feed(0, b"ab")
         term.feed(0, b"ab")  # a resend: nothing twice
         term.feed(1, b"bc")  # overlapping: only "c" is new
-        term.feed(None, b"d\n")
+        term.feed(3, b"d\n")
+        term.feed(None, b"e\n")  # an attached reader's: no offset, srun's stay as they were
         assert term.next_offset == 5
-        assert _read_all(slave) == b"abcd\n"  # canonical mode: the line is ready
+        assert _read_all(slave) == b"abcd\ne\n"  # canonical mode: the line is ready
         term.resize(12, 40)
         assert window_size(slave) == [12, 40]
     finally:
