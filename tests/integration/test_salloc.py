@@ -4,6 +4,7 @@ the allocation's environment, srun inside it, signals, exit status, the time lim
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 import pexpect
@@ -145,3 +146,13 @@ def test_the_time_limit_ends_it_and_the_terminal_is_sane(two_nodes: Cluster,
     assert child.before.split() == ["icanon", "echo"]
     until(lambda: two_nodes.job(job_id)["state"] == "TIMEOUT", "the job to time out")
     assert _steps(two_nodes, job_id)["extern"][0] == "CANCELLED"
+
+
+def test_a_hangup_ends_the_allocation(two_nodes: Cluster, workdir: Path) -> None:
+    child, job_id = _shell(two_nodes, workdir)
+    child.kill(signal.SIGHUP)  # the terminal went away: salloc passes it on, then relinquishes
+    child.expect_exact(f"salloc: Relinquishing job allocation {job_id}")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0  # the shell was ended by SIGHUP: a normal exit, as Slurm's
+    assert two_nodes.wait(job_id, FINISHED)["state"] in ("COMPLETED", "FAILED")

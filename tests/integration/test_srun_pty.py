@@ -46,6 +46,16 @@ def test_an_interactive_shell_on_a_node(two_nodes: Cluster, workdir: Path) -> No
     child.sendintr()  # Ctrl-C, a byte in raw mode: the node's pty makes it SIGINT
     child.expect_exact(REMOTE)
     assert _remote(child, "echo alive $((6*7))", r"alive (\d+)").group(1) == "42"
+    child.sendline("sh -c 'echo sleeping; exec sleep 100'")
+    child.expect_exact("sleeping\r\n")
+    child.sendcontrol("z")  # Ctrl-Z: SIGTSTP, the node's shell has a stopped job
+    child.expect("Stopped")
+    child.expect_exact(REMOTE)
+    child.sendline("fg")
+    child.expect_exact("sleep 100")
+    child.sendcontrol("\\")  # Ctrl-\: SIGQUIT
+    child.expect("Quit")
+    child.expect_exact(REMOTE)
     child.sendline("exit 7")
     child.expect(r"srun: error: node\d: task 0: Exited with exit code 7")
     child.expect_exact(PROMPT)
@@ -104,3 +114,24 @@ def test_x11_is_refused(two_nodes: Cluster, workdir: Path) -> None:
         assert res.returncode == 1
         assert res.stderr == (f"{command}: error: --x11 is not supported by kiln: no X11 "
                               "forwarding (use ssh -X to a node)\n")
+
+
+def test_the_terminal_is_restored_when_schedd_dies(two_nodes: Cluster, workdir: Path) -> None:
+    """Last in this module: it kills schedd (and brings it back for the module's teardown)."""
+    res = two_nodes.run("salloc", "--no-shell", cwd=workdir)
+    job_id = re.search(r"Granted job allocation (\d+)", res.stderr).group(1)
+    line = f"{BIN / 'srun'} --jobid {job_id} --pty cat; echo rc=$?; {SANE}"
+    child = _spawn(two_nodes, [], workdir, command=line)
+    child.send("typed\r")
+    child.expect_exact("typed\r\n")  # the node's pty echoes: the step runs, srun is raw
+    two_nodes.expect_exit("schedd")
+    two_nodes.expect_log(r"step|agent|schedd")  # the agent's complaints while schedd is gone
+    os.kill(int((two_nodes.home / "run" / "schedd.pid").read_text()), signal.SIGKILL)
+    child.expect(r"rc=(\d+)")
+    assert child.match.group(1) == "1"
+    child.expect(r"(-?icanon) (-?echo) ")
+    assert child.match.groups() == ("icanon", "echo")
+    child.expect(pexpect.EOF)
+    assert two_nodes.run("kiln", "up").returncode == 0
+    until(lambda: two_nodes.run("scancel", job_id).returncode == 0, "schedd back")
+    assert two_nodes.wait(job_id, FINISHED)["state"] == "CANCELLED"
