@@ -125,7 +125,6 @@ def test_the_terminal_is_restored_when_schedd_dies(two_nodes: Cluster, workdir: 
     child.send("typed\r")
     child.expect_exact("typed\r\n")  # the node's pty echoes: the step runs, srun is raw
     two_nodes.expect_exit("schedd")
-    two_nodes.expect_log(r"step|agent|schedd")  # the agent's complaints while schedd is gone
     os.kill(int((two_nodes.home / "run" / "schedd.pid").read_text()), signal.SIGKILL)
     child.expect(r"rc=(\d+)")
     assert child.match.group(1) == "1"
