@@ -116,6 +116,34 @@ def test_x11_is_refused(two_nodes: Cluster, workdir: Path) -> None:
                               "forwarding (use ssh -X to a node)\n")
 
 
+def test_full_screen_programs_work(two_nodes: Cluster, workdir: Path) -> None:
+    res = two_nodes.run("salloc", "--no-shell", cwd=workdir)
+    job_id = re.search(r"Granted job allocation (\d+)", res.stderr).group(1)
+    env = {**two_nodes.env, "TERM": "xterm"}
+    try:
+        top = pexpect.spawn(str(BIN / "srun"), ["--jobid", job_id, "--pty", "top", "-d", "1"],
+                            env=env, cwd=str(workdir), encoding="utf-8", timeout=90,
+                            dimensions=(24, 80))
+        top.expect("Tasks:")  # its screen, drawn on the node's terminal
+        top.send("q")
+        top.expect(pexpect.EOF)
+        top.close()
+        assert top.exitstatus == 0
+        vim = pexpect.spawn(str(BIN / "srun"), ["--jobid", job_id, "--pty", "vim", "-u", "NONE",
+                                                "-i", "NONE", "-n", "-N", "note.txt"],
+                            env=env, cwd=str(workdir), encoding="utf-8", timeout=90,
+                            dimensions=(24, 80))
+        vim.expect("note.txt")  # the status line of an empty buffer
+        vim.send("ihello from vim\x1b")
+        vim.send(":wq\r")
+        vim.expect(pexpect.EOF)
+        vim.close()
+        assert vim.exitstatus == 0
+        assert (workdir / "note.txt").read_text() == "hello from vim\n"
+    finally:
+        two_nodes.run("scancel", job_id)
+
+
 def test_the_terminal_is_restored_when_schedd_dies(two_nodes: Cluster, workdir: Path) -> None:
     """Last in this module: it kills schedd (and brings it back for the module's teardown)."""
     res = two_nodes.run("salloc", "--no-shell", cwd=workdir)
