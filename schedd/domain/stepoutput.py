@@ -31,6 +31,7 @@ REPLY_CAP = 1024 * 1024  # bytes of output in one step_wait reply
 Key = tuple[int, str]  # (procid, "out" | "err")
 TAP_CAP = 1024 * 1024  # bytes one attached reader (sattach) may have waiting, at most
 TAP_IDLE = 60.0  # seconds after which a tap nobody reads is forgotten
+MAX_TAPS = 8  # attached readers per step, at most (each may hold TAP_CAP)
 
 
 @dataclass(slots=True)
@@ -105,11 +106,14 @@ class StepOutput:
             tap.add(key, data)
         return pending.end
 
-    def attach(self, tap_id: int, now: float) -> Tap:
-        """A new tap (a reader attaching now); taps idle for TAP_IDLE are forgotten."""
+    def attach(self, tap_id: int, now: float) -> Tap | None:
+        """A new tap (a reader attaching now), or None when MAX_TAPS are attached; taps idle
+        for TAP_IDLE are forgotten first."""
         for old, tap in list(self.taps.items()):
             if now - tap.seen > TAP_IDLE:
                 del self.taps[old]
+        if len(self.taps) >= MAX_TAPS:
+            return None
         self.taps[tap_id] = Tap(now)
         return self.taps[tap_id]
 

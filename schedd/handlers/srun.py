@@ -32,7 +32,7 @@ from typing import Any
 from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.jobenv import expand_output_pattern, step_environment, task_overlay
-from schedd.domain.stepoutput import STREAMS, parse_cursors
+from schedd.domain.stepoutput import MAX_TAPS, STREAMS, parse_cursors
 from schedd.domain.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
 from schedd.identity import Caller, is_operator
 from schedd.ledger.records import StepRecord
@@ -151,6 +151,9 @@ def step_attach(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
     if tap is None:
         tap_id = secrets.randbelow(2**31 - 1) + 1
         tap = live.output.attach(tap_id, now)
+        if tap is None:
+            raise RequestError(f"step {job_id}.{step_id} has {MAX_TAPS} readers attached "
+                               "already", protocol.E_AGAIN)
     output = tap.take(now)
     return {"tap": tap_id, "output": output, "terminal": bool(live.terminal),
             "done": live.done and not tap.chunks, "dropped": tap.dropped}

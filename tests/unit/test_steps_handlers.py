@@ -372,3 +372,11 @@ def test_sattach_taps_the_output_from_its_attaching_on(ctx) -> None:
     _end(ctx, "node1", [[0, 0, 0], [1, 0, 0]])
     _end(ctx, "node2", [[2, 0, 0], [3, 0, 0]])
     assert h.step_attach(ctx, ROOT, tap)["done"] is True
+
+
+def test_the_readers_attached_to_a_step_are_bounded(ctx) -> None:
+    _start(ctx)
+    taps = {h.step_attach(ctx, OWNER, {"job_id": 7, "step_id": 0})["tap"] for _ in range(8)}
+    assert len(taps) == 8
+    with pytest.raises(RequestError, match="8 readers attached already"):
+        h.step_attach(ctx, OWNER, {"job_id": 7, "step_id": 0})
