@@ -263,17 +263,18 @@ class Waiting:
     def _poll(self) -> dict[str, Any]:
         job_id, start, poll, pending = self.job_id, time.monotonic(), POLL_START, False
         while True:
+            prog = self.request.prog
             if self.signum:
                 self._give_up()
-                say(f"Job allocation {job_id} has been revoked.")
-                raise CommandError(f"{PROG}: Job aborted due to signal", prefixed=False)
+                say(f"Job allocation {job_id} has been revoked.", prog)
+                raise CommandError(f"{prog}: Job aborted due to signal", prefixed=False)
             reply = self.client.call("allocation", {"job_id": job_id})
             state = reply["state"]
             if state == "RUNNING" and reply.get("environment"):
                 self._granted(reply, pending)
                 return reply
             if state in FINISHED:
-                say(f"Job allocation {job_id} has been revoked.")
+                say(f"Job allocation {job_id} has been revoked.", prog)
                 raise CommandError(exit_code=1)
             waited = time.monotonic() - start
             if self.request.immediate and waited >= self.request.immediate:
@@ -281,10 +282,10 @@ class Waiting:
                 fail("Unable to allocate resources: Requested nodes are busy")
             if not pending and waited >= PENDING_AFTER:
                 pending = True
-                if self.request.prog == PROG:
+                if prog == PROG:
                     say(f"Pending job allocation {job_id}")
                 if not self.request.quiet:
-                    say(f"job {job_id} queued and waiting for resources", self.request.prog)
+                    say(f"job {job_id} queued and waiting for resources", prog)
             time.sleep(poll)
             poll = min(poll * 2, POLL_MAX)
 
