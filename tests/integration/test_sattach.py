@@ -43,3 +43,29 @@ def test_sattach_follows_a_step_and_only_its_owner_may(two_nodes: Cluster, workd
         two_nodes.run("scancel", str(job_id))
         step.wait(timeout=60)
     assert two_nodes.wait(job_id, FINISHED)["state"] == "CANCELLED"
+
+
+def test_sattach_types_into_a_terminal_step(two_nodes: Cluster, workdir: Path) -> None:
+    import pexpect
+
+    res = two_nodes.run("salloc", "--no-shell", cwd=workdir)
+    job_id = int(re.fullmatch(r"salloc: Granted job allocation (\d+)\n", res.stderr).group(1))
+    srun = pexpect.spawn(str(BIN / "srun"), ["--jobid", str(job_id), "--pty", "cat"],
+                         env=two_nodes.env, cwd=str(workdir), encoding="utf-8", timeout=60)
+    try:
+        srun.send("mine\r")
+        srun.expect_exact("mine\r\nmine\r\n")  # the node's pty's echo, then cat's copy
+        attached = subprocess.Popen([str(BIN / "sattach"), "--input-filter=0", f"{job_id}.0"],
+                                    env=two_nodes.env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        attached.stdin.write("theirs\n")
+        attached.stdin.close()
+        srun.expect_exact("theirs")  # typed by sattach, seen on srun's terminal
+        assert attached.stdout.readline() == "theirs\n"  # the echo, through sattach's tap
+        srun.send("\x04")  # Ctrl-D: cat ends, and the step
+        srun.expect(pexpect.EOF)
+        srun.close()
+        assert srun.exitstatus == 0
+        assert attached.wait(timeout=60) == 0
+    finally:
+        two_nodes.run("scancel", str(job_id))
