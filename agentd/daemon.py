@@ -330,6 +330,8 @@ class Agent:
             self.steps.launch(body["step"])
         elif op == "terminate_steps":
             self.steps.terminate(body["job_id"], body.get("step_id"), body["state"])
+        elif op == "step_input":
+            self.steps.input(body)
 
     def _launch(self, spec: dict[str, Any]) -> None:
         key = (spec.get("job_id"), spec.get("generation"))

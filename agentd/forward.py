@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -126,7 +127,8 @@ class Stream:
                     self._close_pipe()
                 break
             except OSError as exc:
-                log.warning("cannot read forwarded output: %s", exc.strerror or exc)
+                if exc.errno != errno.EIO:  # EIO: a pty's master once the task side closed
+                    log.warning("cannot read forwarded output: %s", exc.strerror or exc)
                 self._close_pipe()
                 break
             if not data:
@@ -270,10 +272,13 @@ class StepOutput:
 
     @classmethod
     def create(cls, root: Path, job_id: int, step_id: int, wanted: list[StreamKey],
-               cap: int = DEFAULT_STEP_CAP) -> tuple[StepOutput, dict[StreamKey, int]]:
+               cap: int = DEFAULT_STEP_CAP, readers: dict[StreamKey, int] | None = None
+               ) -> tuple[StepOutput, dict[StreamKey, int]]:
         """Make the step's directory and a pipe per stream; the pipes' write ends for the
-        tasks (the caller closes them once the tasks have them). Raises OSError, leaving
-        nothing behind."""
+        tasks (the caller closes them once the tasks have them). A stream in ``readers``
+        reads the non-blocking descriptor given (a pty's master: agentd/terminal.py; it is
+        the stream's to close) instead of a pipe. Raises OSError, leaving nothing behind."""
+        readers = dict(readers or {})
         output = cls(root / f"{job_id}.{step_id}", cap)
         writers: dict[StreamKey, int] = {}
         segment = max(CHUNK, min(MAX_SEGMENT, cap // 4))
@@ -281,7 +286,12 @@ class StepOutput:
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
             shutil.rmtree(output.directory, ignore_errors=True)  # a stale one, from a crash
             output.directory.mkdir(mode=0o700)
+            for key in list(readers):
+                output.streams[key] = Stream(*key, str(output.directory / f"{key[0]}.{key[1]}"),
+                                             readers.pop(key), segment_size=segment)
             for procid, name in wanted:
+                if (procid, name) in output.streams:
+                    continue
                 read_end, write_end = os.pipe2(os.O_CLOEXEC)
                 writers[(procid, name)] = write_end
                 os.set_blocking(read_end, False)
@@ -291,7 +301,7 @@ class StepOutput:
                     procid, name, str(output.directory / f"{procid}.{name}"), read_end,
                     segment_size=segment)
         except OSError:
-            for fd in writers.values():
+            for fd in [*writers.values(), *readers.values()]:
                 os.close(fd)
             output.close()
             raise

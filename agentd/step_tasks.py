@@ -28,6 +28,8 @@ closes such a step's row when its job ends.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 import shutil
@@ -48,6 +50,7 @@ from agentd.forward import (
     StreamKey,
     message,
 )
+from agentd.terminal import Terminal, controlling_terminal
 from agentd.walltime import Ending, Walltime
 from schedd import protocol
 
@@ -67,6 +70,7 @@ class _Task:
     exit_signal: int = 0
     stderr_path: str = ""
     stderr_forwarded: bool = False  # stderr goes to srun (a pipe the agent reads)
+    terminal: bool = False  # srun --pty: stdin, stdout and stderr are a pseudo-terminal
     cpu: tuple[float, float] | None = None  # (user, system) seconds from wait4
 
 
@@ -85,6 +89,7 @@ class _Step:
     cgroup: JobCgroup | None = None  # the cgroup its tasks join (agentd/cgroups.py)
     leaf: str = ""  # its leaf there: step_<id> under the job's; in its own cgroup, its batch
     own_cgroup: bool = False  # a cgroup of its own (no batch job of it on this node)
+    terminal: Terminal | None = None  # srun --pty: the first task's pseudo-terminal
 
     @property
     def key(self) -> tuple[int, int]:
@@ -181,16 +186,20 @@ class StepRunner:
         fds: dict[Any, int] = {}  # (path, append) opened as the user; (procid, stream) forwarded
         try:
             fds.update(self._open_forwarded(step, spec))  # the agent's files: before the switch
+            if spec.get("pty") and step.tasks:
+                fds["terminal"] = fds[(step.tasks[0].procid, "out")]
             with self.launcher._as_user(step.ident):
                 cwd, note = lch._workdir(spec["cwd"])
                 for task, entry in zip(step.tasks, spec["tasks"], strict=True):
                     for name in ("out", "err"):
                         target = _target(task, entry, name)
+                        if task.terminal:
+                            continue
                         if target not in fds:
                             fds[target] = lch._open_output(*target)  # type: ignore[misc]
                     self._note_stderr(step, task, entry)
         except lch.LaunchError as exc:
-            for fd in fds.values():
+            for fd in set(fds.values()):
                 os.close(fd)
             log.error("step %d.%d: %s", step.job_id, step.step_id, exc)
             for task in step.tasks:
@@ -201,12 +210,16 @@ class StepRunner:
             if step.cgroup is not None:
                 join = step.cgroup.open_procs(step.leaf)
             for task, entry in zip(step.tasks, spec["tasks"], strict=True):
-                out_fd = fds[_target(task, entry, "out")]
-                err_fd = fds[_target(task, entry, "err")]
+                if task.terminal:
+                    out_fd = err_fd = in_fd = fds["terminal"]
+                else:
+                    out_fd = fds[_target(task, entry, "out")]
+                    err_fd = fds[_target(task, entry, "err")]
+                    in_fd = self._devnull
                 if note and task is step.tasks[0]:
                     lch._write_fd(err_fd, note)
                 env = {**spec["environment"], **_strings(entry.get("env"))}
-                self._exec(step, task, spec["argv"], env, cwd, out_fd, err_fd, join)
+                self._exec(step, task, spec["argv"], env, cwd, (in_fd, out_fd, err_fd), join)
         except OSError as exc:
             log.error("step %d.%d cannot join its cgroup: %s", step.job_id, step.step_id, exc)
             for task in step.tasks:
@@ -223,27 +236,52 @@ class StepRunner:
                   for name in ("out", "err") if name in _forwarded(entry)]
         if not wanted:
             return {}
+        readers: dict[StreamKey, int] = {}
+        slave = -1
         try:
+            if spec.get("pty") and step.tasks:
+                first = step.tasks[0]
+                first.terminal = True
+                step.terminal, reader, slave = Terminal.open(step.ident.uid, step.ident.gid,
+                                                             spec.get("winsize"))
+                readers[(first.procid, "out")] = reader
+                wanted = [key for key in wanted if key[0] != first.procid]
             step.output, writers = StepOutput.create(self._forward_root, step.job_id,
-                                                     step.step_id, wanted, self.step_cap)
+                                                     step.step_id, wanted, self.step_cap,
+                                                     readers)
         except OSError as exc:
+            if slave >= 0:
+                os.close(slave)
+            if step.terminal is not None:
+                step.terminal.close()
+                step.terminal = None
             raise lch.LaunchError(f"cannot make the forwarded output files: "
                                   f"{exc.strerror or exc}") from None
+        if slave >= 0:
+            writers[(step.tasks[0].procid, "out")] = slave
         return writers
 
     def _note_stderr(self, step: _Step, task: _Task, entry: dict[str, Any]) -> None:
         """Where the task's stderr goes, for slurmstepd's banner when the step is stopped."""
-        if "err" in _forwarded(entry) and step.output is not None:
+        if task.terminal or ("err" in _forwarded(entry) and step.output is not None):
             task.stderr_forwarded = True  # the banner goes into the forwarded stream
         else:
             task.stderr_path = str(entry.get("stderr") or os.devnull)
 
     def _exec(self, step: _Step, task: _Task, argv: list[str], env: dict[str, str], cwd: str,
-              out_fd: int, err_fd: int, join: list[int]) -> None:
+              stdio: tuple[int, int, int], join: list[int]) -> None:
+        in_fd, out_fd, err_fd = stdio
+        enter = lch.enter_workdir(cwd, join)  # as the user, in the step's cgroup
+
+        def prepare() -> None:
+            if task.terminal:
+                controlling_terminal()  # the new session's (start_new_session ran setsid)
+            enter()
+
         try:
             proc = subprocess.Popen(
-                argv, stdin=self._devnull, stdout=out_fd, stderr=err_fd, env=env,
-                preexec_fn=lch.enter_workdir(cwd, join),  # as the user, in the step's cgroup
+                argv, stdin=in_fd, stdout=out_fd, stderr=err_fd, env=env,
+                preexec_fn=prepare,
                 start_new_session=True, close_fds=True, umask=lch._umask(env),
                 **self.launcher._credentials(step.ident),
             )
@@ -269,6 +307,22 @@ class StepRunner:
                 self._begin_ending(step, state, now)
         return len(hits)
 
+    def input(self, body: dict[str, Any]) -> None:
+        """srun --pty's input (step_input, already checked against its schema) for a step's
+        terminal here, and/or the terminal's new size."""
+        step = self._steps.get((body["job_id"], body["step_id"]))
+        if step is None or step.terminal is None:
+            return
+        if body.get("winsize"):
+            step.terminal.resize(*body["winsize"])
+        if body.get("data"):
+            try:
+                data = base64.b64decode(body["data"], validate=True)
+            except (binascii.Error, ValueError):
+                log.warning("step %d.%d: terminal input is not base64", *step.key)
+                return
+            step.terminal.feed(body.get("offset"), data)
+
     def job_ids(self) -> list[int]:
         """Jobs with step tasks here, for the heartbeat (schedd fences those it no longer runs)."""
         return sorted({s.job_id for s in self._steps.values()})
@@ -289,6 +343,8 @@ class StepRunner:
         now = time.time() if now is None else now
         self.pump()
         for step in list(self._steps.values()):
+            if step.terminal is not None:
+                step.terminal.flush()
             self._reap(step, now)
             if step.ending is None and step.walltime.expired(now):
                 self._begin_ending(step, "TIMEOUT", now)
@@ -409,6 +465,8 @@ class StepRunner:
         else:
             state = "COMPLETED"
         del self._steps[step.key]
+        if step.terminal is not None:
+            step.terminal.close()
         body = self._report_body(step.key, state, step.tasks, now)
         if step.output is None:
             self._unacked[step.key] = (0.0, body)  # due at once
@@ -459,7 +517,9 @@ class StepRunner:
                 f"CANCELLED AT {stamp}{reason} ***\n")
         if task.stderr_forwarded:
             if step.output is not None:
-                step.output.add((task.procid, "err"), line.encode())
+                name = "out" if task.terminal else "err"
+                step.output.add((task.procid, name), line.replace("\n", "\r\n").encode()
+                                if task.terminal else line.encode())
             return
         try:
             with self.launcher._as_user(step.ident):

@@ -717,6 +717,10 @@ SBATCH_REFUSED: dict[str, str] = {
 }
 
 
+# salloc's and srun's --x11 (sbatch 22.05 has none)
+X11_REFUSED = "--x11 is not supported by kiln: no X11 forwarding (use ssh -X to a node)"
+
+
 def refused_option(parsed: Parsed) -> str:
     """The error line for the first refused option given, or ''."""
     for opt, _ in parsed:

@@ -45,6 +45,7 @@ from cli.options import (
     NO_ARG,
     OPTIONAL,
     REQUIRED,
+    X11_REFUSED,
     Opt,
     OptionError,
     OptionTable,
@@ -108,7 +109,7 @@ external-launcher:n segment:r stepmgr:n
 _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 _ALIASES = {"tasks-per-node": "ntasks-per-node"}
 # Options whose meaning kiln's srun does not implement and that change what runs.
-UNSUPPORTED = {"pty", "multi-prog", "no-allocate", "relative", "het-group", "bcast",
+UNSUPPORTED = {"multi-prog", "no-allocate", "relative", "het-group", "bcast",
                "task-prolog", "task-epilog", "prolog", "epilog", "send-libs", "test-only"}
 # Settings of the submitted job that are per task for the srun inside it, not the job's.
 _STEP_ONLY = {"stdout", "stderr", "open_mode", "label", "unbuffered", "stdin"}
@@ -139,6 +140,8 @@ def parse(argv: Sequence[str]) -> tuple[Settings, list[str]]:
     for opt, _ in parsed:
         if opt.dest in UNSUPPORTED:
             fail(f"--{opt.long} is not supported by kiln's srun")
+        if opt.dest == "x11":
+            fail(X11_REFUSED)
     refused = refused_option(parsed)
     if refused:
         fail(refused)
@@ -171,6 +174,14 @@ def srun_command(argv: Sequence[str]) -> int:
     if not command:
         raise CommandError(f"{PROG}: fatal: No command given to execute.", prefixed=False)
     job_id = settings.get("_jobid") or _env_job_id()
+    if settings.get("pty"):
+        if job_id:
+            return run_pty_step(job_id, settings, command)
+        from cli.salloc import with_allocation  # outside an allocation: allocate first
+
+        job = {k: v for k, v in settings.items() if k not in _STEP_ONLY}
+        return with_allocation(PROG, job, command,
+                               lambda new_id: run_pty_step(new_id, settings, command))
     if job_id:
         return run_step(job_id, settings, command)
     check_request(settings, "Unable to allocate resources")  # a new allocation
@@ -387,6 +398,19 @@ def run_step(job_id: int, settings: Settings, command: list[str]) -> int:
             fail(f"Unable to create step for job {job_id}: {exc.message}")
         forwarded = _forwarded(started["tasks"], settings)
         result = _wait_step(client, job_id, started["step_id"], forwarded, interrupts)
+    return _step_status(result)
+
+
+def run_pty_step(job_id: int, settings: Settings, command: list[str]) -> int:
+    """srun --pty: task 0 under a pseudo-terminal on its node (cli/srun_pty.py)."""
+    from cli.srun_pty import run_terminal
+
+    if settings.get("stdout") or settings.get("stderr"):
+        fail("--pty sends the task's output to the terminal: --output/--error cannot be used")
+    cwd = settings.get("workdir") or os.getcwd()
+    forwarded = Forwarded()
+    forwarded.streams[(0, "out")] = Lines(sys.stdout.buffer, b"", raw=True)
+    result = run_terminal(job_id, step_body(job_id, settings, command, cwd), forwarded, PROG)
     return _step_status(result)
 
 

@@ -124,9 +124,11 @@ class StopMark:
     end is then recorded as. Set by ``lifecycle.transitions.request_stop``; consumed by
     ``end_run`` (every path that ends a run), so it never outlives the run it was set for.
 
-    ``cause``: why (``cancel``, ``requeue``, ``node_down``, ``time_limit``, ``budget``);
-    ``ended``: the state the run ends in whatever the agent saw (CANCELLED, REQUEUED,
-    NODE_FAIL, TIMEOUT); ``requeue``: back to PENDING once it has ended (``hold``: held)."""
+    ``cause``: why (``cancel``, ``requeue``, ``node_down``, ``time_limit``, ``budget``,
+    ``relinquish``); ``ended``: the state the run ends in whatever the agent saw (CANCELLED,
+    REQUEUED, NODE_FAIL, TIMEOUT, COMPLETED, FAILED); ``requeue``: back to PENDING once it has
+    ended (``hold``: held); ``exit``: the exit (code, signal) the run is recorded with instead
+    of the agent's (salloc relinquishing reports its command's)."""
 
     generation: int
     cause: str
@@ -134,16 +136,22 @@ class StopMark:
     requeue: bool = False
     hold: bool = False
     actor: int | None = None
+    exit: tuple[int, int] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"generation": self.generation, "cause": self.cause, "ended": self.ended,
+        wire = {"generation": self.generation, "cause": self.cause, "ended": self.ended,
                 "requeue": self.requeue, "hold": self.hold, "actor": self.actor}
+        if self.exit is not None:
+            wire["exit"] = list(self.exit)
+        return wire
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> StopMark:
+        exit_ = d.get("exit")
         return cls(int(d["generation"]), str(d["cause"]), str(JobState(d["ended"])),
                    bool(d.get("requeue")), bool(d.get("hold")),
-                   None if d.get("actor") is None else int(d["actor"]))
+                   None if d.get("actor") is None else int(d["actor"]),
+                   (int(exit_[0]), int(exit_[1])) if isinstance(exit_, list) else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +259,7 @@ class Job:
     stdin: str = ""  # --input, as given
     wckey: str = ""
     licenses: str = ""  # -L, as given (recorded)
+    interactive: bool = False  # salloc's allocation: no batch script, an extern step holds it
 
     # what happened
     node_list: str = ""  # compressed hostlist of the allocation

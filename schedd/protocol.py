@@ -145,7 +145,7 @@ SUBMIT_SCHEMA: Schema = {
     "submit_host": _NAME, "time_limit": _LIMIT, "time_min": _LIMIT, "workdir": Str(),
     "script_args": List(Str(), size=MAX_SCRIPT_ARGS), "alloc_sid": Int(0, _INT32),
     "restart_cost": Int(0, _INT32, nullable=True), "stdin": Str(), "wckey": _NAME,
-    "licenses": Str(),
+    "licenses": Str(), "interactive": Bool(),  # salloc: an allocation without a batch script
 }
 SUBMIT_FIELDS = frozenset(SUBMIT_SCHEMA)
 
@@ -183,6 +183,11 @@ JOB_FILTER: Schema = {
     "all_states": Bool(),  # include finished jobs still within MinJobAge
 }
 
+# A terminal's size, [rows, columns] (srun --pty; TIOCSWINSZ on the node).
+WINSIZE = Tuple(Int(1, 9999), Int(1, 9999))
+MAX_INPUT_BYTES = 64 * 1024  # of terminal input per step_input (base64: 4/3 of that)
+_INPUT = Str(MAX_INPUT_BYTES * 4 // 3 + 4)
+
 # What srun asks for when it starts a step inside its job (identity from the socket).
 STEP_START_FIELDS: Schema = {
     "job_id": Int(0, required=True),
@@ -201,6 +206,8 @@ STEP_START_FIELDS: Schema = {
     "forward": Bool(),  # streams without a pattern go to srun (step_output/step_wait)
     "open_mode": Str(16, choices=("truncate", "append")),
     "name": Str(),
+    "pty": Bool(),  # srun --pty: task 0 under a pseudo-terminal, its input from srun
+    "winsize": WINSIZE,  # the terminal's [rows, columns] at the start
 }
 
 CLIENT_OPS: dict[str, Schema] = {
@@ -248,6 +255,17 @@ CLIENT_OPS: dict[str, Schema] = {
     # detach: srun leaves without reading the rest (its output is then discarded)
     "step_cancel": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                     "detach": Bool()},
+    # sattach: a running step's output from now on, through a tap of its own (0: attach)
+    "step_attach": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
+                    "tap": Int(0, _INT32)},
+    # srun --pty: terminal input (base64) at its offset in the input stream, and/or a new size
+    "step_input": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
+                   "offset": Int(0, 2**62), "data": _INPUT, "winsize": WINSIZE},
+    # salloc (schedd/handlers/salloc.py): the granted allocation's environment, and its end
+    # with the exit status of salloc's command
+    "allocation": {"job_id": Int(0, required=True)},
+    "relinquish": {"job_id": Int(0, required=True), "exit_code": Int(0, 255),
+                   "exit_signal": Int(0, 128)},
     # sacctmgr (verb add|modify|delete|show; entity account|user|qos|association) and sshare
     "sacctmgr": {"verb": Str(16, required=True), "entity": Str(32, required=True),
                  "names": _NAMES, "where": Map(Str(), size=64), "set": Map(Str(), size=64),
@@ -343,6 +361,8 @@ STEP_LAUNCH_FIELDS: Schema = {
     "time_limit": Int(0, _INT32, required=True, nullable=True),  # from job_start; None = none
     "job_start": Num(required=True),
     "kill_wait": Int(-1, _INT32, required=True),
+    "pty": Bool(),  # task 0 (this node's first) under a pseudo-terminal
+    "winsize": WINSIZE,
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job
@@ -384,6 +404,9 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     # step_id absent: every step of the job on this node
     "terminate_steps": {"job_id": Int(0, required=True), "step_id": Int(0),
                         "state": Str(32, required=True)},
+    # srun --pty's input for a step's terminal (at its offset), and/or the terminal's new size
+    "step_input": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
+                   "offset": Int(0, 2**62), "data": _INPUT, "winsize": WINSIZE},
 }
 
 

@@ -20,6 +20,7 @@ from schedd.handlers import (
     resv,
     sacct,
     sacctmgr,
+    salloc,
     srun,
     submit,
 )
@@ -50,6 +51,10 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "step_start": srun.step_start,
     "step_wait": srun.step_wait,
     "step_cancel": srun.step_cancel,
+    "step_input": srun.step_input,
+    "step_attach": srun.step_attach,
+    "allocation": salloc.allocation,
+    "relinquish": salloc.relinquish,
     "job_why": insight.job_why,
     "forecast_stats": insight.forecast_stats,
     "job_priority": insight.job_priority,

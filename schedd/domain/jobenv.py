@@ -181,3 +181,21 @@ def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: s
             steps = {b - a for a, b in zip(array_ids, array_ids[1:], strict=False)}
             env["SLURM_ARRAY_TASK_STEP"] = str(steps.pop() if len(steps) == 1 else 1)
     return env
+
+
+# What salloc's command sees of its allocation (it runs where salloc runs, not on a node: no
+# node's own values such as SLURMD_NODENAME, SLURM_NODEID or CUDA_VISIBLE_DEVICES).
+ALLOCATION_VARIABLES = (
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME", "SLURM_JOB_USER", "SLURM_JOB_UID",
+    "SLURM_JOB_GID", "SLURM_JOB_ACCOUNT", "SLURM_JOB_PARTITION", "SLURM_JOB_QOS",
+    "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
+    "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_CPUS_PER_TASK", "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_TASKS_PER_NODE", "SLURM_MEM_PER_NODE", "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST",
+    "SLURM_CLUSTER_NAME",
+)
+
+
+def allocation_environment(job: Job, cluster: str) -> dict[str, str]:
+    """The SLURM_* variables salloc sets for its command (Slurm's salloc sets these)."""
+    env = job_environment(job, job.allocation[0], 0, cluster)
+    return {name: env[name] for name in ALLOCATION_VARIABLES if name in env}

@@ -149,6 +149,8 @@ class LiveStep:
     end_time: float = 0.0
     cpu: list[float] | None = None  # [user, system] seconds, summed over the nodes that said
     output: StepOutput = field(default_factory=StepOutput)  # forwarded, not yet read by srun
+    uid: int = -1  # the job's owner: who may attach to (sattach) or type into the step
+    terminal: str = ""  # srun --pty: the node whose task 0 runs under a pseudo-terminal
 
     @property
     def stats(self) -> dict[str, float]:

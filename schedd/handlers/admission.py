@@ -58,6 +58,8 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
               if key in protocol.SUBMIT_FIELDS}
     check_text(fields)
     job = Job(id=0, **fields)
+    if job.interactive:
+        _hold_allocation(job)
     if job.nice < 0 and not is_operator(caller):
         # Slurm: a negative nice (a higher priority) is for root, SlurmUser and operators
         raise RequestError(INVALID_NICE, protocol.E_PERMISSION)
@@ -87,6 +89,20 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     admit(ctx, job, spec)  # account, QOS and DenyOnLimit
     check_reservation(ctx, job)  # --reservation: exists and admits the job
     return job
+
+
+# What an allocation of salloc runs on its first node: Slurm's extern step, a process that only
+# holds the allocation (salloc's command runs where salloc runs; srun starts the steps).
+EXTERN_HOLDER = "#!/bin/sh\n# salloc: the extern step holds the allocation\nexec sleep 100000000\n"
+
+
+def _hold_allocation(job: Job) -> None:
+    """salloc's job: no batch script of the user's, no output files; one allocation, no array."""
+    if job.array_spec:
+        raise RequestError("an allocation (salloc) cannot be a job array")
+    job.script, job.script_args = EXTERN_HOLDER, []
+    job.stdout = job.stderr = os.devnull
+    job.command = job.command or "(salloc)"
 
 
 def check_text(fields: dict[str, Any]) -> None:

@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 import os
+import secrets
 from typing import Any
 
 from schedd import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.jobenv import expand_output_pattern, step_environment, task_overlay
-from schedd.domain.stepoutput import STREAMS, parse_cursors
+from schedd.domain.stepoutput import MAX_TAPS, STREAMS, parse_cursors
 from schedd.domain.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
-from schedd.identity import Caller
+from schedd.identity import Caller, is_operator
 from schedd.ledger.records import StepRecord
 from schedd.model import Job, JobState
 from schedd.slurm.hostlist import compress
@@ -55,6 +57,8 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
         raise RequestError(NOT_RUNNING)
     argv, env, cwd = _command(spec)
     shape = StepShape(**{name: spec.get(name) or 0 for name in _SHAPE_FIELDS})
+    if spec.get("pty"):
+        shape = _terminal_shape(spec, shape)
     try:
         shares = plan(job, shape)
     except StepError as exc:
@@ -66,26 +70,93 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     counts = [len(s.procids) for s in shares]
     nodes = [s.node for s in shares]
     tasks = _task_files(job, spec, step_id, shares, cwd)
+    terminal = shares[0].node if spec.get("pty") else ""
+    if terminal:
+        tasks[0]["forward"] = ["out"]  # stdin, stdout and stderr are the terminal
     ctx.state.save_steps([StepRecord(
         job_id=job.id, step_id=str(step_id), name=str(spec.get("name") or os.path.basename(
             argv[0]))[:200], node_list=compress(nodes), num_nodes=len(nodes),
         num_tasks=sum(counts), cpus=sum(s.cpus for s in shares), state="RUNNING",
         start_time=now)])
-    ctx.steps.add(LiveStep(job.id, step_id, nodes, sum(counts), now, waiting=set(nodes)))
+    ctx.steps.add(LiveStep(job.id, step_id, nodes, sum(counts), now, waiting=set(nodes),
+                           uid=job.uid, terminal=terminal))
     for share in shares:
         node_env = step_environment(env, job, step_id, share.index, share.node, share.cpus,
                                     list(share.gpus), list(share.procids), nodes, counts,
                                     cpus_per_task)
-        ctx.agents.launch_step(share.node, {
+        launch = {
             "job_id": job.id, "step_id": step_id, "user": job.user, "uid": job.uid,
             "gid": job.gid, "argv": argv, "cwd": cwd, "environment": node_env,
             "tasks": [tasks[p] for p in share.procids],
             "time_limit": job.launched_limit,  # the job's run, as its agent enforces it
             "job_start": job.start_time, "kill_wait": ctx.cfg.kill_wait,
-        })
+        }
+        if share.node == terminal:
+            launch["pty"] = True
+            if spec.get("winsize"):
+                launch["winsize"] = spec["winsize"]
+        ctx.agents.launch_step(share.node, launch)
     return {"step_id": step_id, "nodes": nodes, "node_list": compress(nodes),
             "tasks": [{"procid": p, "node": s.node, "stdout": tasks[p]["stdout"],
                        "stderr": tasks[p]["stderr"]} for s in shares for p in s.procids]}
+
+
+TERMINAL_ONE_TASK = "srun --pty runs one task (use -n 1 -N 1)"
+TERMINAL_FILES = "srun --pty sends the task's output to the terminal (no --output/--error)"
+
+
+def _terminal_shape(spec: dict[str, Any], shape: StepShape) -> StepShape:
+    """srun --pty: one task, on the job's first node, its output to srun's terminal."""
+    if (shape.ntasks or 1) != 1 or (shape.nodes or 1) != 1 or (shape.ntasks_per_node or 1) != 1:
+        raise RequestError(TERMINAL_ONE_TASK)
+    if spec.get("stdout") or spec.get("stderr") or not spec.get("forward"):
+        raise RequestError(TERMINAL_FILES)
+    return dataclasses.replace(shape, ntasks=1, nodes=1)
+
+
+def step_input(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """srun --pty's keystrokes (and the terminal's new size) for its step's terminal: passed
+    to the node, which writes them to the task's pseudo-terminal at their offset."""
+    job_id, step_id = body["job_id"], body["step_id"]
+    _own_job(ctx, caller, job_id)
+    live = ctx.steps.get(job_id, step_id)
+    if live is None or not live.terminal or live.done:
+        return {"delivered": False}
+    message: dict[str, Any] = {"job_id": job_id, "step_id": step_id}
+    for key in ("offset", "data", "winsize"):
+        if body.get(key) is not None:
+            message[key] = body[key]
+    ctx.agents.step_input(live.terminal, message)
+    return {"delivered": True}
+
+
+def step_attach(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """sattach: the output of a running step from now on, through a tap of its own (``tap``
+    0: attach). Its owner's and operators' only. ``done`` once the step has ended and the
+    tap is empty (or schedd no longer holds the step)."""
+    job_id, step_id = body["job_id"], body["step_id"]
+    job = ctx.state.jobs.get(job_id)
+    if job is None:
+        raise RequestError(_invalid_step(job_id, step_id), protocol.E_INVALID_JOB)
+    if caller.uid not in (0, job.uid) and not is_operator(caller):
+        raise RequestError("Access/permission denied", protocol.E_PERMISSION)
+    live = ctx.steps.get(job_id, step_id)
+    if live is None:
+        if body.get("tap"):
+            return {"tap": body["tap"], "done": True}
+        raise RequestError(_invalid_step(job_id, step_id), protocol.E_INVALID_JOB)
+    now = ctx.now()
+    tap_id = int(body.get("tap") or 0)
+    tap = live.output.taps.get(tap_id) if tap_id else None
+    if tap is None:
+        tap_id = secrets.randbelow(2**31 - 1) + 1
+        tap = live.output.attach(tap_id, now)
+        if tap is None:
+            raise RequestError(f"step {job_id}.{step_id} has {MAX_TAPS} readers attached "
+                               "already", protocol.E_AGAIN)
+    output = tap.take(now)
+    return {"tap": tap_id, "output": output, "terminal": bool(live.terminal),
+            "done": live.done and not tap.chunks, "dropped": tap.dropped}
 
 
 def step_wait(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:

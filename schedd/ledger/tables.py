@@ -116,6 +116,7 @@ class JobRow(Base):
     stdin: Mapped[str] = mapped_column(String, default="")
     wckey: Mapped[str] = mapped_column(String, default="")
     licenses: Mapped[str] = mapped_column(String, default="")
+    interactive: Mapped[bool] = mapped_column(Boolean, default=False)
 
     node_list: Mapped[str] = mapped_column(String, default="")
     allocation: Mapped[list[Any]] = mapped_column(JSON, default=list)

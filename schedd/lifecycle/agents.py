@@ -94,6 +94,10 @@ class AgentRegistry:
         """One node's share of an srun step (protocol.STEP_LAUNCH_FIELDS)."""
         self._tell(node, "launch_step", {"step": step})
 
+    def step_input(self, node: str, body: dict[str, Any]) -> None:
+        """srun --pty's input (or the terminal's new size) for a step's pseudo-terminal."""
+        self._tell(node, "step_input", body)
+
     def terminate_steps(self, node: str, job_id: int, step_id: int | None, state: str) -> None:
         """Stop one step (or, step_id None, every step) of a job on a node."""
         body: dict[str, Any] = {"job_id": job_id, "state": state}

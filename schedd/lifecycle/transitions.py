@@ -71,6 +71,7 @@ class Verdict:
     why: str = ""  # the REQUEUED event's detail
     final: bool = False  # a judge has spoken for good (later judges leave it be)
     end_time: float = 0.0  # when the run ended (set by end_run before the after-hooks)
+    exit: tuple[int, int] | None = None  # (code, signal) recorded instead of the agent's
 
 
 Judge = Callable[[Job, RunEnd, Verdict], None]
@@ -122,9 +123,7 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
             "forecast_first": job.forecast_first, "forecast_last": job.forecast_last,
         }))
         events.append(JobEvent(job.id, now, JobState.RUNNING.value, detail=nodes))
-        rows.append(StepRecord(job_id=job.id, step_id="batch", name="batch",
-                               node_list=allocation[0].node, num_nodes=1, num_tasks=1,
-                               cpus=allocation[0].cpus, state="RUNNING", start_time=now))
+        rows.append(_first_step(job, allocation, "RUNNING", now))
     ctx.state.commit(changes, events, rows)
     started = [job for job, _ in changes]
     outbox = getattr(ctx, "mail", None)  # --mail-type BEGIN (lifecycle/mail.py)
@@ -156,14 +155,14 @@ def relaunch(ctx: Context, job: Job) -> None:
 
 def request_stop(ctx: Context, jobs: Iterable[Job], cause: str, ended: JobState, now: float,
                  requeue: bool = False, hold: bool = False, actor: int | None = None,
-                 detail: str = "") -> list[Job]:
+                 detail: str = "", exit: tuple[int, int] | None = None) -> list[Job]:
     """Have the agents stop running jobs (state COMPLETING, a stop mark stamped with the run's
     generation); ``end_run`` records each end, as ``ended``, once its agent reports it."""
     changes, events = [], []
     for job in jobs:
         if job.state not in RUNNING_STATES:
             continue
-        mark = StopMark(job.generation, cause, ended.value, requeue, hold, actor)
+        mark = StopMark(job.generation, cause, ended.value, requeue, hold, actor, exit)
         fields: dict[str, Any] = {"state": JobState.COMPLETING, "stop": mark}
         if cause == "cancel":
             fields["cancelled_by"] = actor
@@ -206,17 +205,18 @@ def end_run(ctx: Context, job: Job, end: RunEnd) -> bool:
     for _, _, fn in list(_JUDGES):
         fn(job, end, verdict)
     end_time = max(end.end_time, job.start_time)
+    exit_code, exit_signal = verdict.exit or (end.exit_code, end.exit_signal)
     fields: dict[str, Any] = {
         "state": verdict.state,
         "reason": (end.reason if verdict.state == JobState.FAILED and end.reason else
                    END_REASONS.get(verdict.state, "None")),
-        "end_time": end_time, "exit_code": end.exit_code, "exit_signal": end.exit_signal,
+        "end_time": end_time, "exit_code": exit_code, "exit_signal": exit_signal,
         "stop": None, "preempt": None,
     }
     if end.stats:
         fields["stats"] = dict(end.stats)
     events = [JobEvent(job.id, end_time, verdict.state.value, detail=end.detail)]
-    batch = _batch_row(job, verdict.state, end_time, end.exit_code, end.exit_signal)
+    batch = _batch_row(job, verdict.state, end_time, exit_code, exit_signal)
     if verdict.requeue:
         fields.update(requeue_fields(job, end_time, verdict.hold))
         events.append(JobEvent(job.id, end_time, JobState.REQUEUED.value, detail=verdict.why))
@@ -243,17 +243,38 @@ def requeue_fields(job: Job, now: float, hold: bool = False) -> dict[str, Any]:
     }
 
 
+def _first_step(job: Job, allocation: list[NodeAllocation], state: str,
+                start: float) -> StepRecord:
+    """The step a run starts with: ``JOBID.batch`` (the script, on the batch host), or for
+    salloc's allocations ``JOBID.extern`` (what holds every node of it, as Slurm's
+    extern step does)."""
+    if job.interactive:
+        return StepRecord(job_id=job.id, step_id="extern", name="extern",
+                          node_list=compress([a.node for a in allocation]),
+                          num_nodes=len(allocation), num_tasks=len(allocation),
+                          cpus=sum(a.cpus for a in allocation), state=state, start_time=start)
+    first = allocation[0] if allocation else None
+    return StepRecord(job_id=job.id, step_id="batch", name="batch",
+                      node_list=first.node if first else job.batch_host, num_nodes=1,
+                      num_tasks=1, cpus=first.cpus if first else 0, state=state,
+                      start_time=start)
+
+
 def _batch_row(job: Job, state: JobState, end: float, exit_code: int,
                exit_signal: int) -> StepRecord:
-    """The ``JOBID.batch`` row of the run that ended (slurmstepd records a batch shell killed
-    at the time limit as CANCELLED)."""
-    alloc = job.allocation[0] if job.allocation else None
-    shown = JobState.CANCELLED if state == JobState.TIMEOUT else state
-    return StepRecord(job_id=job.id, step_id="batch", name="batch",
-                      node_list=alloc.node if alloc else job.batch_host, num_nodes=1,
-                      num_tasks=1, cpus=alloc.cpus if alloc else 0, state=shown.value,
-                      exit_code=exit_code, exit_signal=exit_signal, start_time=job.start_time,
-                      end_time=end)
+    """The first step's row (``.batch`` or ``.extern``) of the run that ended. slurmstepd
+    records a batch shell killed at the time limit as CANCELLED; an extern step ends
+    COMPLETED 0:0 unless the allocation was cancelled or timed out."""
+    row = _first_step(job, job.allocation, "", job.start_time)
+    if job.interactive:
+        shown = (JobState.CANCELLED if state in (JobState.CANCELLED, JobState.TIMEOUT)
+                 else JobState.COMPLETED)
+        exit_code = exit_signal = 0
+    else:
+        shown = JobState.CANCELLED if state == JobState.TIMEOUT else state
+    row.state, row.exit_code, row.exit_signal, row.end_time = (shown.value, exit_code,
+                                                               exit_signal, end)
+    return row
 
 
 # --- the judges everyone shares ------------------------------------------------------------------
@@ -279,6 +300,7 @@ def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
     verdict.requeue = mark.requeue and (job.requeue or not node_down)
     verdict.hold = mark.hold
     verdict.why = "node set DOWN" if node_down else "scontrol requeue"
+    verdict.exit = mark.exit
     verdict.final = True
 
 

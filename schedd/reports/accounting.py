@@ -333,16 +333,8 @@ def step_rows(job: Job, steps: list[dict[str, Any]], parent: dict[str, Any],
         return []
     stored = {str(s.get("step_id")): _closed(job, s) for s in steps}
     rows = []
-    state, code, sig = batch_outcome(job)
-    batch = {"step_id": "batch", "name": "batch", "node_list": job.batch_host or
-             job.allocation[0].node, "num_nodes": 1, "num_tasks": 1, "start_time":
-             job.start_time, "end_time": job.end_time if job.state.finished else 0,
-             **stored.get("batch", {}),
-             # the batch shell's fate is the job's: Slurm's spelling of it wins
-             "state": state, "exit_code": code, "exit_signal": sig}
-    if not batch.get("stats") and job.stats:
-        batch["stats"] = job.stats
-    rows.append(_stored_step(job, batch, parent, rc))
+    if not job.interactive:  # salloc's allocations run no batch script (Slurm: no .batch)
+        rows.append(_batch_step(job, stored, parent, rc))
     extern = stored.get("extern") or {
         "step_id": "extern", "name": "extern", "node_list": job.node_list,
         "num_nodes": len(job.allocation), "num_tasks": len(job.allocation),
@@ -355,6 +347,21 @@ def step_rows(job: Job, steps: list[dict[str, Any]], parent: dict[str, Any],
                   else (1, str(s["step_id"])))
     rows.extend(_stored_step(job, s, parent, rc) for s in numbered)
     return rows
+
+
+def _batch_step(job: Job, stored: dict[str, dict[str, Any]], parent: dict[str, Any],
+                rc: RowContext) -> dict[str, Any]:
+    """The ``.batch`` row: the batch shell's fate is the job's (Slurm's spelling of it)."""
+    state, code, sig = batch_outcome(job)
+    batch = {"step_id": "batch", "name": "batch", "node_list": job.batch_host or
+             job.allocation[0].node, "num_nodes": 1, "num_tasks": 1, "start_time":
+             job.start_time, "end_time": job.end_time if job.state.finished else 0,
+             **stored.get("batch", {}),
+             # the batch shell's fate is the job's: Slurm's spelling of it wins
+             "state": state, "exit_code": code, "exit_signal": sig}
+    if not batch.get("stats") and job.stats:
+        batch["stats"] = job.stats
+    return _stored_step(job, batch, parent, rc)
 
 
 def _closed(job: Job, step: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,8 @@ def test_options_reuse_sbatchs_parsers_plus_sruns_own() -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--pty", "bash"], "--pty is not supported"),
+    (["--multi-prog", "conf"], "--multi-prog is not supported"),
+    (["--x11", "xterm"], "--x11 is not supported by kiln: no X11 forwarding"),
     (["-n", "0", "x"], 'Invalid numeric value "0" for --ntasks.'),
     (["--input=task0.txt", "x"], "--input other than 'none'"),
     (["--jobid=abc", "x"], 'Invalid numeric value "abc" for --jobid.'),

@@ -68,6 +68,13 @@ class Agents:
         self.sent.append(("terminate_steps", node, {"job_id": job_id, "step_id": step_id,
                                                     "state": state}))
 
+    def step_input(self, node: str, body: dict[str, Any]) -> None:
+        protocol.check(body, protocol.SCHEDD_TO_AGENT_OPS["step_input"], "step_input")
+        self.sent.append(("step_input", node, body))
+
+    def terminate(self, job: Job, state: str) -> None:
+        self.sent.append(("terminate", job.batch_host, {"job_id": job.id, "state": state}))
+
     def forget_run(self, job_id: int, generation: int) -> None:
         self.sent.append(("forget_run", "", {"job_id": job_id}))
 
@@ -93,7 +100,8 @@ class FakeState:
 @pytest.fixture
 def ctx(store):
     c = SimpleNamespace(state=FakeState(store), agents=Agents(), steps=StepTable(),
-                        cfg=SimpleNamespace(kill_wait=3), now=lambda: 1000.0,
+                        cfg=SimpleNamespace(kill_wait=3, cluster_name="kiln"),
+                        now=lambda: 1000.0,
                         preemption=Tracker(), wake_scheduler=lambda: None)
     job = Job(id=7, name="train", user="alice", uid=1000, gid=1000, state=JobState.RUNNING,
               workdir="/work", num_nodes=2, ntasks_per_node=2, start_time=990.0,
@@ -319,3 +327,58 @@ def test_srun_leaving_at_once_discards_the_steps_output(ctx) -> None:
     _end(ctx, "node1", [[0, 0, 0], [1, 0, 0]], state="CANCELLED")
     _end(ctx, "node2", [[2, 0, 0], [3, 0, 0]], state="CANCELLED")
     assert h.step_wait(ctx, OWNER, {"job_id": 7, "step_id": 0})["done"]
+
+
+def test_a_terminal_step_is_one_task_on_the_first_node(ctx) -> None:
+    reply = _start(ctx, pty=True, winsize=[24, 80])
+    assert [(t["procid"], t["node"]) for t in reply["tasks"]] == [(0, "node1")]
+    [(op, node, launch)] = ctx.agents.sent
+    assert (op, node, launch["pty"], launch["winsize"]) == ("launch_step", "node1", True,
+                                                           [24, 80])
+    assert launch["tasks"][0]["forward"] == ["out"]  # stdin, stdout, stderr: the terminal
+    for bad in ({"ntasks": 2}, {"nodes": 2}, {"stdout": "out.txt"}):
+        with pytest.raises(RequestError, match="--pty"):
+            _start(ctx, pty=True, **bad)
+
+
+def test_terminal_input_goes_to_its_node_from_the_owner_only(ctx) -> None:
+    _start(ctx, pty=True)
+    body = {"job_id": 7, "step_id": 0, "offset": 0, "data": base64.b64encode(b"ls\r").decode(),
+            "winsize": [40, 100]}
+    protocol.check(body, protocol.CLIENT_OPS["step_input"], "step_input")
+    assert h.step_input(ctx, OWNER, body) == {"delivered": True}
+    assert ctx.agents.sent[-1] == ("step_input", "node1", body)
+    with pytest.raises(RequestError, match="permission denied"):
+        h.step_input(ctx, STRANGER, body)
+    _start(ctx)  # step 1: no terminal
+    assert h.step_input(ctx, OWNER, {**body, "step_id": 1}) == {"delivered": False}
+
+
+def test_sattach_taps_the_output_from_its_attaching_on(ctx) -> None:
+    _start(ctx)
+    _output(ctx, "node1", 0, 0, b"before\n")
+    with pytest.raises(RequestError, match="permission denied"):
+        h.step_attach(ctx, STRANGER, {"job_id": 7, "step_id": 0})
+    with pytest.raises(RequestError, match="is not known"):
+        h.step_attach(ctx, OWNER, {"job_id": 7, "step_id": 5})
+    first = h.step_attach(ctx, OWNER, {"job_id": 7, "step_id": 0})
+    assert first["output"] == [] and not first["done"] and not first["terminal"]
+    _output(ctx, "node1", 0, 7, b"after\n")
+    _output(ctx, "node2", 3, 0, b"err", "err")
+    tap = {"job_id": 7, "step_id": 0, "tap": first["tap"]}
+    assert h.step_attach(ctx, OWNER, tap)["output"] == [
+        [0, "out", base64.b64encode(b"after\n").decode()],
+        [3, "err", base64.b64encode(b"err").decode()]]
+    waited = h.step_wait(ctx, OWNER, {"job_id": 7, "step_id": 0})  # srun still gets it all
+    assert [c[:3] for c in waited["output"]] == [[0, "out", 0], [3, "err", 0]]
+    _end(ctx, "node1", [[0, 0, 0], [1, 0, 0]])
+    _end(ctx, "node2", [[2, 0, 0], [3, 0, 0]])
+    assert h.step_attach(ctx, ROOT, tap)["done"] is True
+
+
+def test_the_readers_attached_to_a_step_are_bounded(ctx) -> None:
+    _start(ctx)
+    taps = {h.step_attach(ctx, OWNER, {"job_id": 7, "step_id": 0})["tap"] for _ in range(8)}
+    assert len(taps) == 8
+    with pytest.raises(RequestError, match="8 readers attached already"):
+        h.step_attach(ctx, OWNER, {"job_id": 7, "step_id": 0})
