@@ -217,7 +217,8 @@ class Launcher:
                 "batch_only": warning.batch_only},
             # fencing: the supervisor stops the job once schedd has been silent this long
             "fence_timeout": spec.get("fence_timeout") or 0.0
-            if spec.get("on_isolation", "kill") == "kill" else 0.0}
+            if spec.get("on_isolation", "kill") == "kill" else 0.0,
+            "fence_kill_wait": min(spec.get("fence_kill_wait", kill_wait), kill_wait)}
         control = self.spool.stepd_path(*key, "ctl")
         try:
             self.spool.remove_stepd_files(*key)  # a stale run's, from an old spool

@@ -353,6 +353,7 @@ LAUNCH_FIELDS: Schema = {
     # fencing: the job's partition's on_isolation ("kill" or "keep") and fence_timeout (s)
     "on_isolation": Str(8),
     "fence_timeout": Num(0, 1e9),
+    "fence_kill_wait": Int(0, _INT32),  # seconds from a fence's SIGTERM to its SIGKILL
 }
 
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {

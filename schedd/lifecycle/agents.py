@@ -50,6 +50,7 @@ class AgentRegistry:
             "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,
             "on_isolation": self._partition(job).on_isolation,
             "fence_timeout": self.cfg.fence_timeout,
+            "fence_kill_wait": self.cfg.fence_kill_wait,
         }
         self._tell(alloc.node, "launch", {"launch": spec})
 
