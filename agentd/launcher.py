@@ -244,6 +244,7 @@ class Launcher:
             # fencing: the supervisor stops the job once schedd has been silent this long
             "fence_timeout": spec.get("fence_timeout") or 0.0
             if spec.get("on_isolation", "kill") == "kill" else 0.0,
+            "fence_kill_wait": min(spec.get("fence_kill_wait", kill_wait), kill_wait),
             # containment: the child joins these cgroup.procs files; signals and kills go to
             # the whole cgroup (agentd.cgroups.JobCgroup.from_record)
             "cgroup": None if cgroup is None else cgroup.to_record(key),

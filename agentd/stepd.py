@@ -196,6 +196,7 @@ class Supervisor:
         self.walltime = Walltime(launch["launch_time"], launch["time_limit"], warning)
         self.kill_wait = int(launch["kill_wait"])
         self.fence_timeout = float(launch.get("fence_timeout") or 0.0)
+        self.fence_kill_wait = int(launch.get("fence_kill_wait", self.kill_wait))
         cgroup = launch.get("cgroup")
         self.cgroup = cgroupfs.Tree.from_record(cgroup) if cgroup else None
         self.ending: Ending | None = None
@@ -294,7 +295,8 @@ class Supervisor:
     def _watch_fence(self, now: float) -> None:
         """Fencing: once the agent has not heard schedd for ``fence_timeout`` (shorter than
         schedd's node_timeout), stop the job as NODE_FAIL before schedd can requeue it
-        elsewhere. The clock is the spool's ``schedd-heard`` file, which the agent touches:
+        elsewhere: SIGTERM, and SIGKILL after ``fence_kill_wait`` (schedd's, which fits
+        before its node_timeout, whatever KillWait is). The clock is the spool's ``schedd-heard`` file, which the agent touches:
         an agent that is cut off, stopped or dead touches nothing, and the job still stops."""
         if self.fence_timeout <= 0:
             return
@@ -302,9 +304,9 @@ class Supervisor:
         if age is not None and age >= self.fence_timeout:
             write_fd(2, f"slurmstepd: error: node {self.launch['node']} has not heard the "
                         f"controller for {age:.0f} s (fence_timeout {self.fence_timeout:g} s)\n")
-            self.terminate("NODE_FAIL", now)
+            self.terminate("NODE_FAIL", now, self.fence_kill_wait)
 
-    def terminate(self, state: str, now: float) -> None:
+    def terminate(self, state: str, now: float, kill_wait: int | None = None) -> None:
         """SIGCONT+SIGTERM to the group now, SIGKILL after KillWait; the first reason wins,
         and a job whose batch shell already ended keeps the state of that end."""
         if self.ending is not None or self.status is not None:
@@ -318,7 +320,7 @@ class Supervisor:
                     f"CANCELLED AT {stamp}{reason} ***\n")
         self.signal_job(_signal.SIGCONT)
         self.signal_job(_signal.SIGTERM)
-        self.ending = Ending.start(state, now, self.kill_wait)
+        self.ending = Ending.start(state, now, self.kill_wait if kill_wait is None else kill_wait)
 
     def _timeout(self, now: float) -> float:
         """Seconds until the next thing due: a warning, the limit, a SIGKILL, a scan."""

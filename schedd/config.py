@@ -218,6 +218,15 @@ class Config:
                 raise ConfigError(f"[[partition]] {part.name}: on_isolation must be \"kill\" "
                                   f"or \"keep\", not {part.on_isolation!r}")
 
+    @property
+    def fence_kill_wait(self) -> int:
+        """KillWait for a fenced job: SIGKILL no later than this after its SIGTERM, so that the
+        job is gone before schedd can requeue it: node_timeout, less the fence_timeout, the
+        supervisor's one-second check and a heartbeat interval (the most by which the agent
+        may have heard schedd after schedd heard it), whatever KillWait is."""
+        left = self.node_timeout - self.fence_timeout - 1.0 - self.heartbeat_interval
+        return max(0, min(self.kill_wait, int(left)))
+
     def private(self, kind: str) -> bool:
         """PrivateData=kind: users see only their own (jobs, usage, accounts, users)."""
         return kind in self.private_data

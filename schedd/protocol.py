@@ -392,6 +392,7 @@ LAUNCH_FIELDS: Schema = {
     "on_isolation": Str(8),
     "fence_timeout": Num(0, 1e9),
     "args": List(Str(), size=MAX_SCRIPT_ARGS),  # the script's arguments (sbatch script.sh a b)
+    "fence_kill_wait": Int(0, _INT32),  # seconds from a fence's SIGTERM to its SIGKILL
 }
 
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {

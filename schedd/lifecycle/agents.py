@@ -53,6 +53,7 @@ class AgentRegistry:
             "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,
             "on_isolation": self._partition(job).on_isolation,
             "fence_timeout": self.cfg.fence_timeout,
+            "fence_kill_wait": self.cfg.fence_kill_wait,
         }
         if job.script_args:  # only then: an agent older than the field still takes the rest
             spec["args"] = list(job.script_args)

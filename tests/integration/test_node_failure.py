@@ -19,7 +19,8 @@ from tests.integration.conftest import BACKENDS, _cluster
 @pytest.fixture(scope="module", params=BACKENDS)
 def flaky(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """Two nodes of 4 fake GPUs; a node is DOWN after 5 s without a heartbeat, and a node
-    that has not heard schedd for 3 s fences its jobs."""
+    that has not heard schedd for 3 s fences its jobs (SIGKILL at once: fence_kill_wait is
+    5 - 3 - 1 - 1 = 0 s)."""
     yield from _cluster(request, request.param, nodes=2, fake_gpus="4xA100", kill_wait=2,
                         node_timeout=5.0, schedd_extra="fence_timeout = 3.0")
 

@@ -621,17 +621,28 @@ def test_before_exec_hooks_run_as_root_in_the_jobs_session_before_the_user_switc
 def test_a_silent_schedd_fences_kill_partitions_and_spares_keep_ones(launcher, base, user):
     """The supervisor's fence: schedd last heard (the spool's schedd-heard file) long ago."""
     launcher.spool.touch_heard()
-    old = time.time() - 3600
-    os.utime(launcher.spool.heard_path, (old, old))
+    later = time.time() + 3600  # no fence until job 46 has set its trap
+    os.utime(launcher.spool.heard_path, (later, later))
+    trapped = base / "out" / "trapped"
     launcher.launch(spec(user, base, 44, "#!/bin/sh\nsleep 600\n", on_isolation="keep",
                          fence_timeout=2.0))
     launcher.launch(spec(user, base, 45, "#!/bin/sh\nsleep 600\n", on_isolation="kill",
                          fence_timeout=2.0))
+    # deaf to SIGTERM, with a KillWait far beyond the test's patience: the fence's own
+    # KillWait (schedd's fence_kill_wait, which fits before node_timeout) kills it
+    launcher.launch(spec(user, base, 46, f"#!/bin/sh\ntrap '' TERM\ntouch {trapped}\nsleep 600\n",
+                         on_isolation="kill", fence_timeout=2.0, kill_wait=3600,
+                         fence_kill_wait=1))
     kept = job_pid(launcher, 44)
+    wait_until(trapped.exists, "job 46 deaf to SIGTERM")
+    old = time.time() - 3600  # schedd last heard an hour ago
+    os.utime(launcher.spool.heard_path, (old, old))
     done = wait_for(launcher, 45)
     assert (done.state, done.exit_signal, done.exit_known) == ("NODE_FAIL", signal.SIGTERM, True)
     text = output(base, 45)
     assert "has not heard the controller for" in text and "DUE TO NODE FAILURE ***" in text
+    deaf = wait_for(launcher, 46)
+    assert (deaf.state, deaf.exit_signal) == ("NODE_FAIL", signal.SIGKILL)
     assert not gone(kept)  # on_isolation = "keep": it runs on
     launcher.terminate(44, 1)
     assert wait_for(launcher, 44).state == "CANCELLED"

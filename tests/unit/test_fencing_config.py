@@ -23,6 +23,14 @@ def test_defaults_fence_before_schedd_requeues(tmp_path: Path) -> None:
     assert [p.on_isolation for p in cfg.partitions] == ["kill"]
 
 
+def test_a_fenced_job_is_killed_before_node_timeout_whatever_kill_wait(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, "[schedd]\nnode_timeout = 30\nkill_wait = 30\n")
+    # SIGTERM at 20 s of silence, SIGKILL by 20 + 1 (the check) + 7 < 30 - 2 (a heartbeat)
+    assert (cfg.fence_timeout, cfg.fence_kill_wait) == (20.0, 7)
+    cfg = _load(tmp_path, "[schedd]\nnode_timeout = 30\nkill_wait = 3\n")
+    assert cfg.fence_kill_wait == 3  # never longer than KillWait
+
+
 def test_fence_timeout_and_keep_partitions_are_read(tmp_path: Path) -> None:
     cfg = _load(tmp_path, "[schedd]\nnode_timeout = 30\nfence_timeout = 10\n"
                           "[[partition]]\nname = \"gpu\"\n"
