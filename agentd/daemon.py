@@ -196,7 +196,8 @@ class Agent:
         body = {"node": self.name, "job_id": fin.job_id, "generation": fin.generation,
                 "state": fin.state, "exit_code": fin.exit_code, "exit_signal": fin.exit_signal,
                 "end_time": fin.end_time}
-        stats = self.sampler.finish(fin.job_id, fin.generation, fin.cpu)  # agentd/sampler.py
+        stats = self.sampler.finish(fin.job_id, fin.generation, fin.cpu,  # agentd/sampler.py
+                                    fin.peak_rss_kb)
         if stats:
             body["stats"] = stats
         return body

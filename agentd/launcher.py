@@ -95,6 +95,7 @@ class Finished:
     exit_known: bool = True
     cpu_user: float | None = None  # seconds, from wait4: the batch shell and what it reaped
     cpu_system: float | None = None
+    peak_rss_kb: float | None = None  # wait4's ru_maxrss: the largest of them, at its peak
 
     @property
     def cpu(self) -> tuple[float, float] | None:
@@ -132,6 +133,7 @@ class _Job:
     exited: bool = False
     status: int | None = None  # raw wait status; None when unknown
     cpu: tuple[float, float] | None = None  # (user, system) seconds from wait4; None unknown
+    peak_rss_kb: float | None = None  # wait4's ru_maxrss (KiB); None unknown
     end_time: float = 0.0
     scanned_at: float = 0.0  # when /proc was last searched for the group's live processes
 
@@ -390,7 +392,7 @@ class Launcher:
 
     def _reap(self, job: _Job, now: float) -> None:
         if job.proc is not None:
-            pid, status, job.cpu = reap(job.pid)
+            pid, status, job.cpu, job.peak_rss_kb = reap_usage(job.pid)
             if pid == 0:
                 return
             job.proc.returncode = 0 if status is None else os.waitstatus_to_exitcode(status)
@@ -459,7 +461,7 @@ class Launcher:
         user, system = job.cpu if job.cpu is not None else (None, None)
         done = Finished(job.job_id, job.generation, state, code, sig, job.start_time,
                         job.end_time, exit_known=job.status is not None, cpu_user=user,
-                        cpu_system=system)
+                        cpu_system=system, peak_rss_kb=job.peak_rss_kb)
         del self._jobs[job.key]
         self._ended[job.key] = done
         while len(self._ended) > MAX_ENDED:
@@ -781,13 +783,19 @@ def reap(pid: int) -> tuple[int, int | None, tuple[float, float] | None]:
     status, (user, system) seconds). wait4's usage covers the child and every descendant it
     waited for, which is what Slurm's TotalCPU counts; a child someone else reaped gives
     (pid, None, None)."""
+    return reap_usage(pid)[:3]  # type: ignore[return-value]
+
+
+def reap_usage(pid: int) -> tuple[int, int | None, tuple[float, float] | None, float | None]:
+    """``reap`` and also wait4's ``ru_maxrss`` (KiB on Linux): the peak resident set of the
+    child or of the largest descendant it waited for."""
     try:
         got, status, usage = os.wait4(pid, os.WNOHANG)
     except ChildProcessError:
-        return pid, None, None
+        return pid, None, None, None
     if got == 0:
-        return 0, None, None
-    return got, status, (usage.ru_utime, usage.ru_stime)
+        return 0, None, None, None
+    return got, status, (usage.ru_utime, usage.ru_stime), float(usage.ru_maxrss)
 
 
 def _exit_of(status: int | None) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from schedd.slurm.stats import (
     STAT_CPU_SYSTEM,
     STAT_CPU_USER,
     STAT_GPU_MEM_MAX,
+    STAT_GPU_SIMULATED,
     STAT_GPU_UTIL_MAX,
     STAT_GPU_UTIL_MEAN,
     STAT_RSS_MAX,
@@ -249,7 +250,8 @@ def _stats_fields(stats: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"gpu_util": num(STAT_GPU_UTIL_MEAN), "gpu_util_max": num(STAT_GPU_UTIL_MAX),
             "gpu_mem_max_mb": num(STAT_GPU_MEM_MAX), "max_rss_kb": num(STAT_RSS_MAX),
             "ave_rss_kb": num(STAT_RSS_MEAN), "user_cpu": user, "system_cpu": system,
-            "total_cpu": None if user is None or system is None else user + system}
+            "total_cpu": None if user is None or system is None else user + system,
+            "gpu_simulated": bool(stats.get(STAT_GPU_SIMULATED))}
 
 
 def job_row(job: Job, steps: list[dict[str, Any]], rc: RowContext) -> dict[str, Any]:
