@@ -118,7 +118,10 @@ class NvmlGPUs:
             procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)
         except self.nvml.NVMLError:
             procs = []
-        mine = [p.usedGpuMemory or 0 for p in procs if p.pid in pids]
+        # usedGpuMemory is None where the driver cannot tell (Windows WDDM, some containers;
+        # current nvidia-ml-py returns None, not NVML_VALUE_NOT_AVAILABLE): device's use then
+        mine = [p.usedGpuMemory for p in procs
+                if getattr(p, "pid", None) in pids and isinstance(p.usedGpuMemory, int)]
         if mine:
             return sum(mine) / (1024 * 1024)
         return self.nvml.nvmlDeviceGetMemoryInfo(handle).used / (1024 * 1024)

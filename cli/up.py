@@ -167,13 +167,24 @@ def _spawn(args: list[str], log_file: Path, pid_file: Path, env: dict[str, str])
     return proc.pid
 
 
-def _nvml_has_gpus() -> bool:
-    try:
-        from agentd.gpus import discover
+def _default_gpus() -> str:
+    """No --fake-gpus: the host's real GPUs ("") when NVML finds some; fake ones, said aloud,
+    when there is no NVIDIA driver; and a stop with NVML's own error when the driver is there
+    but NVML fails: a GPU host must not quietly come up with pretend GPUs."""
+    from agentd.gpus import GPUDiscoveryError, discover
 
-        return bool(discover(""))
-    except Exception:
-        return False
+    try:
+        found = discover("")
+    except GPUDiscoveryError as exc:
+        raise click.ClickException(
+            f"{exc}; fix the driver, or pass --fake-gpus SPEC (e.g. --fake-gpus "
+            f"{DEFAULT_FAKE_GPUS}) to run with pretend GPUs") from None
+    if found:
+        return ""
+    click.echo(f"kiln up: NVML found no GPUs here (no NVIDIA driver): each node gets "
+               f"{DEFAULT_FAKE_GPUS} fake GPUs, whose figures in sacct and seff are simulated",
+               err=True)
+    return DEFAULT_FAKE_GPUS
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -227,7 +238,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     if fake_gpus is None:
         fake_gpus = layout.get("fake_gpus")
     if fake_gpus is None:
-        fake_gpus = "" if _nvml_has_gpus() else DEFAULT_FAKE_GPUS
+        fake_gpus = _default_gpus()
     num_nodes = num_nodes or layout.get("nodes") or 1
     cpus = cpus or layout.get("cpus") or (FAKE_NODE_CPUS if fake_gpus else 0)
     conf_path = where.conf

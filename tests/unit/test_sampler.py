@@ -152,6 +152,14 @@ def test_nvml_readings_use_the_jobs_processes_else_the_device() -> None:
     assert lossy.sample(1, [0, 1], {11}) == [(50.0, 1024.0)]
 
 
+def test_nvml_used_memory_none_falls_back_to_the_device() -> None:
+    """Current nvidia-ml-py gives usedGpuMemory=None where the driver cannot tell: that is not
+    0 MiB held, it is unknown, so the device's used memory stands in."""
+    procs = [SimpleNamespace(pid=11, usedGpuMemory=None)]
+    nvml = sampler.NvmlGPUs(fake_nvml(procs))
+    assert nvml.sample(1, [0], {11}) == [(50.0, 3072.0)]
+
+
 def test_make_sampler_picks_the_backend() -> None:
     assert sampler.make_sampler([], False, 10).backend is None
     assert isinstance(sampler.make_sampler(gpus(2), True, 10).backend, sampler.FakeGPUs)
