@@ -293,12 +293,24 @@ class Agent:
                 self._report(Finished(body["job_id"], body["generation"], body["state"], 0, 0,
                                       time.time(), time.time()))
         elif op == "signal":
-            self.launcher.signal(body["job_id"], body["generation"], body["signal"],
-                                 body.get("batch_only", False))
+            self._signal(body)
         elif op == "launch_step":
             self.steps.launch(body["step"])
         elif op == "terminate_steps":
             self.steps.terminate(body["job_id"], body.get("step_id"), body["state"])
+
+    def _signal(self, body: dict[str, Any]) -> None:
+        """scancel --signal as Slurm 22.05 delivers it: by default to the job's srun steps
+        only, never the batch step (the shell and what it runs, srun's client included); with
+        -b (batch_only) to the batch shell alone; with -f (full) to the batch step's whole
+        process group and every step."""
+        job_id, sig = body["job_id"], body["signal"]
+        if body.get("full"):
+            self.launcher.signal(job_id, body["generation"], sig, full=True)
+        elif body.get("batch_only"):
+            self.launcher.signal(job_id, body["generation"], sig, batch_only=True)
+        if body.get("full") or not body.get("batch_only"):
+            self.steps.signal(job_id, sig)
 
     def _launch(self, spec: dict[str, Any]) -> None:
         key = (spec.get("job_id"), spec.get("generation"))

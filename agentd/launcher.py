@@ -306,9 +306,13 @@ class Launcher:
             self._begin_ending(job, state, now)
         return True
 
-    def signal(self, job_id: int, generation: int, sig: str, batch_only: bool = False) -> bool:
-        """Send ``sig`` ('USR1', 'SIGUSR1', '10') to the job's group, or only to its batch shell.
-        False for an unknown job or a signal name that is none (nothing is sent then)."""
+    def signal(self, job_id: int, generation: int, sig: str, batch_only: bool = False,
+               full: bool = False) -> bool:
+        """Send ``sig`` ('USR1', 'SIGUSR1', '10') as Slurm 22.05's scancel does: by default to
+        the job's steps but not its batch shell (here: every process of the job's group but
+        the shell; the agent's srun steps are StepTasks.signal's), with ``batch_only`` (-b) to
+        the batch shell alone, with ``full`` (-f) to all of them. False for an unknown job or
+        a signal name that is none (nothing is sent then)."""
         job = self._jobs.get((job_id, generation))
         if job is None:
             return False
@@ -316,11 +320,13 @@ class Launcher:
             signum = parse_signal(sig)
         except SignalSpecError:
             return False
-        if batch_only:
+        if full:
+            _killpg(job.pid, signum)
+        elif batch_only:
             if not job.exited:
                 _kill(job.pid, signum)
         else:
-            _killpg(job.pid, signum)
+            _signal_steps(job.pid, signum)
         return True
 
     def running(self) -> list[dict[str, Any]]:
@@ -408,9 +414,7 @@ class Launcher:
             if warning.batch_only:
                 _kill(job.pid, warning.signum)
             else:  # Slurm: "all job steps will be signaled, but not the batch shell itself"
-                for pid in _group_members(job.pid):
-                    if pid != job.pid:
-                        _kill(pid, warning.signum)
+                _signal_steps(job.pid, warning.signum)
             job.record["warned"] = True
             self._save(job)
         if job.walltime.expired(now):
@@ -776,6 +780,13 @@ def _oom_kills() -> int:
     except (OSError, ValueError):
         pass
     return -1
+
+
+def _signal_steps(shell: int, signum: int) -> None:
+    """Every process of the batch shell's group but the shell itself: the job's steps."""
+    for pid in _group_members(shell):
+        if pid != shell:
+            _kill(pid, signum)
 
 
 def reap(pid: int) -> tuple[int, int | None, tuple[float, float] | None]:

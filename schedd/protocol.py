@@ -355,7 +355,7 @@ LAUNCH_FIELDS: Schema = {
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "launch": {"launch": Obj(LAUNCH_FIELDS, required=True)},
     "signal": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
-               "signal": Str(32, required=True), "batch_only": Bool()},
+               "signal": Str(32, required=True), "batch_only": Bool(), "full": Bool()},
     "terminate": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
                   "state": Str(32, required=True)},
     "launch_step": {"step": Obj(STEP_LAUNCH_FIELDS, required=True)},
