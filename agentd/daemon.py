@@ -176,7 +176,7 @@ class Agent:
         node = {"name": self.name, "cpus": self.cpus, "memory_mb": self.memory_mb,
                 "gpus": [dataclasses.asdict(g) for g in self.gpus],
                 "features": self.features, "address": socket.gethostname(),
-                "boot_time": _boot_time()}
+                "boot_time": _boot_time(), "slurmd_start_time": _agent_start()}
         self._register_keys = list(self._unacked)
         self._send("register", {"node": node, "running": self._running(),
                                 "finished": [r for _, r in self._unacked.values()]})
@@ -409,6 +409,16 @@ class Agent:
 
     def stop(self, *_: Any) -> None:
         self._stopping = True
+
+
+def _agent_start() -> float:
+    """This agent process's start (scontrol's SlurmdStartTime), from the kernel."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - no /proc: schedd takes the registration's time
+        return 0.0
 
 
 def _boot_time() -> float:

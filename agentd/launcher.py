@@ -519,7 +519,8 @@ class Launcher:
         self._jobs[key] = job
         if job.adopted is not None:
             return None
-        job.exited, job.end_time = True, now  # it ended while no agent watched
+        # it ended while no agent watched: when is the last sign of it, not now
+        job.exited, job.end_time = True, _last_sign_of_life(record, now)
         return self._step(job, now)
 
 
@@ -780,6 +781,22 @@ def _oom_kills() -> int:
     except (OSError, ValueError):
         pass
     return -1
+
+
+def _last_sign_of_life(record: dict[str, Any], now: float) -> float:
+    """When a job that ended while no agent watched (agentd down, nobody to reap it) last
+    showed it was alive: the last write to its output files (what a job does until its end),
+    never before its launch nor after ``now``. Its End in sacct is then when it ended, not
+    when the agent came back."""
+    launch = float(record.get("launch_time") or now)
+    seen = launch
+    for path in (record.get("stderr_path"),
+                 os.path.join(str(record.get("workdir") or "/"), str(record.get("stdout") or ""))):
+        try:
+            seen = max(seen, os.lstat(path).st_mtime) if path else seen
+        except OSError:
+            continue
+    return min(seen, now)
 
 
 def _signal_steps(shell: int, signum: int) -> None:

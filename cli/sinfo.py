@@ -246,6 +246,10 @@ def sinfo_command(argv: Sequence[str]) -> int:
         if "Node" in values:
             _widen(columns, groups, "nodelist", 9)
     lines = layout(groups, prefix, columns, "noheader" not in values)
+    if "long" in values:  # Slurm's print_date(): -l output starts with the time it was taken
+        import time
+
+        lines.insert(0, time.strftime("%a %b %d %H:%M:%S %Y"))
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

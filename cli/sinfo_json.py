@@ -34,7 +34,7 @@ def json_node(node: dict[str, Any]) -> dict[str, Any]:
         "active_features": ",".join(node.get("features") or []),
         "partitions": list(node.get("partitions") or []),
         "reason": node.get("reason", ""), "boot_time": int(node.get("boot_time") or 0),
-        "slurmd_start_time": int(node.get("boot_time") or 0),
+        "slurmd_start_time": int(node.get("slurmd_start_time") or 0),
         "last_busy": int(node.get("last_heartbeat") or 0), "tres": tres,
         "gpus": [{"index": g.get("index"), "model": g.get("model", ""),
                   "memory_mb": g.get("memory_mb", 0)} for g in gpus],

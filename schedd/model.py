@@ -53,6 +53,9 @@ class Node:
     address: str = ""
     last_heartbeat: float = 0.0
     boot_time: float = 0.0
+    # when this node's agent started (SlurmdStartTime); from its registration, not kept in
+    # the ledger: a schedd that restarts asks each agent to register again (handlers/agent.py)
+    slurmd_start_time: float = 0.0
 
     @property
     def gpu_model(self) -> str:

@@ -258,7 +258,8 @@ _GPU = Obj({"index": Int(0, 4096, required=True), "uuid": Str(128, required=True
             "model": Str(128, required=True), "memory_mb": _MEM, "island": Int(0, 4096)})
 _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          "memory_mb": Int(0, _INT32, required=True), "gpus": List(_GPU, size=4096),
-         "features": List(Str(256), size=256), "address": Str(256), "boot_time": _TIME}
+         "features": List(Str(256), size=256), "address": Str(256), "boot_time": _TIME,
+         "slurmd_start_time": _TIME}
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
 _RUNNING = Obj({"job_id": Int(0, required=True), "generation": Int(0, required=True),

@@ -183,3 +183,40 @@ def test_script_whose_interpreter_cannot_run(two_nodes: Cluster, other_user: str
     rows = two_nodes.run("sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,State,ExitCode")
     assert rows.stdout.splitlines()[:2] == [f"{job_id}|FAILED|2:0",
                                             f"{job_id}.batch|FAILED|2:0"], rows.stdout
+
+
+def test_sinfo_long_starts_with_the_date_line(two_nodes: Cluster) -> None:
+    res = two_nodes.run("sinfo", "-l")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert re.fullmatch(r"[A-Z][a-z]{2} [A-Z][a-z]{2} \d\d \d\d:\d\d:\d\d \d{4}", lines[0])
+    assert lines[1].split()[:3] == ["PARTITION", "AVAIL", "TIMELIMIT"]
+
+
+def test_slurmd_start_time_is_the_agents_start_not_the_hosts_boot(two_nodes: Cluster) -> None:
+    import psutil
+
+    from cli.formats import fmt_time
+
+    node = _node(two_nodes, "node1")
+    agent = next(p for p in psutil.process_iter(["cmdline"])
+                 if "agentd.daemon" in " ".join(p.info["cmdline"] or [])
+                 and "node1" in (p.info["cmdline"] or []) and
+                 str(two_nodes.home) in " ".join(p.info["cmdline"] or []))
+    assert node["BootTime"] == fmt_time(psutil.boot_time())
+    started = agent.create_time()
+    assert node["SlurmdStartTime"] == fmt_time(started), (node["SlurmdStartTime"],
+                                                           fmt_time(started))
+
+
+def test_requeued_rows_of_sacct_d_have_their_end(two_nodes: Cluster, workdir) -> None:
+    job_id = two_nodes.sbatch("-t", "5", "--wrap", "sleep 300", cwd=workdir)
+    two_nodes.wait(job_id, {"RUNNING"})
+    assert two_nodes.run("scontrol", "requeue", str(job_id)).returncode == 0
+    two_nodes.wait(job_id, {"RUNNING", "PENDING"})
+    res = two_nodes.run("sacct", "-D", "-X", "-n", "-P", "-j", str(job_id), "-o",
+                        "State,Start,End,Elapsed")
+    first = res.stdout.splitlines()[0].split("|")
+    assert first[0] == "REQUEUED"
+    assert first[2] != "Unknown" and first[2] >= first[1], first
+    two_nodes.run("scancel", str(job_id))

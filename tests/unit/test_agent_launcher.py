@@ -521,6 +521,29 @@ def test_recover_reports_jobs_that_ended_while_no_agent_watched(base, user):
     first.poll()
 
 
+def test_a_job_that_ended_unwatched_ends_when_it_last_wrote_not_when_the_agent_returned(
+        base, user):
+    """No agent watched the job's end; the agent that comes back (an hour later, say) gives
+    it the end its output shows, not its own return."""
+    first = Launcher(base / "spool", "node7", kill_wait=2)
+    first.launch(spec(user, base, 33, "#!/bin/sh\necho started\nsleep 1\necho done\n"))
+    pid = first.running()[0]["pid"]
+    wait_until(lambda: gone(pid) or _zombie(pid), "the job ended, nobody reaping it")
+    ended_by = time.time()
+    later = ended_by + 3600
+    [done] = Launcher(base / "spool", "node7").recover(now=later)
+    assert done.job_id == 33
+    assert done.start_time + 1 <= done.end_time <= ended_by, (done.start_time, done.end_time)
+    first.poll()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 # --- issue 12: the working directory and output paths, played as a second user -------------
 
 
