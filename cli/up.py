@@ -235,18 +235,22 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     home = where.home
     layout_file = where.run / "layout.json"
     layout = json.loads(layout_file.read_text()) if layout_file.exists() else {}
-    if fake_gpus is None:
-        fake_gpus = layout.get("fake_gpus")
+    conf_path = where.conf
+    if fake_gpus is None and conf_path.exists():  # kiln.toml says what the nodes pretend
+        try:
+            fake_gpus = kconfig.load(conf_path).agent.fake_gpus
+        except kconfig.ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
     if fake_gpus is None:
         fake_gpus = _default_gpus()
     num_nodes = num_nodes or layout.get("nodes") or 1
     cpus = cpus or layout.get("cpus") or (FAKE_NODE_CPUS if fake_gpus else 0)
-    conf_path = where.conf
+    shape = {"nodes": num_nodes, "fake_gpus": fake_gpus, "cpus": cpus}
+    _check_shape(where, layout, shape)
     wrote = not conf_path.exists()
     if wrote:
         write_config(where, db_url, fake_gpus)
-    layout_file.write_text(json.dumps({"nodes": num_nodes, "fake_gpus": fake_gpus,
-                                       "cpus": cpus}))
+    layout_file.write_text(json.dumps(shape))
     try:
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
@@ -286,6 +290,33 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
         started.append(f"agentd {name}")
     _wait(lambda: set(names) <= _alive_nodes(cfg), START_TIMEOUT, "the agents")
     _report(where, cfg, names, fake_gpus, started, wrote)
+
+
+def _describe(shape: dict) -> str:
+    gpus = shape.get("fake_gpus") or "GPUs from NVML"
+    return f"{shape.get('nodes')} node(s), {gpus}, {shape.get('cpus') or 'all'} CPUs each"
+
+
+def _check_shape(where: Install, layout: dict, shape: dict) -> None:
+    """``kiln up`` never reshapes nodes behind the user's back (run/layout.json keeps the shape
+    the nodes were started with). Running nodes keep theirs: a different GPU spec or CPU
+    count, or fewer nodes, stops with what to do; more nodes are added. A stopped cluster
+    takes the new shape, and says so."""
+    if not layout:
+        return
+    old = {k: layout.get(k) for k in shape}
+    if old == shape:
+        return
+    running = sorted(p.stem.replace("agentd-", "") for p in where.run.glob("agentd-*.pid")
+                     if _pid_alive(p))
+    same_nodes = (old["fake_gpus"], old["cpus"]) == (shape["fake_gpus"], shape["cpus"])
+    if running and not (same_nodes and shape["nodes"] > (old["nodes"] or 0)):
+        raise click.ClickException(
+            f"the cluster runs as {_describe(old)} (nodes {', '.join(running)}); kiln up does "
+            f"not reshape running nodes to {_describe(shape)}: `kiln down` first, then "
+            "`kiln up` with the new shape")
+    verb = "adding nodes" if running else "reshaping the cluster"
+    click.echo(f"kiln up: {verb}: from {_describe(old)} to {_describe(shape)}", err=True)
 
 
 def _report(where: Install, cfg: kconfig.Config, names: list[str], fake_gpus: str,

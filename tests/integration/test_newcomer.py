@@ -220,3 +220,16 @@ def test_requeued_rows_of_sacct_d_have_their_end(two_nodes: Cluster, workdir) ->
     assert first[0] == "REQUEUED"
     assert first[2] != "Unknown" and first[2] >= first[1], first
     two_nodes.run("scancel", str(job_id))
+
+
+def test_kiln_up_does_not_reshape_running_nodes(two_nodes: Cluster) -> None:
+    res = two_nodes.run("kiln", "up", "--fake-gpus", "8xH100")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == (
+        "Error: the cluster runs as 2 node(s), 4xA100, 64 CPUs each (nodes node1, node2); "
+        "kiln up does not reshape running nodes to 2 node(s), 8xH100, 64 CPUs each: "
+        "`kiln down` first, then `kiln up` with the new shape\n")
+    assert _node(two_nodes, "node1")["Gres"] == "gpu:a100:4"
+    again = two_nodes.run("kiln", "up")  # the shape it has, unchanged
+    assert again.returncode == 0, again.stderr
+    assert "all already running" in again.stdout and again.stderr == ""
