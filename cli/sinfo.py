@@ -121,7 +121,7 @@ FIELDS: dict[str, tuple[str, SinfoGetter, bool]] = {
     "features_act": ("ACTIVE_FEATURES", lambda g: ",".join(_first(g).get("features") or [])
                      or "(null)", False),
     "reason": ("REASON", lambda g: _first(g).get("reason") or "none", False),
-    "user": ("USER", lambda g: "root" if _first(g).get("reason") else "Unknown", False),
+    "user": ("USER", lambda g: _first(g).get("reason_user") or "Unknown", False),
     "timestamp": ("TIMESTAMP", lambda g: fmt_time(_first(g).get("reason_time"), "Unknown"),
                   False),
     "nodeaiot": ("NODES(A/I/O/T)", _node_aiot, True),

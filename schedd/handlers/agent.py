@@ -37,6 +37,7 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     known = ctx.state.nodes.get(name)
     if known is not None:  # an admin's DRAIN/DOWN outlives agent restarts
         node.state, node.reason = known.state, known.reason
+        node.reason_time, node.reason_uid = known.reason_time, known.reason_uid
         if node.state == NodeState.DOWN and known.reason in ("", health.NOT_RESPONDING):
             node.state, node.reason = NodeState.IDLE, ""
     node.partitions = ctx.state.partitions_of(name)

@@ -3,7 +3,10 @@ prints, its exit code. Two nodes with four fake A100s each, as the README's tour
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 
 import pytest
 
@@ -233,3 +236,27 @@ def test_kiln_up_does_not_reshape_running_nodes(two_nodes: Cluster) -> None:
     again = two_nodes.run("kiln", "up")  # the shape it has, unchanged
     assert again.returncode == 0, again.stderr
     assert "all already running" in again.stdout and again.stderr == ""
+
+
+def test_sinfo_r_says_who_set_the_reason_and_when(two_nodes: Cluster, other_user: str) -> None:
+    from cli.formats import fmt_time
+
+    before = int(time.time())
+    res = two_nodes.run("scontrol", "update", "NodeName=node2", "State=DRAIN",
+                        "Reason=fan broken")
+    assert res.returncode == 0, res.stderr
+    try:
+        lines = two_nodes.run("sinfo", "-R").stdout.splitlines()
+        assert lines[0] == "REASON               USER      TIMESTAMP           NODELIST"
+        reason, user, stamp, nodes = lines[1][:20].strip(), *lines[1][20:].split()
+        assert (reason, user, nodes) == ("fan broken", "root", "node2")
+        assert fmt_time(before) <= stamp <= fmt_time(time.time()), stamp
+        # a schedd restart keeps them (the audit trail of scontrol update)
+        pid = int((two_nodes.home / "run" / "schedd.pid").read_text())
+        two_nodes.expect_exit("schedd")
+        os.kill(pid, signal.SIGKILL)
+        assert two_nodes.run("kiln", "up").returncode == 0
+        again = two_nodes.run("sinfo", "-R").stdout.splitlines()
+        assert again[1] == lines[1]
+    finally:
+        two_nodes.run("scontrol", "update", "NodeName=node2", "State=RESUME")
