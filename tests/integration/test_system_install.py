@@ -13,6 +13,7 @@ it removes at the end.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -151,3 +152,31 @@ def _ids(user: str) -> tuple[int, int]:
 
     entry = pwd.getpwnam(user)
     return entry.pw_uid, entry.pw_gid
+
+
+def test_quickstart_from_a_clean_clone_as_root(box: Box, other_user: str) -> None:
+    """bin/quickstart as the README says, from a fresh clone: its own venv, kiln installed,
+    a system install up, and the first GPU job run as the user who ran sudo."""
+    clone = world_tempdir("kiln-clone-")
+    try:
+        repo = Path(__file__).resolve().parents[2]
+        res = subprocess.run(["git", "clone", "-q", str(repo), str(clone / "kiln")],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert not (clone / "kiln" / ".venv").exists()
+        run = subprocess.run(
+            ["nsenter", "-t", str(box.holder.pid), "-m", "--", "env", "-i",
+             f"--chdir={clone / 'kiln'}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", f"SUDO_USER={other_user}",
+             "bin/quickstart", "--fake-gpus", "2xA100"],
+            capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, run.stdout + run.stderr
+        out = run.stdout
+        assert "any user, no environment needed: sbatch" in out, out
+        assert re.search(r"^submitted job \d+; waiting for it$", out, re.M), out
+        assert re.search(r"JobState=COMPLETED ", out), out
+        assert "hello from node1, GPU 0\n" in out, out
+        who = box.run("squeue", "-h", "-t", "all", "-o", "%u", user=other_user)
+        assert who.stdout.split() == [other_user], who.stdout
+    finally:
+        box.run("kiln", "down")
+        cleanup(clone)
