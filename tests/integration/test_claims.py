@@ -111,3 +111,25 @@ def test_schedd_refuses_an_unmigrated_ledger(tmp_path: Path) -> None:
     assert "kiln db upgrade" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "s.sock").exists()
+
+
+def test_schedd_refuses_a_ledger_from_a_newer_kiln(tmp_path: Path) -> None:
+    import sqlite3
+
+    from schedd.ledger.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path}/newer.db"
+    upgrade(url)
+    with sqlite3.connect(tmp_path / "newer.db") as db:
+        db.execute("UPDATE alembic_version SET version_num = '9999_future'")
+    conf = tmp_path / "kiln.toml"
+    conf.write_text(f'[schedd]\ndb_url = "{url}"\nclient_endpoint = "ipc://{tmp_path}/s.sock"\n'
+                    'agent_endpoint = "tcp://127.0.0.1:1"\n')
+    res = subprocess.run([sys.executable, "-m", "schedd.daemon", "--config", str(conf),
+                          "--log-file", str(tmp_path / "schedd.log")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    assert "is newer than this kiln (revision 9999_future); upgrade kiln" in res.stderr, \
+        res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "s.sock").exists()
