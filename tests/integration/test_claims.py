@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, until
 
 
 def _out(workdir: Path, job_id: int) -> str:
@@ -133,3 +133,17 @@ def test_schedd_refuses_a_ledger_from_a_newer_kiln(tmp_path: Path) -> None:
         res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "s.sock").exists()
+
+
+def test_squeue_start_names_the_nodes_the_plan_holds(cluster: Cluster, workdir: Path) -> None:
+    blocker = cluster.sbatch("--gres=gpu:8", "-t", "10", "--wrap", "sleep 300", cwd=workdir)
+    cluster.wait(blocker, {"RUNNING"})
+    waiting = cluster.sbatch("--gres=gpu:8", "-t", "5", "--wrap", "true", cwd=workdir)
+    try:
+        def planned() -> str:
+            res = cluster.run("squeue", "--start", "-h", "-j", str(waiting), "-o", "%Y %S")
+            return res.stdout.strip() if res.stdout.split()[:1] == ["node1"] else ""
+        sched, start = until(planned, "a planned start on node1", timeout=60).split()
+        assert sched == "node1" and start != "N/A"
+    finally:
+        cluster.run("scancel", str(blocker), str(waiting))
