@@ -188,7 +188,7 @@ class Agent:
         node = {"name": self.name, "cpus": self.cpus, "memory_mb": self.memory_mb,
                 "gpus": [dataclasses.asdict(g) for g in self.gpus],
                 "features": self.features, "address": socket.gethostname(),
-                "boot_time": _boot_time()}
+                "boot_time": _boot_time(), "slurmd_start_time": _agent_start()}
         if self.cgroups is not None:  # scontrol show node's line, and the node's reason
             node.update(cgroup=self.cgroups.node_line(), cgroup_reason=self.cgroups.reason())
         self._register_keys = list(self._unacked)
@@ -214,7 +214,8 @@ class Agent:
         body = {"node": self.name, "job_id": fin.job_id, "generation": fin.generation,
                 "state": fin.state, "exit_code": fin.exit_code, "exit_signal": fin.exit_signal,
                 "end_time": fin.end_time}
-        stats = self.sampler.finish(fin.job_id, fin.generation, fin.cpu)  # agentd/sampler.py
+        stats = self.sampler.finish(fin.job_id, fin.generation, fin.cpu,  # agentd/sampler.py
+                                    fin.peak_rss_kb)
         if fin.max_rss_kb:  # the job cgroup's own peak (agentd/cgroups.py): MaxRSS
             peak = max(int(stats.get(stat_keys.STAT_RSS_MAX, 0)), fin.max_rss_kb)
             stats[stat_keys.STAT_RSS_MAX] = peak
@@ -324,14 +325,26 @@ class Agent:
                 self._report(Finished(body["job_id"], body["generation"], body["state"], 0, 0,
                                       time.time(), time.time()))
         elif op == "signal":
-            self.launcher.signal(body["job_id"], body["generation"], body["signal"],
-                                 body.get("batch_only", False))
+            self._signal(body)
         elif op == "launch_step":
             self.steps.launch(body["step"])
         elif op == "terminate_steps":
             self.steps.terminate(body["job_id"], body.get("step_id"), body["state"])
         elif op == "step_input":
             self.steps.input(body)
+
+    def _signal(self, body: dict[str, Any]) -> None:
+        """scancel --signal as Slurm 22.05 delivers it: by default to the job's srun steps
+        only, never the batch step (the shell and what it runs, srun's client included); with
+        -b (batch_only) to the batch shell alone; with -f (full) to the batch step's whole
+        process group and every step."""
+        job_id, sig = body["job_id"], body["signal"]
+        if body.get("full"):
+            self.launcher.signal(job_id, body["generation"], sig, full=True)
+        elif body.get("batch_only"):
+            self.launcher.signal(job_id, body["generation"], sig, batch_only=True)
+        if body.get("full") or not body.get("batch_only"):
+            self.steps.signal(job_id, sig)
 
     def _launch(self, spec: dict[str, Any]) -> None:
         key = (spec.get("job_id"), spec.get("generation"))
@@ -477,6 +490,14 @@ def _make_cgroups(cfg: kconfig.Config, node_name: str, spool: Path) -> cgroup_mo
     else:
         log.warning("%s", cgroups.summary())
     return cgroups
+def _agent_start() -> float:
+    """This agent process's start (scontrol's SlurmdStartTime), from the kernel."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - no /proc: schedd takes the registration's time
+        return 0.0
 
 
 def _boot_time() -> float:

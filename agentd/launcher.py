@@ -117,6 +117,7 @@ class Finished:
     cpu_system: float | None = None
     error: str = ""  # why the job could not be started (its script could not be exec'd)
     max_rss_kb: int = 0  # the job cgroup's own peak memory (0 without cgroups)
+    peak_rss_kb: float | None = None  # wait4's ru_maxrss: the largest of them, at its peak
 
     @property
     def cpu(self) -> tuple[float, float] | None:
@@ -396,9 +397,13 @@ class Launcher:
         self._command(job, {"op": "terminate", "state": state})
         return True
 
-    def signal(self, job_id: int, generation: int, sig: str, batch_only: bool = False) -> bool:
-        """Send ``sig`` ('USR1', 'SIGUSR1', '10') to the job's group, or only to its batch shell.
-        False for an unknown job or a signal name that is none (nothing is sent then)."""
+    def signal(self, job_id: int, generation: int, sig: str, batch_only: bool = False,
+               full: bool = False) -> bool:
+        """Send ``sig`` ('USR1', 'SIGUSR1', '10') as Slurm 22.05's scancel does: by default to
+        the job's steps but not its batch shell (here: every process of the job's group but
+        the shell; the agent's srun steps are StepTasks.signal's), with ``batch_only`` (-b) to
+        the batch shell alone, with ``full`` (-f) to all of them. False for an unknown job or
+        a signal name that is none (nothing is sent then)."""
         job = self._jobs.get((job_id, generation))
         if job is None:
             return False
@@ -406,7 +411,8 @@ class Launcher:
             signum = int(parse_signal(sig))
         except SignalSpecError:
             return False
-        self._command(job, {"op": "signal", "signum": signum, "batch_only": batch_only})
+        self._command(job, {"op": "signal", "signum": signum, "batch_only": batch_only,
+                            "full": full})
         return True
 
     def _command(self, job: _Job, command: dict[str, Any]) -> bool:
@@ -551,8 +557,9 @@ class Launcher:
             if leader is not None and leader.uids().real == job.ident.uid and \
                     leader.create_time() >= job.start_time - 1:
                 _killpg(pid, _signal.SIGKILL)
+        # its End is its last sign of life, not when an agent came to look
         return Finished(job.job_id, job.generation, job.asked or "COMPLETED", 0, 0,
-                        job.start_time, now, exit_known=False)
+                        job.start_time, _last_sign_of_life(job.record, now), exit_known=False)
 
     def _write_stderr(self, job: _Job, line: str) -> None:
         """Append a line of the agent's own to the job's stderr file, as the user."""
@@ -850,6 +857,22 @@ def _oom_kills() -> int:
     except (OSError, ValueError):
         pass
     return -1
+
+
+def _last_sign_of_life(record: dict[str, Any], now: float) -> float:
+    """When a job whose end nobody recorded (its supervisor died) last showed it was alive:
+    the last write to its output files (what a job does until its end), never before its
+    launch nor after ``now``. Its End in sacct is then when it ended, not when an agent came
+    back to look."""
+    launch = float(record.get("launch_time") or now)
+    seen = launch
+    for path in (record.get("stderr_path"),
+                 os.path.join(str(record.get("workdir") or "/"), str(record.get("stdout") or ""))):
+        try:
+            seen = max(seen, os.lstat(path).st_mtime) if path else seen
+        except OSError:
+            continue
+    return min(seen, now)
 
 
 def _finished_from(data: dict[str, Any]) -> Finished | None:

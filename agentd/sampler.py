@@ -22,7 +22,11 @@ UserCPU and SystemCPU. The key names are ``schedd/slurm/stats.py``'s ``STAT_*``.
 GPU figures come from a backend: NVML on a real node (utilisation of the job's devices, memory
 of the job's processes on them, else the device's used memory), or, with ``--fake-gpus``, a
 deterministic function of the job id and GPU index (``fake_gpu_sample``) so tests can predict
-what sacct shows.
+what sacct shows. Made-up figures are marked (``STAT_GPU_SIMULATED``), and sacct and seff say
+"simulated" next to them: nobody should take them for a measurement.
+
+MaxRSS is also the kernel's peak (wait4's ``ru_maxrss``) when the agent reaps the batch shell:
+a job shorter than the interval has one sample, taken as it starts.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ Key = tuple[int, int]  # (job id, generation)
 
 
 class GPUBackend(Protocol):
+    simulated: bool  # the readings are made up (fake GPUs), not measured
+
     def sample(self, job_id: int, gpus: list[int], pids: set[int]) -> list[tuple[float, float]]:
         """(utilisation percent, memory MiB) of each of ``gpus`` that could be read."""
         ...
@@ -62,6 +68,8 @@ def fake_gpu_sample(job_id: int, index: int, memory_mb: int) -> tuple[float, flo
 class FakeGPUs:
     """Readings for ``--fake-gpus`` nodes (see ``fake_gpu_sample``)."""
 
+    simulated = True
+
     def __init__(self, gpus: Iterable[GPU]):
         self.memory = {g.index: g.memory_mb for g in gpus}
 
@@ -74,6 +82,8 @@ class NvmlGPUs:
     """Readings from NVML. GPUs are allocated whole, so the device's utilisation is the
     job's; memory is what the job's processes hold on the device when NVML can tell (it
     cannot inside some containers), else the device's used memory."""
+
+    simulated = False
 
     def __init__(self, pynvml: Any = None):
         if pynvml is None:
@@ -108,7 +118,10 @@ class NvmlGPUs:
             procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)
         except self.nvml.NVMLError:
             procs = []
-        mine = [p.usedGpuMemory or 0 for p in procs if p.pid in pids]
+        # usedGpuMemory is None where the driver cannot tell (Windows WDDM, some containers;
+        # current nvidia-ml-py returns None, not NVML_VALUE_NOT_AVAILABLE): device's use then
+        mine = [p.usedGpuMemory for p in procs
+                if getattr(p, "pid", None) in pids and isinstance(p.usedGpuMemory, int)]
         if mine:
             return sum(mine) / (1024 * 1024)
         return self.nvml.nvmlDeviceGetMemoryInfo(handle).used / (1024 * 1024)
@@ -135,6 +148,7 @@ class JobSamples:
     cpu_user: float = 0.0
     cpu_system: float = 0.0
     task: dict[str, float] = field(default_factory=dict)  # sstat's figures of the batch step
+    simulated: bool = False  # the GPU readings came from the fake backend
 
     def add(self, gpu: list[tuple[float, float]], tree: TreeUsage) -> None:
         self.samples += 1
@@ -150,17 +164,26 @@ class JobSamples:
             self.util_max = max(self.util_max, util)
             self.mem_max = max(self.mem_max, sum(m for _, m in gpu))
 
-    def stats(self, cpu: tuple[float, float] | None = None) -> dict[str, float | int]:
+    def stats(self, cpu: tuple[float, float] | None = None,
+              peak_rss_kb: float | None = None) -> dict[str, float | int]:
         """The ``stats`` of job_ended; {} without samples or CPU time. ``cpu``: the exact
-        (user, system) seconds from wait4, when the agent reaped the batch shell."""
+        (user, system) seconds from wait4, when the agent reaped the batch shell;
+        ``peak_rss_kb``: wait4's ``ru_maxrss``, the kernel's peak resident set of the shell and
+        of each process it reaped (the largest one), which a job shorter than the sampling
+        interval reaches after its only sample: MaxRSS is the larger of the two."""
         out: dict[str, float | int] = {}
+        rss_max = max(self.rss_max, peak_rss_kb or 0.0)
         if self.samples:
-            out.update({keys.STAT_SAMPLES: self.samples, keys.STAT_RSS_MAX: int(self.rss_max),
+            out.update({keys.STAT_SAMPLES: self.samples, keys.STAT_RSS_MAX: int(rss_max),
                         keys.STAT_RSS_MEAN: int(self.rss_sum / self.samples)})
+        elif rss_max:
+            out[keys.STAT_RSS_MAX] = int(rss_max)
         if self.gpu_samples:
             out.update({keys.STAT_GPU_UTIL_MEAN: round(self.util_sum / self.gpu_samples, 2),
                         keys.STAT_GPU_UTIL_MAX: round(self.util_max, 2),
                         keys.STAT_GPU_MEM_MAX: int(self.mem_max)})
+            if self.simulated:
+                out[keys.STAT_GPU_SIMULATED] = 1
         if cpu is not None or self.samples:
             user, system = cpu if cpu is not None else (0.0, 0.0)
             out.update({keys.STAT_CPU_USER: round(max(user, self.cpu_user), 3),
@@ -322,14 +345,17 @@ class Sampler:
         gpu: list[tuple[float, float]] = []
         if self.backend is not None and samples.gpus:
             gpu = self.backend.sample(job_id, samples.gpus, tree.pids)
+            samples.simulated = self.backend.simulated
         samples.add(gpu, tree)
 
     def finish(self, job_id: int, generation: int,
-               cpu: tuple[float, float] | None = None) -> dict[str, float | int]:
+               cpu: tuple[float, float] | None = None,
+               peak_rss_kb: float | None = None) -> dict[str, float | int]:
         """The job's statistics, forgotten here; {} when it was never sampled and its CPU
-        time is unknown. ``cpu``: (user, system) seconds from wait4, when known."""
+        time is unknown. ``cpu``: (user, system) seconds and ``peak_rss_kb`` the peak RSS
+        from wait4, when known (``JobSamples.stats``)."""
         samples = self.jobs.pop((job_id, generation), None) or JobSamples()
-        return samples.stats(cpu)
+        return samples.stats(cpu, peak_rss_kb)
 
 
 def make_sampler(gpus: list[GPU], fake: bool, interval: float) -> Sampler:

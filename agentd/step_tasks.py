@@ -322,6 +322,16 @@ class StepRunner:
                 log.warning("step %d.%d: terminal input is not base64", *step.key)
                 return
             step.terminal.feed(body.get("offset"), data)
+    def signal(self, job_id: int, sig: str) -> int:
+        """``sig`` to every task of the job's steps here (scancel --signal); how many steps."""
+        try:
+            signum = lch.parse_signal(sig)
+        except lch.SignalSpecError:
+            return 0
+        hits = [s for s in self._steps.values() if s.job_id == job_id]
+        for step in hits:
+            self._signal_all(step, signum)
+        return len(hits)
 
     def job_ids(self) -> list[int]:
         """Jobs with step tasks here, for the heartbeat (schedd fences those it no longer runs)."""

@@ -203,6 +203,7 @@ class Supervisor:
         self.pid = 0
         self.status: int | None = None
         self.cpu: tuple[float, float] | None = None
+        self.peak_rss_kb: float | None = None  # wait4's ru_maxrss (KiB) of the batch shell's tree
         self.end_time = 0.0
         self.scanned_at = 0.0
         self._buffer = b""
@@ -273,7 +274,7 @@ class Supervisor:
         return True  # only zombies left, whose parent has yet to reap them
 
     def _reap(self, now: float) -> None:
-        pid, status, cpu = reap(self.pid)
+        pid, status, cpu, self.peak_rss_kb = reap_usage(self.pid)
         if pid == 0:
             return
         self.status, self.cpu, self.end_time = (0 if status is None else status), cpu, now
@@ -284,11 +285,7 @@ class Supervisor:
             if warning.batch_only:
                 kill(self.pid, warning.signum)
             else:  # Slurm: "all job steps will be signaled, but not the batch shell itself"
-                members = self.cgroup.pids() if self.cgroup is not None else \
-                    group_members(self.pid)
-                for pid in members:
-                    if pid != self.pid:
-                        kill(pid, warning.signum)
+                self.signal_steps(warning.signum)
         if self.walltime.expired(now):
             self.terminate("TIMEOUT", now)
 
@@ -369,11 +366,13 @@ class Supervisor:
             self.terminate(command["state"], now)
         elif op == "signal" and isinstance(command.get("signum"), int):
             signum = command["signum"]  # a valid one: the agent parsed the name
-            if command.get("batch_only"):
+            if command.get("full"):  # scancel -f: the batch shell and its steps
+                self.signal_job(signum)
+            elif command.get("batch_only"):  # scancel -b: the batch shell alone
                 if self.status is None:
                     kill(self.pid, signum)
-            else:
-                self.signal_job(signum)
+            else:  # Slurm 22.05's scancel -s: the job's steps, not the batch shell
+                self.signal_steps(signum)
 
     def signal_job(self, signum: int) -> bool:
         """``signum`` to the job's process group and, with a cgroup, to every process in it
@@ -386,6 +385,14 @@ class Supervisor:
         else:
             self.cgroup.signal(signum)
         return self.cgroup.populated()
+
+    def signal_steps(self, signum: int) -> None:
+        """``signum`` to every process of the job but its batch shell (its steps): those of
+        its cgroup, else of its process group."""
+        members = self.cgroup.pids() if self.cgroup is not None else group_members(self.pid)
+        for pid in members:
+            if pid != self.pid:
+                kill(pid, signum)
 
     def alive(self) -> bool:
         """Is any process of the job left (its cgroup is not empty; else its group)?"""
@@ -404,6 +411,7 @@ class Supervisor:
                 "exit_code": code, "exit_signal": sig,
                 "start_time": self.launch["launch_time"], "end_time": self.end_time,
                 "exit_known": True, "cpu_user": user, "cpu_system": system,
+                "peak_rss_kb": self.peak_rss_kb,
                 "error": self.error}
 
 
@@ -431,13 +439,20 @@ def reap(pid: int) -> tuple[int, int | None, tuple[float, float] | None]:
     status, (user, system) seconds). wait4's usage covers the child and every descendant it
     waited for, which is what Slurm's TotalCPU counts; a child someone else reaped gives
     (pid, None, None)."""
+    return reap_usage(pid)[:3]  # type: ignore[return-value]
+
+
+def reap_usage(pid: int) -> tuple[int, int | None, tuple[float, float] | None, float | None]:
+    """``reap`` and also wait4's ``ru_maxrss`` (KiB on Linux): the peak resident set of the
+    child or of the largest descendant it waited for (a job shorter than the agent's sampling
+    interval still reports its peak)."""
     try:
         got, status, usage = os.wait4(pid, os.WNOHANG)
     except ChildProcessError:
-        return pid, None, None
+        return pid, None, None, None
     if got == 0:
-        return 0, None, None
-    return got, status, (usage.ru_utime, usage.ru_stime)
+        return 0, None, None, None
+    return got, status, (usage.ru_utime, usage.ru_stime), float(usage.ru_maxrss)
 
 
 def exit_of(status: int | None) -> tuple[int, int]:

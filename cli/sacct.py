@@ -146,6 +146,11 @@ def _units(value: Any, units: str, opts: Options) -> str:
     return f"{int(value)}{units[0]}" if opts.noconvert else unit_text(int(value), units)
 
 
+def _simulated(row: dict[str, Any], text: str) -> str:
+    """A GPU figure made up on fake GPUs says so: ``57.0%(sim)`` (agentd/sampler.py)."""
+    return f"{text}(sim)" if text and row.get("gpu_simulated") else text
+
+
 def _number(key: str, fmt: str) -> Callable[[dict[str, Any], Options], str]:
     return lambda r, o: "" if r.get(key) is None else format(float(r[key]), fmt)
 
@@ -208,10 +213,11 @@ FIELDS: list[Field] = [
     Field("GID", 6, lambda r, o: "" if r.get("kind") == "step" else str(r.get("gid", "")),
           cut=False, keys=("gid",)),
     Field("GPUHours", 10, _number("gpu_hours", ".4f"), cut=False, keys=("gpu_hours",)),
-    Field("GPUMemMax", 10, lambda r, o: _units(r.get("gpu_mem_max_mb"), "MGTP", o), cut=False,
-          keys=("gpu_mem_max_mb",)),
+    Field("GPUMemMax", 10, lambda r, o: _simulated(r, _units(r.get("gpu_mem_max_mb"), "MGTP", o)),
+          cut=False, keys=("gpu_mem_max_mb", "gpu_simulated")),
     Field("GPUUtil", 10, lambda r, o: "" if r.get("gpu_util") is None
-          else f"{float(r['gpu_util']):.1f}%", cut=False, keys=("gpu_util",)),
+          else _simulated(r, f"{float(r['gpu_util']):.1f}%"), cut=False,
+          keys=("gpu_util", "gpu_simulated")),
     Field("Group", 9, _group, keys=("gid",)),
     Field("JobID", -12, _text("job_id"), keys=("job_id",)),
     Field("JobIDRaw", -12, _text("job_id_raw"), keys=("job_id_raw",)),

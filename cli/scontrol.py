@@ -357,7 +357,7 @@ def node_lines(node: dict[str, Any], now: float) -> list[str]:
         "TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
         f"Partitions={','.join(node.get('partitions') or [])} ",
         f"BootTime={fmt_time(node.get('boot_time'), 'None')} "
-        f"SlurmdStartTime={fmt_time(node.get('boot_time'), 'None')}",
+        f"SlurmdStartTime={fmt_time(node.get('slurmd_start_time'), 'None')}",
         f"LastBusyTime={fmt_time(node.get('last_heartbeat'), 'None')}",
         f"CfgTRES={cfg_tres}",
         f"AllocTRES={alloc_tres}",

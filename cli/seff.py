@@ -166,16 +166,18 @@ def _gpu_lines(row: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
     model, per_gpu = _gpu_model(row, nodes)
     lines = [f"GPUs: {gpus}" + (f" ({model})" if model else "")]
     util, peak = row.get("gpu_util"), row.get("gpu_util_max")
+    # made-up figures of fake GPUs (agentd/sampler.py) are never shown as measured
+    sim = " [simulated: fake GPUs, not measured]" if row.get("gpu_simulated") else ""
     if isinstance(util, (int, float)):
         peak_text = f" (peak {peak:.2f}%)" if isinstance(peak, (int, float)) else ""
-        lines.append(f"GPU Efficiency: {util:.2f}% mean utilisation{peak_text}")
+        lines.append(f"GPU Efficiency: {util:.2f}% mean utilisation{peak_text}{sim}")
     else:
         lines.append("GPU Efficiency: unavailable (no GPU samples)")
     held = row.get("gpu_mem_max_mb")
     if isinstance(held, (int, float)):
         total = per_gpu * gpus
         share = f" ({100.0 * held / total:.2f}% of {size_text(total)})" if total else ""
-        lines.append(f"GPU Memory Utilized: {size_text(held)}{share}")
+        lines.append(f"GPU Memory Utilized: {size_text(held)}{share}{sim}")
     else:
         lines.append("GPU Memory Utilized: unavailable (no GPU samples)")
     return lines

@@ -130,7 +130,7 @@ FIELDS: dict[str, tuple[str, SinfoGetter, bool]] = {
     "features_act": ("ACTIVE_FEATURES", lambda g: ",".join(_first(g).get("features") or [])
                      or "(null)", False),
     "reason": ("REASON", lambda g: _first(g).get("reason") or "none", False),
-    "user": ("USER", lambda g: "root" if _first(g).get("reason") else "Unknown", False),
+    "user": ("USER", lambda g: _first(g).get("reason_user") or "Unknown", False),
     "timestamp": ("TIMESTAMP", lambda g: fmt_time(_first(g).get("reason_time"), "Unknown"),
                   False),
     "nodeaiot": ("NODES(A/I/O/T)", _node_aiot, True),
@@ -303,6 +303,10 @@ def sinfo_command(argv: Sequence[str]) -> int:
         if "Node" in values:
             _widen(columns, groups, "nodelist", 9)
     lines = layout(groups, prefix, columns, "noheader" not in values)
+    if "long" in values:  # Slurm's print_date(): -l output starts with the time it was taken
+        import time
+
+        lines.insert(0, time.strftime("%a %b %d %H:%M:%S %Y"))
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

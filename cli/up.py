@@ -1,8 +1,17 @@
 """``kiln up`` / ``kiln down`` / ``kiln status``: a whole cluster on this machine, in one command.
 
-State lives in ``$KILN_HOME`` (default ``~/.kiln``): ``kiln.toml``, the SQLite ledger, the
-schedd socket, ``log/`` and ``run/`` (pid files). ``kiln up`` is idempotent: run again, it
-starts whatever part of the cluster is not running.
+Where it lives (``Install``) depends on who asks:
+
+- **root, with neither ``$KILN_HOME`` nor ``$KILN_CONF`` set: a system install**, which every
+  user of the machine finds with no environment at all (the commands' lookup ends at
+  ``/etc/kiln/kiln.toml``): config ``/etc/kiln/kiln.toml`` (0644), the commands' socket under
+  ``/run/kiln``, state (SQLite ledger, keys, pid files, the agents' spool) under
+  ``/var/lib/kiln``, logs under ``/var/log/kiln``. root's own jobs are refused there, as on
+  any cluster (``allow_root_jobs = false``);
+- **anyone else, or root with ``$KILN_HOME`` set: a personal cluster** in ``$KILN_HOME``
+  (default ``~/.kiln``): ``kiln.toml``, the ledger, the socket, ``log/`` and ``run/``.
+
+``kiln up`` is idempotent: run again, it starts whatever part of the cluster is not running.
 """
 
 from __future__ import annotations
@@ -14,16 +23,53 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from schedd import config as kconfig
-from schedd import statedir
+from schedd import paths, statedir
 
 DEFAULT_FAKE_GPUS = "8xH100-80GB"
 FAKE_NODE_CPUS = 64  # a pretend GPU node offers what a real one has (CPUs are overcommitted)
 START_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """Where one cluster's files are: a system install (root's, for every user) or a
+    personal one (``$KILN_HOME``)."""
+
+    conf: Path  # kiln.toml
+    home: Path  # the ledger, keys/, run/ (pid files, layout.json), spool/
+    socket: Path  # the commands' socket
+    log_dir: Path
+    system: bool
+
+    @property
+    def run(self) -> Path:
+        return self.home / "run"
+
+
+SYSTEM = Install(conf=Path(paths.SYSTEM_CONF), home=Path("/var/lib/kiln"),
+                 socket=Path("/run/kiln/schedd.sock"), log_dir=Path("/var/log/kiln"),
+                 system=True)
+
+
+def install() -> Install:
+    """The cluster ``kiln up``/``down``/``status`` mean here (see the module's doc)."""
+    if os.geteuid() == 0 and not os.environ.get("KILN_HOME") and not os.environ.get("KILN_CONF"):
+        return SYSTEM
+    if os.environ.get("KILN_CONF") and not os.environ.get("KILN_HOME"):
+        conf = Path(os.environ["KILN_CONF"])
+        raw = paths.read_raw(str(conf))[1] if conf.exists() else {}
+        home = Path(paths.home_of(str(conf), raw))
+        return Install(conf=conf, home=home, socket=home / "schedd.sock",
+                       log_dir=home / "log", system=False)
+    home = kconfig.kiln_home()
+    return Install(conf=home / "kiln.toml", home=home, socket=home / "schedd.sock",
+                   log_dir=home / "log", system=False)
 
 
 def _free_port() -> int:
@@ -40,8 +86,8 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value))
 
 
-def write_config(home: Path, db_url: str, fake_gpus: str) -> Path:
-    path = home / "kiln.toml"
+def write_config(where: Install, db_url: str, fake_gpus: str) -> Path:
+    home = where.home
     db_line = f"db_url = {_toml_value(db_url or 'sqlite:///' + str(home / 'kiln.db'))}"
     if db_url and statedir.has_password(db_url):  # kiln.toml stays world-readable
         secret = home / "db_url"
@@ -50,18 +96,23 @@ def write_config(home: Path, db_url: str, fake_gpus: str) -> Path:
         with os.fdopen(fd, "w") as fh:
             fh.write(db_url + "\n")
         db_line = f"db_url_file = {_toml_value(str(secret))}  # 0600: it holds a password"
+    # root's jobs run only where the config says so (SPEC §5); a personal cluster of root's
+    # (KILN_HOME set) is root's own, and `kiln up` says so when it writes it
+    allow_root = os.geteuid() == 0 and not where.system
     lines = [
         "# kiln cluster made by `kiln up`; edit freely, then `kiln down && kiln up`.",
         f"cluster_name = {_toml_value('kiln')}",
+        *([f"home = {_toml_value(str(home))}"] if where.system else []),
         "",
         "[schedd]",
         db_line,
-        f"client_endpoint = {_toml_value('ipc://' + str(home / 'schedd.sock'))}",
+        f"client_endpoint = {_toml_value('ipc://' + str(where.socket))}",
+        *([f"log_dir = {_toml_value(str(where.log_dir))}"] if where.system else []),
         f"agent_endpoint = {_toml_value(f'tcp://127.0.0.1:{_free_port()}')}",
         "kill_wait = 30",
         "min_job_age = 300",
-        "# jobs of root run only where this says so; `kiln up` as root is a personal cluster",
-        f"allow_root_jobs = {_toml_value(os.getuid() == 0)}",
+        "# jobs of root run only where this says so",
+        f"allow_root_jobs = {_toml_value(allow_root)}",
         "# agents authenticate with CURVE keys from keys/ (`kiln keygen --node NAME` adds one)",
         "curve = true",
         "",
@@ -73,8 +124,24 @@ def write_config(home: Path, db_url: str, fake_gpus: str) -> Path:
         "default = true",
         "",
     ]
-    path.write_text("\n".join(lines))
-    return path
+    fd = os.open(where.conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    os.fchmod(fd, 0o644)  # every user's commands read it (it holds no secret)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines))
+    return where.conf
+
+
+def _make_dirs(where: Install) -> None:
+    """The cluster's directories with their modes: others traverse the home (kiln.toml, the
+    socket, their scripts under spool/) but list nothing; the ledger, logs, pid files and keys
+    are root's (schedd/statedir.py)."""
+    dirs = [(where.home, 0o711), (where.home / "run", 0o700), (where.home / "spool", 0o711),
+            (where.log_dir, 0o700)]
+    if where.system:
+        dirs += [(where.conf.parent, 0o755), (where.socket.parent, 0o755)]
+    for path, mode in dirs:
+        path.mkdir(parents=True, mode=mode, exist_ok=True)
+        path.chmod(mode)
 
 
 def _pid_alive(pid_file: Path) -> int:
@@ -100,13 +167,24 @@ def _spawn(args: list[str], log_file: Path, pid_file: Path, env: dict[str, str])
     return proc.pid
 
 
-def _nvml_has_gpus() -> bool:
-    try:
-        from agentd.gpus import discover
+def _default_gpus() -> str:
+    """No --fake-gpus: the host's real GPUs ("") when NVML finds some; fake ones, said aloud,
+    when there is no NVIDIA driver; and a stop with NVML's own error when the driver is there
+    but NVML fails: a GPU host must not quietly come up with pretend GPUs."""
+    from agentd.gpus import GPUDiscoveryError, discover
 
-        return bool(discover(""))
-    except Exception:
-        return False
+    try:
+        found = discover("")
+    except GPUDiscoveryError as exc:
+        raise click.ClickException(
+            f"{exc}; fix the driver, or pass --fake-gpus SPEC (e.g. --fake-gpus "
+            f"{DEFAULT_FAKE_GPUS}) to run with pretend GPUs") from None
+    if found:
+        return ""
+    click.echo(f"kiln up: NVML found no GPUs here (no NVIDIA driver): each node gets "
+               f"{DEFAULT_FAKE_GPUS} fake GPUs, whose figures in sacct and seff are simulated",
+               err=True)
+    return DEFAULT_FAKE_GPUS
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -163,28 +241,29 @@ def _containment_reasons(cfg: kconfig.Config, names: list[str]) -> list[str]:
               help=f"CPUs each node offers (default: the host's; {FAKE_NODE_CPUS} with fake GPUs)")
 @click.option("--db-url", default="", help="ledger URL (default SQLite in $KILN_HOME)")
 def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: str) -> None:
-    """Start schedd and agents on this host (idempotent)."""
-    home = kconfig.kiln_home()
-    home.mkdir(parents=True, exist_ok=True)
-    # others traverse (kiln.toml, the socket, their scripts under spool/) but list nothing;
-    # the ledger, logs, pid files and keys are root's (schedd/statedir.py)
-    home.chmod(0o711)
-    for sub, mode in (("log", 0o700), ("run", 0o700), ("spool", 0o711)):
-        (home / sub).mkdir(mode=mode, exist_ok=True)
-        (home / sub).chmod(mode)
-    layout_file = home / "run" / "layout.json"
+    """Start schedd and agents on this host (idempotent). As root: a system install that
+    every user finds (/etc/kiln/kiln.toml); otherwise a personal cluster in $KILN_HOME."""
+    where = install()
+    _make_dirs(where)
+    home = where.home
+    layout_file = where.run / "layout.json"
     layout = json.loads(layout_file.read_text()) if layout_file.exists() else {}
+    conf_path = where.conf
+    if fake_gpus is None and conf_path.exists():  # kiln.toml says what the nodes pretend
+        try:
+            fake_gpus = kconfig.load(conf_path).agent.fake_gpus
+        except kconfig.ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
     if fake_gpus is None:
-        fake_gpus = layout.get("fake_gpus")
-    if fake_gpus is None:
-        fake_gpus = "" if _nvml_has_gpus() else DEFAULT_FAKE_GPUS
+        fake_gpus = _default_gpus()
     num_nodes = num_nodes or layout.get("nodes") or 1
     cpus = cpus or layout.get("cpus") or (FAKE_NODE_CPUS if fake_gpus else 0)
-    conf_path = home / "kiln.toml"
-    if not conf_path.exists():
-        write_config(home, db_url, fake_gpus)
-    layout_file.write_text(json.dumps({"nodes": num_nodes, "fake_gpus": fake_gpus,
-                                       "cpus": cpus}))
+    shape = {"nodes": num_nodes, "fake_gpus": fake_gpus, "cpus": cpus}
+    _check_shape(where, layout, shape)
+    wrote = not conf_path.exists()
+    if wrote:
+        write_config(where, db_url, fake_gpus)
+    layout_file.write_text(json.dumps(shape))
     try:
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
@@ -200,7 +279,8 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     if cfg.curve:
         keys.generate_cluster(cfg.keys_path, names)
     env = {**os.environ, "KILN_CONF": str(conf_path)}
-    logs, run = home / "log", home / "run"
+    logs, run = Path(cfg.log_dir), where.run
+    logs.mkdir(parents=True, mode=0o700, exist_ok=True)
     started = []
     if not _pid_alive(run / "schedd.pid"):
         _spawn([sys.executable, "-m", "schedd.daemon", "--config", str(conf_path),
@@ -222,23 +302,73 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
         _spawn(args, logs / f"agentd-{name}.out", run / f"agentd-{name}.pid", env)
         started.append(f"agentd {name}")
     _wait(lambda: set(names) <= _alive_nodes(cfg), START_TIMEOUT, "the agents")
-    gpus = fake_gpus or "GPUs from NVML"
-    click.echo(f"kiln is up: schedd and {num_nodes} node(s) ({', '.join(names)}; {gpus})"
-               + (f"; started {', '.join(started)}" if started else "; all already running"))
+    _report(where, cfg, names, fake_gpus, started, wrote)
+
+
+def _describe(shape: dict) -> str:
+    gpus = shape.get("fake_gpus") or "GPUs from NVML"
+    return f"{shape.get('nodes')} node(s), {gpus}, {shape.get('cpus') or 'all'} CPUs each"
+
+
+def _check_shape(where: Install, layout: dict, shape: dict) -> None:
+    """``kiln up`` never reshapes nodes behind the user's back (run/layout.json keeps the shape
+    the nodes were started with). Running nodes keep theirs: a different GPU spec or CPU
+    count, or fewer nodes, stops with what to do; more nodes are added. A stopped cluster
+    takes the new shape, and says so."""
+    if not layout:
+        return
+    old = {k: layout.get(k) for k in shape}
+    if old == shape:
+        return
+    running = sorted(p.stem.replace("agentd-", "") for p in where.run.glob("agentd-*.pid")
+                     if _pid_alive(p))
+    same_nodes = (old["fake_gpus"], old["cpus"]) == (shape["fake_gpus"], shape["cpus"])
+    if running and not (same_nodes and shape["nodes"] > (old["nodes"] or 0)):
+        raise click.ClickException(
+            f"the cluster runs as {_describe(old)} (nodes {', '.join(running)}); kiln up does "
+            f"not reshape running nodes to {_describe(shape)}: `kiln down` first, then "
+            "`kiln up` with the new shape")
+    verb = "adding nodes" if running else "reshaping the cluster"
+    click.echo(f"kiln up: {verb}: from {_describe(old)} to {_describe(shape)}", err=True)
+
+
+def _report(where: Install, cfg: kconfig.Config, names: list[str], fake_gpus: str,
+            started: list[str], wrote: bool) -> None:
+    """What is up, where its files are, and how a user reaches it."""
     from schedd.ledger.engine import show_url
 
-    click.echo(f"  state and config: {home}  (kiln.toml, ledger {show_url(cfg.db_url)})")
-    click.echo(f"  logs:             {logs}")
+    gpus = fake_gpus or "GPUs from NVML"
+    click.echo(f"kiln is up: schedd and {len(names)} node(s) ({', '.join(names)}; {gpus})"
+               + (f"; started {', '.join(started)}" if started else "; all already running"))
+    click.echo(f"  config:           {where.conf}")
+    click.echo(f"  state:            {where.home}  (ledger {show_url(cfg.db_url)})")
+    click.echo(f"  logs:             {cfg.log_dir}")
     unenforced = _containment_reasons(cfg, names)
     if unenforced:  # said once, for the host: every agent here shares its cgroups
         click.echo(f"  containment:      {unenforced[0]} (docs/agent.md, Containment)")
-    click.echo(f"  use it:           export KILN_HOME={home}; sbatch --gres=gpu:1 --wrap 'echo $CUDA_VISIBLE_DEVICES'")
+    job = "sbatch --gres=gpu:1 --wrap 'echo $CUDA_VISIBLE_DEVICES'"
+    if where.system:
+        click.echo(f"  use it:           any user, no environment needed: {job}")
+    elif where.home == Path(os.path.expanduser("~")) / ".kiln":
+        click.echo(f"  use it:           {job}")
+    else:
+        click.echo(f"  use it:           export KILN_HOME={where.home}; {job}")
+    if cfg.allow_root_jobs and wrote:
+        click.echo(f"  root's jobs run here: allow_root_jobs = true in {where.conf} (a personal "
+                   "cluster of root's)")
+    elif os.geteuid() == 0 and not cfg.allow_root_jobs:
+        click.echo(f"  root's jobs are refused (allow_root_jobs = false in {where.conf}); "
+                   "submit as a user")
+    home_conf = Path(os.path.expanduser("~")) / ".kiln" / "kiln.toml"
+    if where.system and home_conf.exists():
+        click.echo(f"  warning: {home_conf} exists, and root's commands find it before "
+                   f"{where.conf}: move it away to reach this cluster", err=True)
 
 
 @click.command()
 def down() -> None:
     """Stop the agents and schedd started by 'kiln up' (running jobs are left alone)."""
-    run = kconfig.kiln_home() / "run"
+    run = install().run
     pid_files = sorted(run.glob("agentd-*.pid")) + [run / "schedd.pid"]
     stopped = []
     for pid_file in pid_files:
@@ -259,10 +389,10 @@ def down() -> None:
 @click.command()
 def status() -> None:
     """Each daemon of this host's cluster with its pid, and the nodes schedd sees."""
-    home = kconfig.kiln_home()
-    run = home / "run"
-    if not (home / "kiln.toml").exists():
-        raise click.ClickException(f"no kiln cluster in {home}: run `kiln up`")
+    where = install()
+    run = where.run
+    if not where.conf.exists():
+        raise click.ClickException(f"no kiln cluster at {where.conf}: run `kiln up`")
     rows = [("schedd", run / "schedd.pid")]
     rows += [(p.stem.replace("agentd-", "agentd "), p) for p in sorted(run.glob("agentd-*.pid"))]
     down_count = 0
@@ -270,7 +400,7 @@ def status() -> None:
         pid = _pid_alive(pid_file)
         down_count += not pid
         click.echo(f"{name:<16} {'running, pid ' + str(pid) if pid else 'not running'}")
-    cfg = kconfig.load(home / "kiln.toml")
+    cfg = kconfig.load(where.conf)
     if _ping(cfg):
         alive = _alive_nodes(cfg)
         click.echo(f"schedd answers; {len(alive)} node(s) up: {', '.join(sorted(alive))}")

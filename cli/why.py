@@ -46,7 +46,9 @@ def explain_lines(reply: dict[str, Any], stats: dict[str, Any] | None) -> list[s
         if job["state"] not in ("RUNNING", "COMPLETING") and reason not in ("", "None"):
             lines.append(f"  Reason: {reason}")  # a launch failure says what went wrong
         return lines
-    lines = [f"{head}: {job['reason']}.", f"  Why: {reply['reason_text']}."]
+    lines = [f"{head}: {job['reason']}."]
+    limit = reply.get("limit")
+    lines += _limit_lines(limit) if limit else [f"  Why: {reply['reason_text']}."]
     if reply.get("position"):
         lines.append(f"  Position: {reply['position']} of {reply['queue_length']} jobs the "
                      f"scheduler considers in partition {job['partition']} (priority "
@@ -62,12 +64,26 @@ def explain_lines(reply: dict[str, Any], stats: dict[str, Any] | None) -> list[s
     elif factors:
         lines.append("  Its priority factors (nothing eligible is ahead of it):")
         lines += ["    " + row for row in _factor_table([job], factors)]
-    if reply.get("ending") and job["reason"] in ("Resources", "Priority"):
+    if reply.get("ending") and job["reason"] in ("Resources", "Priority") and not limit:
         lines.append("  Running jobs in its partition that end first (at their time limits):")
         for r in reply["ending"]:
             ends = fmt_time(r["ends_by"], "never (no time limit)")
             lines.append(f"    {r['job_id']:>10} {r['user']:<10} {r['gpus']} GPUs on "
                          f"{r['node_list']}, ends by {ends}")
+    return lines
+
+
+def _limit_lines(limit: dict[str, Any]) -> list[str]:
+    """A limit that holds the job: which, where, what uses it, and whether it can ever start."""
+    where = f" on {limit['where']}" if limit["where"] else ""
+    lines = [f"  Why: a limit: it needs {limit['need']}; the limit is {limit['limit']}{where}."]
+    if limit["never"]:
+        lines.append("  It will never start unless the limit changes (sacctmgr modify ... set "
+                     f"{limit['limit'].split('=')[0]}=...) or the job asks for less "
+                     "(scontrol update).")
+    elif limit["in_use"]:
+        lines.append(f"  In use there now: {limit['in_use']}; it starts when enough of that "
+                     "is freed.")
     return lines
 
 

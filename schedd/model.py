@@ -54,6 +54,13 @@ class Node:
     last_heartbeat: float = 0.0
     boot_time: float = 0.0
     cgroup: str = ""  # the agent's containment, scontrol's CgroupPlugin=... line (not stored)
+    # when this node's agent started (SlurmdStartTime); from its registration, not kept in
+    # the ledger: a schedd that restarts asks each agent to register again (handlers/agent.py)
+    slurmd_start_time: float = 0.0
+    # who set ``reason`` and when (sinfo -R's USER and TIMESTAMP): memory only, rebuilt at
+    # start from the audit trail of scontrol update (State.load); 0 / None: not known
+    reason_time: float = 0.0
+    reason_uid: int | None = None
 
     @property
     def gpu_model(self) -> str:

@@ -286,7 +286,8 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          "memory_mb": Int(0, _INT32, required=True), "gpus": List(_GPU, size=4096),
          "features": List(Str(256), size=256), "address": Str(256), "boot_time": _TIME,
          # containment (agentd/cgroups.py): scontrol's line, and what is not enforced
-         "cgroup": Str(256), "cgroup_reason": Str(256)}
+         "cgroup": Str(256), "cgroup_reason": Str(256),
+         "slurmd_start_time": _TIME}
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
 # usage = the batch step's live figures (schedd.slurm.stats.USAGE_KEYS), for sstat
@@ -398,7 +399,7 @@ LAUNCH_FIELDS: Schema = {
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "launch": {"launch": Obj(LAUNCH_FIELDS, required=True)},
     "signal": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
-               "signal": Str(32, required=True), "batch_only": Bool()},
+               "signal": Str(32, required=True), "batch_only": Bool(), "full": Bool()},
     "terminate": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
                   "state": Str(32, required=True)},
     "launch_step": {"step": Obj(STEP_LAUNCH_FIELDS, required=True)},

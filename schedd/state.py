@@ -78,9 +78,13 @@ class State:
         for job in self.store.load_jobs(active_only=True,
                                         finished_since=now - self.cfg.min_job_age):
             self._keep(job)
+        marks = self.store.node_reason_marks()
         for node in self.store.load_nodes():
             node.last_heartbeat = 0.0  # alive only once its agent registers again
             node.partitions = self.partitions_of(node.name)
+            mark = marks.get(node.name)
+            if node.reason and mark is not None and mark.detail.endswith(f"reason={node.reason}"):
+                node.reason_time, node.reason_uid = mark.time, mark.actor_uid
             self.nodes[node.name] = node
         self.next_job_id = self.store.max_job_id() + 1
         self.load_accounts(now)

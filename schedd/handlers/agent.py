@@ -33,13 +33,16 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
         node = Node(name=name, cpus=int(d["cpus"]), memory_mb=int(d["memory_mb"]), gpus=gpus,
                     features=[str(f) for f in d.get("features", [])],
                     address=str(d.get("address", "")), boot_time=float(d.get("boot_time", 0)),
-                    cgroup=str(d.get("cgroup", "")))
+                    cgroup=str(d.get("cgroup", "")),
+                    # an agent that does not say (an older one): it started about now
+                    slurmd_start_time=float(d.get("slurmd_start_time") or ctx.now()))
     except (KeyError, TypeError, ValueError) as exc:
         raise RequestError(f"bad node description: {exc}") from None
     now = ctx.now()
     known = ctx.state.nodes.get(name)
     if known is not None:  # an admin's DRAIN/DOWN outlives agent restarts
         node.state, node.reason = known.state, known.reason
+        node.reason_time, node.reason_uid = known.reason_time, known.reason_uid
         if node.state == NodeState.DOWN and known.reason in ("", health.NOT_RESPONDING):
             node.state, node.reason = NodeState.IDLE, ""
     node.reason = _containment_reason(node.reason, str(d.get("cgroup_reason", "")))
@@ -78,8 +81,10 @@ CGROUP_REASON_PREFIX = "cgroups: "
 def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     name = _same_node(caller, body["node"])
     node = ctx.state.nodes.get(name)
-    if node is None:
-        return {"register": True}  # schedd does not know this node (yet): register first
+    if node is None or not node.slurmd_start_time:
+        # schedd does not know this node (yet), or knows it only from the ledger (a restart):
+        # register first, which also says when the agent started (SlurmdStartTime)
+        return {"register": True}
     now = ctx.now()
     if not ctx.state.node_alive(node, now):
         ctx.wake_scheduler()

@@ -47,7 +47,7 @@ def cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
             if job.state != JobState.RUNNING:
                 errors.append({"job_id": job.display_id, "message": "Job is pending execution"})
                 continue
-            ctx.agents.signal(job, sig, bool(body.get("batch_only")))
+            ctx.agents.signal(job, sig, bool(body.get("batch_only")), bool(body.get("full")))
             cancelled.append(job.display_id)
             continue
         cancelled.append(job.display_id)

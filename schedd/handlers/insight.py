@@ -10,6 +10,7 @@ a published forecast (``schedd.forecast``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from schedd.context import Context, RequestError
@@ -23,6 +24,7 @@ from schedd.handlers.selection import (
 from schedd.identity import Caller
 from schedd.model import Job, JobState
 from schedd.reports import explain, forecast
+from schedd.scheduler import limits
 from schedd.scheduler.snapshot import NodeView, PendingJob
 from schedd.state import RUNNING_STATES
 
@@ -62,6 +64,7 @@ def job_why(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any
     state = ctx.state
     reason = job.reason or "None"
     reply["reason_text"] = explain.reason_text(reason)
+    reply["limit"] = _limit(ctx, job, now)
     running_per_array: dict[int, int] = {}
     for r in state.running():
         if r.array_job_id is not None:
@@ -117,8 +120,22 @@ def _qos_of(ctx: Context, jobs: list[Job]) -> list[Any]:
 
 
 def _node_views(ctx: Context) -> list[NodeView]:
-    return [NodeView(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=list(n.gpus))
+    return [NodeView(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=list(n.gpus),
+                     gpu_type=n.gpu_model)
             for n in ctx.state.nodes.values()]
+
+
+def _limit(ctx: Context, job: Job, now: float) -> dict[str, Any] | None:
+    """The association or QOS limit that holds the job now, as the scheduler's own check sees
+    it (``limits.Enforcer.verdict`` over the running jobs): which limit, where it is set, what
+    uses it, and whether the job can ever start under it."""
+    state = ctx.state
+    if not state.accounts.has_limits():
+        return None
+    table = state.accounts.limit_table(state.usage.tres_mins)
+    enforcer = limits.Enforcer(table, state.running_views(now), _node_views(ctx), now)
+    verdict = enforcer.verdict(state.pending_view(job))
+    return dataclasses.asdict(verdict) if verdict is not None else None
 
 
 def _ending(ctx: Context, job: Job, now: float) -> list[dict[str, Any]]:

@@ -268,6 +268,7 @@ def _set_node(ctx: Context, caller: Caller, name: str, target: NodeState | None,
         node.reason = "" if target == NodeState.IDLE else reason
     elif reason:
         node.reason = reason
+    node.reason_time, node.reason_uid = (now, caller.uid) if node.reason else (0.0, None)
     ctx.state.save_node(node)
     ctx.state.audit(caller.uid, "update_node", f"node {name}",
                     f"state={node.state.value} reason={node.reason}", now)

@@ -10,6 +10,17 @@ from schedd.identity import Caller
 from schedd.scheduler.snapshot import job_licenses
 
 
+def _user_name(uid: int | None) -> str:
+    if uid is None:
+        return ""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 def query_nodes(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     now = ctx.now()
     names = set(body.get("names") or [])
@@ -20,6 +31,7 @@ def query_nodes(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
             continue
         d = dataclasses.asdict(node)
         d["state"] = str(node.state)
+        d["reason_user"] = _user_name(node.reason_uid)
         u = use[node.name]
         d.update(alloc_cpus=u.cpus, alloc_mem_mb=u.memory_mb, alloc_gpus=u.gpus,
                  state_display=ctx.state.node_display_state(node, u, now))

@@ -99,6 +99,22 @@ def judge_revision(url: str, current: tuple[str, ...], *, for_upgrade: bool) -> 
         )
 
 
+def _sqlite_foreign_keys(conn: Connection, on: bool) -> None:
+    """SQLite's batch migrations copy a table and drop the old one; with foreign keys on, that
+    drop cascades: upgrading to 0006 (which rebuilds ``jobs``) deleted every job's events and
+    steps. They are off for the upgrade. The pragma is a no-op inside a transaction, so it
+    goes to the driver's connection directly, before the upgrade's BEGIN."""
+    conn.connection.dbapi_connection.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+
+
+def _check_foreign_keys(url: str, conn: Connection) -> None:
+    """What the keys would have refused, after an upgrade that ran without them: refuse it."""
+    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise SchemaError(f"cannot upgrade database {show_url(url)}: {len(broken)} rows would "
+                          f"break foreign keys (first: table {broken[0][0]})")
+
+
 def upgrade(url: str) -> None:
     """Bring the database to this kiln's schema (Alembic ``upgrade head``), in one transaction.
 
@@ -115,9 +131,17 @@ def upgrade(url: str) -> None:
             raise SchemaError(f"cannot create {path.parent}: {exc.strerror}") from None
     engine = make_engine(url)
     try:
-        with engine.begin() as conn:
-            judge_revision(url, current_heads(conn), for_upgrade=True)
-            command.upgrade(alembic_config(conn), "head")
+        with engine.connect() as conn:
+            sqlite = conn.dialect.name == "sqlite"
+            if sqlite:
+                _sqlite_foreign_keys(conn, on=False)
+            with conn.begin():
+                judge_revision(url, current_heads(conn), for_upgrade=True)
+                command.upgrade(alembic_config(conn), "head")
+                if sqlite:
+                    _check_foreign_keys(url, conn)
+            if sqlite:
+                _sqlite_foreign_keys(conn, on=True)
     except SQLAlchemyError as exc:
         raise SchemaError(f"cannot upgrade database {show_url(url)}: {one_line(exc)}") from None
     except CommandError as exc:

@@ -772,6 +772,15 @@ class Store:
         with self._read("reading the audit trail") as conn:
             return [AuditRecord(**r) for r in conn.execute(stmt).mappings()]
 
+    def node_reason_marks(self) -> dict[str, AuditRecord]:
+        """The last ``scontrol update NodeName=`` of each node (who set its reason, when)."""
+        a = t.audit.c
+        stmt = (select(a.time, a.actor_uid, a.action, a.target, a.detail)
+                .where(a.action == "update_node").order_by(a.time, a.id))
+        with self._read("reading the nodes' reasons") as conn:
+            rows = [AuditRecord(**r) for r in conn.execute(stmt).mappings()]
+        return {r.target.removeprefix("node "): r for r in rows}
+
     # advance reservations (schedd/domain/reservation.py builds and reads these rows)
 
     def save_reservation(self, row: dict[str, Any], actor_uid: int, action: str,

@@ -106,8 +106,10 @@ class AgentRegistry:
             body["step_id"] = step_id
         self._tell(node, "terminate_steps", body)
 
-    def signal(self, job: Job, signum: int, batch_only: bool) -> None:
-        if job.allocation:
-            self._tell(job.allocation[0].node, "signal",
-                       {"job_id": job.id, "generation": job.generation, "signal": str(signum),
-                        "batch_only": batch_only})
+    def signal(self, job: Job, signum: int, batch_only: bool, full: bool = False) -> None:
+        """Slurm's scancel --signal: the job's steps (every node of it), or with ``batch_only``
+        its batch shell alone, or with ``full`` both (agentd's Launcher.signal)."""
+        body = {"job_id": job.id, "generation": job.generation, "signal": str(signum),
+                "batch_only": batch_only, "full": full}
+        for node in dict.fromkeys(a.node for a in job.allocation):
+            self._tell(node, "signal", body)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 
 from schedd.context import Context
 from schedd.lifecycle.transitions import RunEnd, end_run
@@ -29,7 +30,8 @@ def check_nodes(ctx: Context, now: float) -> None:
         log.warning("node %s is not responding (last heartbeat %.0f s ago): DOWN", node.name,
                     now - node.last_heartbeat)
         ctx.state.save_node(dataclasses.replace(node, state=NodeState.DOWN,
-                                                reason=NOT_RESPONDING))
+                                                reason=NOT_RESPONDING, reason_time=now,
+                                                reason_uid=os.geteuid()))  # schedd's own
         for job in [j for j in ctx.state.running() if node.name in _nodes_of(j)]:
             fail_run(ctx, job, now, f"node {node.name} not responding")
         ctx.wake_scheduler()
@@ -46,7 +48,8 @@ def node_heard(ctx: Context, node: Node, now: float) -> None:
     node.last_heartbeat = now  # memory only: heartbeats are not history
     if node.state == NodeState.DOWN and node.reason in ("", NOT_RESPONDING):
         log.info("node %s is responding again", node.name)
-        ctx.state.save_node(dataclasses.replace(node, state=NodeState.IDLE, reason=""))
+        ctx.state.save_node(dataclasses.replace(node, state=NodeState.IDLE, reason="",
+                                                reason_time=0.0, reason_uid=None))
         ctx.wake_scheduler()
 
 

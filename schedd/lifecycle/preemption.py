@@ -151,7 +151,9 @@ def start(ctx: Context, tracker: Tracker, preemptions: list[Preemption], now: fl
     ctx.state.commit(changes)
     for job, _ in changes:
         signum, batch_only = notice_signal(job.signal)
-        ctx.agents.signal(job, signum, batch_only)
+        # the notice reaches the whole job (the batch shell's group and its steps), or with
+        # --signal=B: the batch shell alone
+        ctx.agents.signal(job, signum, batch_only, full=not batch_only)
     tick(ctx, tracker, now)
 
 

@@ -32,6 +32,7 @@ from schedd.slurm.stats import (
     STAT_CPU_SYSTEM,
     STAT_CPU_USER,
     STAT_GPU_MEM_MAX,
+    STAT_GPU_SIMULATED,
     STAT_GPU_UTIL_MAX,
     STAT_GPU_UTIL_MEAN,
     STAT_RSS_MAX,
@@ -61,11 +62,17 @@ def started(job: Job) -> bool:
     return bool(job.start_time) and job.state != JobState.PENDING
 
 
+def run_over(job: Job) -> bool:
+    """The run has ended: the job finished, or it is an earlier run of a requeued job (sacct
+    -D's REQUEUED rows, ``handlers/sacct.earlier_runs``: a live job requeued is PENDING)."""
+    return job.state.finished or job.state == JobState.REQUEUED
+
+
 def job_end(job: Job, now: float) -> int:
     """The job's end as an integer instant; a job still running ends 'now'."""
     if not started(job):
         return 0
-    if job.end_time and job.state.finished:
+    if job.end_time and run_over(job):
         return int(job.end_time)
     return int(now)
 
@@ -249,7 +256,8 @@ def _stats_fields(stats: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"gpu_util": num(STAT_GPU_UTIL_MEAN), "gpu_util_max": num(STAT_GPU_UTIL_MAX),
             "gpu_mem_max_mb": num(STAT_GPU_MEM_MAX), "max_rss_kb": num(STAT_RSS_MAX),
             "ave_rss_kb": num(STAT_RSS_MEAN), "user_cpu": user, "system_cpu": system,
-            "total_cpu": None if user is None or system is None else user + system}
+            "total_cpu": None if user is None or system is None else user + system,
+            "gpu_simulated": bool(stats.get(STAT_GPU_SIMULATED))}
 
 
 def job_row(job: Job, steps: list[dict[str, Any]], rc: RowContext) -> dict[str, Any]:
@@ -264,7 +272,7 @@ def job_row(job: Job, steps: list[dict[str, Any]], rc: RowContext) -> dict[str, 
         "state_base": str(job.state), "exit_code": job_exit_code(job),
         "derived_exit_code": derived_exit_code(steps), "submit": job.submit_time,
         "eligible": job.eligible_time or job.submit_time, "start": job.start_time
-        if started(job) else 0, "end": job_end(job, rc.now) if job.state.finished else 0,
+        if started(job) else 0, "end": job_end(job, rc.now) if run_over(job) else 0,
         "elapsed": elapsed(job, rc.now), "time_limit": job.time_limit, "has_limit": True,
         "node_list": job.node_list, "alloc_tres": tres_text(alloc),
         "req_tres": tres_text(req_tres(job, rc.policy)), "alloc_cpus": alloc.get("cpu") or req_cpus(job),

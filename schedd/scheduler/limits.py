@@ -178,72 +178,83 @@ class Enforcer:
 
     def blocked(self, job: PendingJob) -> str:
         """The Slurm reason that keeps the job pending now, or '' when its limits allow it."""
+        verdict = self.verdict(job)
+        return verdict.reason if verdict is not None else ""
+
+    def verdict(self, job: PendingJob) -> Verdict | None:
+        """The limit that keeps the job pending now, with where it is set and what uses it
+        (``kiln why`` prints it), or None when its limits allow it."""
         request = pending_tres(job)
         qos = self.table.qos.get(job.qos)
         if qos is not None:
-            reason = self._qos_reason(job, qos.limits, request)
-            if reason:
-                return reason
-        return self._assoc_reason(job, request)
+            found = self._qos_verdict(job, qos.limits, request)
+            if found is not None:
+                return found
+        return self._assoc_verdict(job, request)
 
-    def _qos_reason(self, job: PendingJob, lim: Limits, request: dict[str, int]) -> str:
-        reason = per_job_reason("QOS", lim.max_wall, lim.max_tres_per_job, job, request)
-        if reason:
-            return reason
+    def _qos_verdict(self, job: PendingJob, lim: Limits, request: dict[str, int]
+                     ) -> Verdict | None:
+        where = f"QOS {job.qos}"
+        found = per_job_verdict("QOS", lim.max_wall, lim.max_tres_per_job, job, request, where)
+        if found is not None:
+            return found
         mine = self.qos_user.get((job.qos, job.user), _Tally())
         if lim.max_jobs_per_user is not None and mine.jobs >= lim.max_jobs_per_user:
-            return "QOSMaxJobsPerUserLimit"
-        name = over(request, mine.tres, lim.max_tres_per_user)
-        if name:
-            return tres_reason("QOS", _MAX_PER_USER, "MaxGRESPerUser", name)
+            return _jobs_verdict("QOSMaxJobsPerUserLimit", "MaxJobsPerUser",
+                                 lim.max_jobs_per_user, mine, where + f" (user {job.user})")
+        found = _tres_verdict("QOS", _MAX_PER_USER, "MaxGRESPerUser", "MaxTRESPerUser", request,
+                              mine, lim.max_tres_per_user, where + f" (user {job.user})")
+        if found is not None:
+            return found
         everyone = self.qos.get(job.qos, _Tally())
         if lim.grp_jobs is not None and everyone.jobs >= lim.grp_jobs:
-            return "QOSGrpJobsLimit"
-        name = over(request, everyone.tres, lim.grp_tres)
-        if name:
-            return tres_reason("QOS", _GRP_TRES, "GrpGRES", name)
+            return _jobs_verdict("QOSGrpJobsLimit", "GrpJobs", lim.grp_jobs, everyone, where)
+        found = _tres_verdict("QOS", _GRP_TRES, "GrpGRES", "GrpTRES", request, everyone,
+                              lim.grp_tres, where)
+        if found is not None:
+            return found
         need = {k: v * job.time_limit / 60.0 for k, v in request.items()}
-        name = over(need, everyone.run_mins, lim.grp_tres_mins)  # type: ignore[arg-type]
-        if name:
-            return tres_reason("QOS", _GRP_MINS, "GrpGRESMinutes", name)
-        return ""
+        return _mins_verdict("QOS", need, everyone.run_mins, lim.grp_tres_mins, where)
 
-    def _assoc_reason(self, job: PendingJob, request: dict[str, int]) -> str:
+    def _assoc_verdict(self, job: PendingJob, request: dict[str, int]) -> Verdict | None:
         chain = self.table.chain(job.account, job.user)
         if not chain:
-            return ""
-        max_wall = self.table.effective(chain, "max_wall")
-        max_tres = self.table.effective(chain, "max_tres_per_job") or {}
-        reason = per_job_reason("Assoc", max_wall, max_tres, job, request)  # type: ignore[arg-type]
-        if reason:
-            return reason
-        max_jobs = self.table.effective(chain, "max_jobs")
-        if max_jobs is not None and self.own.get(chain[0], _Tally()).jobs >= max_jobs:
-            return "AssocMaxJobsLimit"
+            return None
+        wall_at, max_wall = self.table.effective_at(chain, "max_wall")
+        tres_at, max_tres = self.table.effective_at(chain, "max_tres_per_job")
+        found = per_job_verdict("Assoc", max_wall, {}, job, request,  # type: ignore[arg-type]
+                                set_on(wall_at, chain[0]))
+        found = found or per_job_verdict("Assoc", None, max_tres or {},  # type: ignore[arg-type]
+                                         job, request, set_on(tres_at, chain[0]))
+        if found is not None:
+            return found
+        jobs_at, max_jobs = self.table.effective_at(chain, "max_jobs")
+        own = self.own.get(chain[0], _Tally())
+        if max_jobs is not None and own.jobs >= max_jobs:  # type: ignore[operator]
+            return _jobs_verdict("AssocMaxJobsLimit", "MaxJobs", max_jobs,  # type: ignore[arg-type]
+                                 own, set_on(jobs_at, chain[0]))
         need = {k: v * job.time_limit / 60.0 for k, v in request.items()}
         for key in chain:
-            reason = self._grp_reason(key, request, need)
-            if reason:
-                return reason
-        return ""
+            found = self._grp_verdict(key, request, need)
+            if found is not None:
+                return found
+        return None
 
-    def _grp_reason(self, key: AssocKey, request: dict[str, int],
-                    need: dict[str, float]) -> str:
+    def _grp_verdict(self, key: AssocKey, request: dict[str, int],
+                     need: dict[str, float]) -> Verdict | None:
         lim = self.table.assocs[key].limits
         tally = self.subtree.get(key, _Tally())
+        where = assoc_label(key)
         if lim.grp_jobs is not None and tally.jobs >= lim.grp_jobs:
-            return "AssocGrpJobsLimit"
-        name = over(request, tally.tres, lim.grp_tres)
-        if name:
-            return tres_reason("Assoc", _GRP_TRES, "GrpGRES", name)
-        if lim.grp_tres_mins:
-            used = dict(self.used_mins.get(key, {}))
-            for k, v in tally.run_mins.items():
-                used[k] = used.get(k, 0.0) + v
-            name = over(need, used, lim.grp_tres_mins)  # type: ignore[arg-type]
-            if name:
-                return tres_reason("Assoc", _GRP_MINS, "GrpGRESMinutes", name)
-        return ""
+            return _jobs_verdict("AssocGrpJobsLimit", "GrpJobs", lim.grp_jobs, tally, where)
+        found = _tres_verdict("Assoc", _GRP_TRES, "GrpGRES", "GrpTRES", request, tally,
+                              lim.grp_tres, where)
+        if found is not None or not lim.grp_tres_mins:
+            return found
+        used = dict(self.used_mins.get(key, {}))
+        for k, v in tally.run_mins.items():
+            used[k] = used.get(k, 0.0) + v
+        return _mins_verdict("Assoc", need, used, lim.grp_tres_mins, where)
 
     # --- the two hooks the cycle uses ----------------------------------------------------
 
@@ -291,9 +302,85 @@ def per_job_reason(prefix: str, max_wall: int | None, max_tres: dict[str, int],
                    job: PendingJob, request: dict[str, int]) -> str:
     """MaxWall and MaxTRESPerJob: a property of the job alone (DenyOnLimit rejects these at
     submit time)."""
+    found = per_job_verdict(prefix, max_wall, max_tres, job, request, "")
+    return found.reason if found is not None else ""
+
+
+def per_job_verdict(prefix: str, max_wall: int | None, max_tres: dict[str, int],
+                    job: PendingJob, request: dict[str, int], where: str) -> Verdict | None:
     if max_wall is not None and job.time_limit > max_wall:
-        return f"{prefix}MaxWallDurationPerJobLimit"
+        return Verdict(f"{prefix}MaxWallDurationPerJobLimit", f"MaxWall={max_wall // 60} minutes",
+                       where, need=f"a time limit of {job.time_limit // 60} minutes",
+                       never=True, what="minutes")
     name = over(request, {}, max_tres or {})
     if name:
-        return tres_reason(prefix, _MAX_PER_JOB, "MaxGRESPerJob", name)
-    return ""
+        return Verdict(tres_reason(prefix, _MAX_PER_JOB, "MaxGRESPerJob", name),
+                       f"MaxTRESPerJob={name}={max_tres[name]}", where,
+                       need=f"{name}={request[name]}", never=True, what=name)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A limit that holds a job back, in the words ``kiln why`` prints.
+
+    ``reason`` is Slurm's word (``AssocGrpGRES``); ``limit`` the limit as sacctmgr spells it
+    (``GrpTRES=gres/gpu=4``); ``where`` the association or QOS it is set on; ``need`` what the
+    job asks of it; ``in_use`` what running jobs hold of it there now (with ``jobs`` of them,
+    ``mine`` the job's owner's) — empty for a limit on the job alone; ``never``: the job alone
+    is over the limit, so it can never start under it."""
+
+    reason: str
+    limit: str
+    where: str
+    need: str
+    never: bool
+    what: str = ""  # the TRES (or "jobs", "minutes") the limit counts
+    in_use: str = ""
+    jobs: int = 0
+
+
+def assoc_label(key: AssocKey) -> str:
+    account, user = key
+    return f"user {user}'s association in account {account}" if user else f"account {account}"
+
+
+def set_on(at: AssocKey | None, own: AssocKey) -> str:
+    """Where a Max* limit is set, and whose association inherits it."""
+    if at is None:
+        return ""
+    if at == own:
+        return assoc_label(at)
+    return f"{assoc_label(at)} (inherited by {assoc_label(own)})"
+
+
+def _jobs_verdict(reason: str, word: str, cap: int, tally: _Tally, where: str) -> Verdict:
+    return Verdict(reason, f"{word}={cap}", where, need="one more running job",
+                   never=cap <= 0, what="jobs", in_use=f"{tally.jobs} running job(s)",
+                   jobs=tally.jobs)
+
+
+def _tres_verdict(prefix: str, kind: dict[str, str], gres: str, word: str,
+                  request: dict[str, int], tally: _Tally, limit: dict[str, int],
+                  where: str) -> Verdict | None:
+    name = over(request, tally.tres, limit)
+    if not name:
+        return None
+    held = int(tally.tres.get(name, 0))
+    return Verdict(tres_reason(prefix, kind, gres, name), f"{word}={name}={limit[name]}", where,
+                   need=f"{name}={request[name]}", never=request[name] > limit[name],
+                   what=name, in_use=f"{name}={held} held by {tally.jobs} running job(s)",
+                   jobs=tally.jobs)
+
+
+def _mins_verdict(prefix: str, need: dict[str, float], used: dict[str, float],
+                  limit: dict[str, int], where: str) -> Verdict | None:
+    name = over(need, used, limit)  # type: ignore[arg-type]
+    if not name:
+        return None
+    return Verdict(tres_reason(prefix, _GRP_MINS, "GrpGRESMinutes", name),
+                   f"GrpTRESMins={name}={limit[name]}", where,
+                   need=f"{name}={need[name]:.0f} minutes (its request times its time limit)",
+                   never=need[name] > limit[name], what=name,
+                   in_use=f"{used.get(name, 0.0):.0f} minutes used this period or held by "
+                          "running jobs")

@@ -171,11 +171,16 @@ class LimitTable:
 
     def effective(self, chain: list[AssocKey], name: str) -> int | dict[str, int] | None:
         """A Max* limit as it applies to the first association of ``chain`` (inherited)."""
+        return self.effective_at(chain, name)[1]
+
+    def effective_at(self, chain: list[AssocKey], name: str
+                     ) -> tuple[AssocKey | None, int | dict[str, int] | None]:
+        """The association of ``chain`` a Max* limit comes from, and its value."""
         for key in chain:
             value = getattr(self.assocs[key].limits, name)
             if value is not None and value != {}:
-                return value
-        return None
+                return key, value
+        return None, None
 
 
 

@@ -20,10 +20,13 @@ STAT_RSS_MAX = "rss_max_kb"  # KiB, the process tree's largest resident set
 STAT_RSS_MEAN = "rss_mean_kb"
 STAT_CPU_USER = "cpu_user_s"  # seconds of user CPU time: the batch shell's tree
 STAT_CPU_SYSTEM = "cpu_system_s"
+# 1 when the GPU figures are made up (--fake-gpus: no GPU was measured); sacct and seff label
+# them "simulated" wherever they print them
+STAT_GPU_SIMULATED = "gpu_simulated"
 
 STAT_KEYS: tuple[str, ...] = (
     STAT_SAMPLES, STAT_GPU_UTIL_MEAN, STAT_GPU_UTIL_MAX, STAT_GPU_MEM_MAX,
-    STAT_RSS_MAX, STAT_RSS_MEAN, STAT_CPU_USER, STAT_CPU_SYSTEM,
+    STAT_RSS_MAX, STAT_RSS_MEAN, STAT_CPU_USER, STAT_CPU_SYSTEM, STAT_GPU_SIMULATED,
 )
 
 

@@ -199,7 +199,8 @@ def test_fake_gpu_samples_land_in_sacct(acct: Cluster, jobs: Jobs) -> None:
     memory = int(sum(m for _, m in readings))
     [line] = sacct(acct, "-X", "-P", "-n", "-o", "GPUUtil,GPUMemMax,MaxRSS", "-j", str(jobs.ok))
     gpu_util, gpu_mem, rss = line.split("|")
-    assert (gpu_util, gpu_mem) == (f"{util:.1f}%", unit_text(memory, "MGTP"))
+    # made up on fake GPUs, and labelled so
+    assert (gpu_util, gpu_mem) == (f"{util:.1f}%(sim)", unit_text(memory, "MGTP") + "(sim)")
     assert rss[-1] in "KMG" and int(rss[:-1]) > 0
 
 

@@ -106,6 +106,43 @@ def test_grp_tres_holds_the_third_gpu_job(cluster: Cluster, tree: str, workdir: 
         acct(cluster, "-i", "modify", "account", "physics", "set", "GrpTRES=gres/gpu=-1")
 
 
+def test_kiln_why_names_the_limit_where_it_is_set_and_what_uses_it(
+        cluster: Cluster, tree: str, workdir: Path) -> None:
+    """Not "Slurm reason AssocMaxGRESPerJob": which limit, on which association, what holds it,
+    and whether the job can ever start under it (issue 17, item 7)."""
+    cancel_all(cluster, tree)
+    assert acct(cluster, "-i", "modify", "account", "physics", "set", "GrpTRES=gres/gpu=2",
+                "MaxTRES=gres/gpu=2").returncode == 0
+    try:
+        too_big = cluster.sbatch("--gres=gpu:3", "-t", "10", "--wrap", "true", user=tree,
+                                 cwd=workdir)
+        squeue_reason(cluster, too_big, "AssocMaxGRESPerJob")
+        why = cluster.run("kiln", "why", str(too_big), user=tree)
+        assert why.returncode == 0, why.stderr
+        assert why.stdout.splitlines()[1:3] == [
+            "  Why: a limit: it needs gres/gpu=3; the limit is MaxTRESPerJob=gres/gpu=2 on "
+            f"account physics (inherited by user {tree}'s association in account physics).",
+            "  It will never start unless the limit changes (sacctmgr modify ... set "
+            "MaxTRESPerJob=...) or the job asks for less (scontrol update)."]
+        cluster.run("scancel", str(too_big))
+        ids = [cluster.sbatch("--gres=gpu:1", "-t", "10", "--wrap", "sleep 120", user=tree,
+                              cwd=workdir) for _ in range(3)]
+        cluster.wait(ids[0], {"RUNNING"})
+        cluster.wait(ids[1], {"RUNNING"})
+        squeue_reason(cluster, ids[2], "AssocGrpGRES")
+        why = cluster.run("kiln", "why", str(ids[2]), user=tree)
+        assert why.returncode == 0, why.stderr
+        assert why.stdout.splitlines()[1:3] == [
+            "  Why: a limit: it needs gres/gpu=1; the limit is GrpTRES=gres/gpu=2 on account "
+            "physics.",
+            "  In use there now: gres/gpu=2 held by 2 running job(s); it starts when enough of "
+            "that is freed."]
+    finally:
+        cancel_all(cluster, tree)
+        acct(cluster, "-i", "modify", "account", "physics", "set", "GrpTRES=gres/gpu=-1",
+             "MaxTRES=gres/gpu=-1")
+
+
 def test_max_submit_jobs_rejects_the_third(cluster: Cluster, tree: str, workdir: Path) -> None:
     cancel_all(cluster, tree)
     acct(cluster, "-i", "modify", "user", tree, "set", "MaxSubmitJobs=2")

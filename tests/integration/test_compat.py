@@ -103,12 +103,27 @@ def test_seff_shows_the_synthetic_gpu_utilisation(compat: Cluster, workdir: Path
     assert lines[0] == f"Job ID: {job_id}"
     assert "State: COMPLETED (exit code 0)" in lines
     assert "GPUs: 2 (NVIDIA H100-80GB)" in lines, res.stdout
-    assert f"GPU Efficiency: {util:.2f}% mean utilisation (peak {util:.2f}%)" in lines
+    # fake GPUs measure nothing: the figures are made up, and seff says so
+    sim = " [simulated: fake GPUs, not measured]"
+    assert f"GPU Efficiency: {util:.2f}% mean utilisation (peak {util:.2f}%){sim}" in lines
     held = sum(m for _, m in readings)
     assert (f"GPU Memory Utilized: {size_text(held)} ({100 * held / (160 * 1024):.2f}% of "
-            "160.00 GB)") in lines
+            f"160.00 GB){sim}") in lines
     assert any(line.startswith("Memory Efficiency: ") and line.endswith("of 1.00 GB")
                for line in lines), res.stdout
+
+
+def test_a_job_shorter_than_the_sampling_interval_reports_its_peak_rss(
+        compat: Cluster, workdir: Path) -> None:
+    """Samples come every 10 s; this job's only one is taken as it starts (a shell and a
+    sleep), before it holds 300 MiB for a moment: MaxRSS is the kernel's peak, not that."""
+    job_id = compat.sbatch("--wrap", "sleep 1; python3 -c 'b = bytes(1) * (300 << 20)'; sleep 0.5",
+                           cwd=workdir)
+    assert _finished(compat, job_id)["state"] == "COMPLETED"
+    res = compat.run("sacct", "-X", "-n", "-P", "--noconvert", "-o", "MaxRSS", "-j", str(job_id))
+    assert res.returncode == 0, res.stderr
+    text = res.stdout.strip()
+    assert text.endswith("K") and int(text[:-1]) >= 300 * 1024, text
 
 
 def test_why_explains_a_job_waiting_for_resources(compat: Cluster, workdir: Path) -> None:

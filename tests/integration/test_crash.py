@@ -2,7 +2,13 @@
 
 Four submitters run 250 `sbatch` each while schedd is killed (SIGKILL) and brought back with
 `kiln up` three times at random moments. Afterwards every job id any submitter printed exists
-with its script, ids are unique, and every job ran to completion exactly once in the ledger.
+with its script, ids are unique, and every job ran to completion exactly once.
+
+"Exactly once" is proven by evidence a second run could not erase: each run of a job appends a
+line (its job id, a fresh random nonce, its shell's pid) to ``runs.log``, a file only the jobs
+write (kiln never touches it; O_APPEND lines of this size are atomic). A job run twice leaves
+two lines, whatever the ledger says after its rows were rewritten. The test counts exactly one
+line per acknowledged job, every nonce different, and ``Restarts=0`` (no requeue) for each.
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ from tests.integration.conftest import BACKENDS, _cluster
 SUBMITTERS = 4
 JOBS_EACH = 250
 KILLS = 3
+# one line per run of a job: job id, a nonce no other run can repeat, the batch shell's pid
+RUN_LINE = 'echo "$SLURM_JOB_ID $(cat /proc/sys/kernel/random/uuid) $$" >> runs.log'
+
+
+def _runs(log: str) -> dict[int, list[tuple[str, int]]]:
+    """runs.log as {job id: [(nonce, pid), ...]}, one entry per run."""
+    out: dict[int, list[tuple[str, int]]] = {}
+    for line in log.splitlines():
+        job_id, nonce, pid = line.split()
+        out.setdefault(int(job_id), []).append((nonce, int(pid)))
+    return out
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -34,8 +51,8 @@ def chaos(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 def _submitter(cluster: Cluster, index: int, workdir, printed: list[int], errors: list[str]):
     for n in range(JOBS_EACH):
         try:
-            res = cluster.run("sbatch", "--parsable", "-J", f"s{index}", "-t", "5",
-                              "--wrap", f"echo chaos-{index}-{n}", cwd=workdir)
+            res = cluster.run("sbatch", "--parsable", "-J", f"s{index}", "-t", "5", "--wrap",
+                              f"echo chaos-{index}-{n}; {RUN_LINE}", cwd=workdir)
         except subprocess.TimeoutExpired:  # not acknowledged: allowed, counted
             errors.append(f"sbatch {index}-{n} hung")
             continue
@@ -84,6 +101,7 @@ def test_kill9_of_schedd_loses_no_acknowledged_job(chaos: Cluster) -> None:
                     assert job.name == f"s{index}" and "echo chaos-" in job.script
                     assert job.state.value == "COMPLETED", (job_id, job.state, job.reason)
                     assert job.start_time > 0 and job.end_time >= job.start_time
+                    assert job.restart_count == 0, (job_id, "Restarts", job.restart_count)
             batch_rows = store.query_steps(ids)
             per_job: dict[int, int] = {}
             for step in batch_rows:
@@ -94,6 +112,14 @@ def test_kill9_of_schedd_loses_no_acknowledged_job(chaos: Cluster) -> None:
             store.close()
         outputs = sorted(p.name for p in workdir.glob("slurm-*.out"))
         assert len(outputs) >= len(ids)
+        runs = _runs((workdir / "runs.log").read_text())
+        twice = {i: r for i, r in runs.items() if len(r) != 1}
+        assert not twice, f"jobs that ran more than once: {dict(list(twice.items())[:5])}"
+        never = sorted(set(ids) - set(runs))
+        assert not never, f"acknowledged jobs that never ran: {never[:10]}"
+        nonces = [nonce for r in runs.values() for nonce, _ in r]
+        assert len(nonces) == len(set(nonces))
+
         print(f"chaos: {len(ids)} acknowledged, {len(jobs)} found, {len(errors)} sbatch errors "
               f"while schedd was down")
     finally:

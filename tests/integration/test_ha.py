@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.client import listening
 from tests.integration.cluster import Cluster, cleanup, world_tempdir
 from tests.integration.conftest import _cluster
 
@@ -79,6 +80,10 @@ def test_standby_takes_over_with_every_job_and_the_agent_follows(
         pair: tuple[Cluster, subprocess.Popen]) -> None:
     cluster, standby = pair
     workdir = world_tempdir("kiln-ha-job-")
+    first = f"ipc://{cluster.socket}"
+    second = standby.args[standby.args.index("--client-endpoint") + 1]
+    # no two leaders: only the lease holder serves; the standby binds nothing
+    assert (listening(first), listening(second)) == (True, False)
     try:
         running = cluster.sbatch("--wrap", "echo $$ > pid; sleep 600", cwd=workdir)
         cluster.wait(running, {"RUNNING"})
@@ -117,6 +122,7 @@ def test_standby_takes_over_with_every_job_and_the_agent_follows(
         res = cluster.run("kiln", "up")
         assert res.returncode == 0, res.stderr
         _wait_log(cluster.home / "log" / "schedd.log", "standby: another schedd holds")
+        assert (listening(first), listening(second)) == (False, True)  # still one leader
         assert cluster.run("scancel", *map(str, held)).returncode == 0
     finally:
         cleanup(workdir)

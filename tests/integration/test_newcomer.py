@@ -3,7 +3,10 @@ prints, its exit code. Two nodes with four fake A100s each, as the README's tour
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 
 import pytest
 
@@ -183,3 +186,77 @@ def test_script_whose_interpreter_cannot_run(two_nodes: Cluster, other_user: str
     rows = two_nodes.run("sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,State,ExitCode")
     assert rows.stdout.splitlines()[:2] == [f"{job_id}|FAILED|2:0",
                                             f"{job_id}.batch|FAILED|2:0"], rows.stdout
+
+
+def test_sinfo_long_starts_with_the_date_line(two_nodes: Cluster) -> None:
+    res = two_nodes.run("sinfo", "-l")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert re.fullmatch(r"[A-Z][a-z]{2} [A-Z][a-z]{2} \d\d \d\d:\d\d:\d\d \d{4}", lines[0])
+    assert lines[1].split()[:3] == ["PARTITION", "AVAIL", "TIMELIMIT"]
+
+
+def test_slurmd_start_time_is_the_agents_start_not_the_hosts_boot(two_nodes: Cluster) -> None:
+    import psutil
+
+    from cli.formats import fmt_time
+
+    node = _node(two_nodes, "node1")
+    agent = next(p for p in psutil.process_iter(["cmdline"])
+                 if "agentd.daemon" in " ".join(p.info["cmdline"] or [])
+                 and "node1" in (p.info["cmdline"] or []) and
+                 str(two_nodes.home) in " ".join(p.info["cmdline"] or []))
+    assert node["BootTime"] == fmt_time(psutil.boot_time())
+    started = agent.create_time()
+    assert node["SlurmdStartTime"] == fmt_time(started), (node["SlurmdStartTime"],
+                                                           fmt_time(started))
+
+
+def test_requeued_rows_of_sacct_d_have_their_end(two_nodes: Cluster, workdir) -> None:
+    job_id = two_nodes.sbatch("-t", "5", "--wrap", "sleep 300", cwd=workdir)
+    two_nodes.wait(job_id, {"RUNNING"})
+    assert two_nodes.run("scontrol", "requeue", str(job_id)).returncode == 0
+    two_nodes.wait(job_id, {"RUNNING", "PENDING"})
+    res = two_nodes.run("sacct", "-D", "-X", "-n", "-P", "-j", str(job_id), "-o",
+                        "State,Start,End,Elapsed")
+    first = res.stdout.splitlines()[0].split("|")
+    assert first[0] == "REQUEUED"
+    assert first[2] != "Unknown" and first[2] >= first[1], first
+    two_nodes.run("scancel", str(job_id))
+
+
+def test_kiln_up_does_not_reshape_running_nodes(two_nodes: Cluster) -> None:
+    res = two_nodes.run("kiln", "up", "--fake-gpus", "8xH100")
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == (
+        "Error: the cluster runs as 2 node(s), 4xA100, 64 CPUs each (nodes node1, node2); "
+        "kiln up does not reshape running nodes to 2 node(s), 8xH100, 64 CPUs each: "
+        "`kiln down` first, then `kiln up` with the new shape\n")
+    assert _node(two_nodes, "node1")["Gres"] == "gpu:a100:4"
+    again = two_nodes.run("kiln", "up")  # the shape it has, unchanged
+    assert again.returncode == 0, again.stderr
+    assert "all already running" in again.stdout and again.stderr == ""
+
+
+def test_sinfo_r_says_who_set_the_reason_and_when(two_nodes: Cluster, other_user: str) -> None:
+    from cli.formats import fmt_time
+
+    before = int(time.time())
+    res = two_nodes.run("scontrol", "update", "NodeName=node2", "State=DRAIN",
+                        "Reason=fan broken")
+    assert res.returncode == 0, res.stderr
+    try:
+        lines = two_nodes.run("sinfo", "-R").stdout.splitlines()
+        assert lines[0] == "REASON               USER      TIMESTAMP           NODELIST"
+        reason, user, stamp, nodes = lines[1][:20].strip(), *lines[1][20:].split()
+        assert (reason, user, nodes) == ("fan broken", "root", "node2")
+        assert fmt_time(before) <= stamp <= fmt_time(time.time()), stamp
+        # a schedd restart keeps them (the audit trail of scontrol update)
+        pid = int((two_nodes.home / "run" / "schedd.pid").read_text())
+        two_nodes.expect_exit("schedd")
+        os.kill(pid, signal.SIGKILL)
+        assert two_nodes.run("kiln", "up").returncode == 0
+        again = two_nodes.run("sinfo", "-R").stdout.splitlines()
+        assert again[1] == lines[1]
+    finally:
+        two_nodes.run("scontrol", "update", "NodeName=node2", "State=RESUME")

@@ -150,3 +150,73 @@ def test_nvml_lost_gpu_raises_and_shuts_down(monkeypatch):
 def test_node_resources():
     cpus, memory_mb = node_resources()
     assert cpus >= 1 and memory_mb > 0
+
+
+def test_str_names_of_current_nvidia_ml_py(monkeypatch):
+    _install_fake_nvml(monkeypatch, nvlinked=set())
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetName", lambda h: "NVIDIA A100-SXM4-80GB")
+    assert {g.model for g in discover()} == {"NVIDIA A100-SXM4-80GB"}
+
+
+# --- the real library, unpatched (issue 19, item 8) ----------------------------------------
+
+
+def _nvidia_smi_gpus() -> list[str]:
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    return [line for line in res.stdout.splitlines() if line.startswith("GPU ")]
+
+
+def test_unpatched_nvml_discovery_on_this_host():
+    """No stand-in: the installed nvidia-ml-py against this host's driver. Without NVIDIA's
+    driver (CI) it finds no GPUs and raises nothing; on a GPU host, the GPUs nvidia-smi lists,
+    each with its UUID, model and memory."""
+    import os
+
+    found = discover()
+    if not os.path.exists("/dev/nvidiactl"):
+        assert found == []
+        return
+    listed = _nvidia_smi_gpus()
+    assert len(found) == len(listed) > 0, (found, listed)
+    for gpu, line in zip(found, listed, strict=True):
+        assert gpu.uuid.startswith("GPU-") and gpu.uuid in line, (gpu, line)
+        assert gpu.model and gpu.model in line and gpu.memory_mb > 1024, gpu
+
+
+def test_kiln_up_says_when_it_falls_back_to_fake_gpus(capsys):
+    """The unpatched discovery on a host without GPUs: kiln up pretends, and says so."""
+    import os
+
+    from cli import up
+
+    if os.path.exists("/dev/nvidiactl"):
+        assert up._default_gpus() == ""  # a GPU host uses its real GPUs
+        return
+    assert up._default_gpus() == up.DEFAULT_FAKE_GPUS
+    assert capsys.readouterr().err == (
+        "kiln up: NVML found no GPUs here (no NVIDIA driver): each node gets 8xH100-80GB fake "
+        "GPUs, whose figures in sacct and seff are simulated\n")
+
+
+def test_kiln_up_stops_on_a_failing_nvml(monkeypatch, tmp_path):
+    """NVML present but failing: kiln up stops with NVML's error, writes no config and starts
+    nothing, rather than coming up with pretend GPUs."""
+    from click.testing import CliRunner
+
+    from cli.up import up
+
+    def broken():
+        raise _nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+    monkeypatch.setattr(pynvml, "nvmlInit", broken)
+    res = CliRunner().invoke(up, [], env={"KILN_HOME": str(tmp_path / "home"),
+                                         "KILN_CONF": None})
+    assert res.exit_code == 1
+    assert res.output == ("Error: NVML initialisation failed: Unknown Error; fix the driver, "
+                          "or pass --fake-gpus SPEC (e.g. --fake-gpus 8xH100-80GB) to run with "
+                          "pretend GPUs\n")
+    assert not (tmp_path / "home" / "kiln.toml").exists()

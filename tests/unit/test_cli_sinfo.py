@@ -70,8 +70,8 @@ def test_node_oriented(cluster, capsys) -> None:
 
 
 def test_reasons_and_summary(cluster, capsys) -> None:
-    assert run(capsys, ["-R", "-h"]) == (
-        "bad fan              root      Unknown             gpu04\n")
+    assert run(capsys, ["-R", "-h"]) == (  # nobody known set it: no user, no time invented
+        "bad fan              Unknown   Unknown             gpu04\n")
     assert run(capsys, ["-s"]) == (
         "PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST\n"
         "gpu*         up   infinite          1/2/1/4 gpu[01-04]\n"

@@ -76,3 +76,30 @@ def test_a_copy_owned_by_someone_else_is_ignored_and_not_overwritten(tmp_path: P
     os.chown(conf, 0, 0)
     os.chown(copy, 65534, 65534)  # a copy by neither root nor the TOML's owner
     assert paths.max_array_size(conf) == 10
+
+
+def test_lookup_order_conf_then_home_then_system(tmp_path: Path, monkeypatch) -> None:
+    """$KILN_CONF, then $KILN_HOME/kiln.toml (default ~/.kiln), then /etc/kiln/kiln.toml; the
+    first that exists wins (docs/user-guide.md, "Which cluster your commands reach")."""
+    system = tmp_path / "etc" / "kiln.toml"
+    home = tmp_path / "home"
+    explicit = tmp_path / "explicit.toml"
+    monkeypatch.setattr(paths, "SYSTEM_CONF", str(system))
+    monkeypatch.delenv("KILN_CONF", raising=False)
+    monkeypatch.setenv("KILN_HOME", str(home))
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert paths.find_config_path() is None  # nothing anywhere
+    system.parent.mkdir()
+    system.write_text("")
+    assert paths.find_config_path() == str(system)
+    home.mkdir()
+    (home / "kiln.toml").write_text("")
+    assert paths.find_config_path() == str(home / "kiln.toml")
+    monkeypatch.setenv("KILN_CONF", str(explicit))  # named: used even before it exists
+    assert paths.find_config_path() == str(explicit)
+    monkeypatch.delenv("KILN_CONF")
+    monkeypatch.delenv("KILN_HOME")  # the default home, ~/.kiln
+    assert paths.find_config_path() == str(system)
+    (tmp_path / "user" / ".kiln").mkdir(parents=True)
+    (tmp_path / "user" / ".kiln" / "kiln.toml").write_text("")
+    assert paths.find_config_path() == str(tmp_path / "user" / ".kiln" / "kiln.toml")

@@ -51,8 +51,20 @@ def test_sampler_samples_new_jobs_at_once_then_on_the_interval() -> None:
                      keys.STAT_GPU_UTIL_MEAN: round((u1 + u3) / 2, 2),
                      keys.STAT_GPU_UTIL_MAX: round((u1 + u3) / 2, 2),
                      keys.STAT_GPU_MEM_MAX: int(m1 + m3),
-                     keys.STAT_CPU_USER: 1.5, keys.STAT_CPU_SYSTEM: 0.25}
+                     keys.STAT_CPU_USER: 1.5, keys.STAT_CPU_SYSTEM: 0.25,
+                     keys.STAT_GPU_SIMULATED: 1}  # fake GPUs: made up, and marked so
     assert s.finish(7, 1) == {}  # forgotten
+
+
+def test_the_kernels_peak_rss_wins_over_a_smaller_sample_and_stands_alone() -> None:
+    s = sampler.Sampler(None, interval=10, probe=fixed_tree())
+    s.track({"job_id": 8, "generation": 1})
+    s.tick(1000.0, [{"job_id": 8, "generation": 1, "pid": 100}])  # one sample: 2048 KiB
+    stats = s.finish(8, 1, (2.0, 0.5), peak_rss_kb=307200.0)
+    assert (stats[keys.STAT_RSS_MAX], stats[keys.STAT_RSS_MEAN]) == (307200, 2048)
+    assert keys.STAT_GPU_SIMULATED not in stats  # no GPU figure at all
+    alone = s.finish(9, 1, (1.0, 0.0), peak_rss_kb=4096.0)  # never sampled
+    assert alone[keys.STAT_RSS_MAX] == 4096
 
 
 def test_jobs_without_gpus_or_already_gone() -> None:
@@ -138,6 +150,14 @@ def test_nvml_readings_use_the_jobs_processes_else_the_device() -> None:
     assert nvml.sample(1, [0], {12}) == [(50.0, 3072.0)]  # no process of ours: device's use
     lossy = sampler.NvmlGPUs(fake_nvml(procs, fail={1}))
     assert lossy.sample(1, [0, 1], {11}) == [(50.0, 1024.0)]
+
+
+def test_nvml_used_memory_none_falls_back_to_the_device() -> None:
+    """Current nvidia-ml-py gives usedGpuMemory=None where the driver cannot tell: that is not
+    0 MiB held, it is unknown, so the device's used memory stands in."""
+    procs = [SimpleNamespace(pid=11, usedGpuMemory=None)]
+    nvml = sampler.NvmlGPUs(fake_nvml(procs))
+    assert nvml.sample(1, [0], {11}) == [(50.0, 3072.0)]
 
 
 def test_make_sampler_picks_the_backend() -> None:
