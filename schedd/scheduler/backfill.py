@@ -112,8 +112,8 @@ class Walk:
                 break
             tested += 1
             self.visit(job)
-            if self.blocked and self.planned_all and not self.due(job):
-                break  # (due jobs come first: cycle.due_first; a job behind may be due too)
+            if self.blocked and self.planned_all and not self.may_precede_due(job):
+                break
         else:
             return self.finish()
         # Nothing left to plan: the rest can only start now, and most cannot (the quick
@@ -189,6 +189,11 @@ class Walk:
         then on no later job can delay it, so backfill delays any job by at most the bound."""
         bound = self.config.bf_due_wait
         return bool(bound) and self.now - job.submit_time >= bound
+
+    def may_precede_due(self, job: PendingJob) -> bool:
+        """Whether a due job may still come after this one: the order is promised jobs, then
+        due ones, then the rest (``cycle.due_first``), so not once a job is neither."""
+        return bool(self.config.bf_due_wait) and (job.job_id in self.promised or self.due(job))
 
     def start(self, job: PendingJob, chosen: list[NodeTimeline]) -> None:
         end = self.end_of(job, self.now)

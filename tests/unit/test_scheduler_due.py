@@ -70,3 +70,17 @@ def test_every_due_job_gets_a_plan(queue, busy):
     for job in pending:
         if now - job.submit_time >= 200 and job.job_id not in started:
             assert job.job_id in decisions.expected_start, job
+
+
+def test_a_due_job_behind_a_promised_one_still_gets_a_plan():
+    # the node is full for 50 s; job 1 holds a promise (one reservation: the plan is full)
+    now = 1000.0
+    node = NodeView("n1", CPUS, 0)
+    run = RunningJob(999, [NodeAllocation("n1", CPUS, 0, [])], now - 10, now + 50)
+    promised = PendingJob(1, "p", cpus_per_node=CPUS, time_limit=30, submit_time=now - 20)
+    old = PendingJob(2, "old", cpus_per_node=CPUS, time_limit=30, submit_time=now - 500)
+    snap = Snapshot(now, [node], [run], [promised, old], promised={1: now + 50})
+    config = SchedulerConfig(bf_resolution=1, bf_max_reservations=1, bf_due_wait=200)
+    assert schedule(snap, config).expected_start == {1: now + 50, 2: now + 80}
+    assert schedule(snap, dataclasses.replace(config, bf_due_wait=0)).expected_start == \
+        {1: now + 50}
