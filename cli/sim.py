@@ -2,14 +2,20 @@
 
     kiln sim TRACE.swf[.gz] [--policy fcfs|easy|conservative|kiln]
              [--nodes N] [--gpus-per-node G] [--config kiln.toml] [--out schedule.csv]
+             [--by-user users.csv] [--from JOB|TIME] [--to JOB|TIME]
 
 Prints the trace, the machine, the policy, the figures of ``schedd.sim.metrics`` and how fast
 the replay ran (jobs/s, and the share of that time spent inside the scheduler core). Every bad
 input is one line on stderr and exit status 1.
+
+``--from``/``--to`` cut the figures (not the replay: every job is still scheduled) to a slice:
+plain numbers are job numbers (inclusive), numbers with a unit (``s``, ``m``, ``h``, ``d``) are
+submit times on the trace's clock (``--from 30d --to 60d``: submitted in [30 d, 60 d)).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, NoReturn
 
 import click
@@ -18,11 +24,12 @@ from schedd.config import ConfigError
 
 if TYPE_CHECKING:
     from schedd.sim.machine import Machine
-    from schedd.sim.metrics import Metrics
+    from schedd.sim.metrics import Metrics, Slice
     from schedd.sim.replay import Replay
     from schedd.sim.swf import Trace
 
 PROG = "kiln sim"
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class _OneLineErrors(click.Command):
@@ -53,13 +60,20 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
               help="kiln.toml whose [scheduler] table the kiln policy uses")
 @click.option("--out", default=None, metavar="FILE",
               help="write the schedule as CSV: id,submit,start,end,procs")
+@click.option("--by-user", "by_user", default=None, metavar="FILE",
+              help="write per-user figures as CSV: user,jobs,avg_wait,max_wait,avg_bsld")
+@click.option("--from", "first", default=None, metavar="JOB|TIME",
+              help="figures from this job number, or submit time with a unit (30d, 12h)")
+@click.option("--to", "last", default=None, metavar="JOB|TIME",
+              help="figures up to this job number (inclusive) or submit time (exclusive)")
 @click.pass_context
 def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
-        gpus_per_node: int | None, config_file: str | None, out: str | None) -> None:
+        gpus_per_node: int | None, config_file: str | None, out: str | None,
+        by_user: str | None, first: str | None, last: str | None) -> None:
     """Replay an SWF trace through the scheduler core on a virtual clock."""
     from cli.progress import progress
     from schedd.sim import machine as machines
-    from schedd.sim.metrics import summarize, write_csv
+    from schedd.sim import metrics as figures
     from schedd.sim.policy import policy_config
     from schedd.sim.replay import SimError, replay
     from schedd.sim.swf import SwfError, read_swf
@@ -69,6 +83,7 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
             _fail(ctx, f"{name} must be at least 1, not {value}")
     if config_file is not None and policy != "kiln":
         _fail(ctx, "--config only applies to --policy kiln")
+    window = _slice(ctx, first, last)
     try:
         config = policy_config(policy, config_file)
         data = read_swf(trace)
@@ -83,23 +98,60 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
     if not result.records:
         _fail(ctx, f"no job of {trace} fits on {len(machine.nodes)} node(s) of "
                    f"{machine.gpus_per_node} GPUs")
-    metrics = summarize(result, machine.capacity)
-    if out:
-        try:
-            write_csv(result.records, out)
-        except OSError as exc:
-            _fail(ctx, f"cannot write {out}: {exc.strerror or exc}")
-    _report(data, machine, policy, result, metrics, out)
+    metrics = figures.summarize(result, machine.capacity, window)
+    if window is not None and not metrics.jobs:
+        _fail(ctx, f"no replayed job is in the slice ({window.describe()})")
+    chosen = result.records if window is None else [r for r in result.records if r in window]
+    for path, write in ((out, lambda p: figures.write_csv(result.records, p)),
+                        (by_user, lambda p: figures.write_user_csv(figures.by_user(chosen), p))):
+        if path:
+            try:
+                write(path)
+            except OSError as exc:
+                _fail(ctx, f"cannot write {path}: {exc.strerror or exc}")
+    _report(data, machine, policy, result, metrics, out, window)
+
+
+def _slice(ctx: click.Context, first: str | None, last: str | None) -> Slice | None:
+    """``--from``/``--to`` as a Slice: job numbers, or submit times when they carry a unit."""
+    from schedd.sim.metrics import Slice
+
+    if first is None and last is None:
+        return None
+    parsed = [_bound(ctx, name, value) for name, value in (("--from", first), ("--to", last))]
+    kinds = {kind for kind, _ in parsed if kind}
+    if len(kinds) > 1:
+        _fail(ctx, "--from and --to must both be job numbers or both be times")
+    (_, low), (_, high) = parsed
+    if low is not None and high is not None and high < low:
+        _fail(ctx, f"--to ({last}) is before --from ({first})")
+    return Slice(kinds.pop(), low, high)
+
+
+def _bound(ctx: click.Context, name: str, value: str | None) -> tuple[str, float | None]:
+    if value is None:
+        return "", None
+    text = value.strip().lower()
+    scale = UNITS.get(text[-1:]) if text else None
+    digits = text[:-1] if scale else text
+    try:
+        number = float(digits) if scale else int(digits)
+    except ValueError:
+        _fail(ctx, f"{name} {value!r} is neither a job number nor a time such as 30d or 12h")
+    if number < 0 or not math.isfinite(number):
+        _fail(ctx, f"{name} {value!r} must not be negative")
+    return ("time", number * scale) if scale else ("job", number)
 
 
 def _report(data: Trace, machine: Machine, policy: str, result: Replay, metrics: Metrics,
-            out: str | None) -> None:
+            out: str | None, window: Slice | None = None) -> None:
     dropped = ", ".join(f"{n:,} {why}" for why, n in sorted(data.dropped.items()))
     lines = [
         ("trace", f"{data.name} ({len(data.jobs):,} jobs kept"
                   + (f"; dropped {dropped})" if dropped else ")")),
         ("machine", _machine_line(data, machine, result.not_fitting)),
         ("policy", policy),
+        *([("slice", window.describe())] if window is not None else []),
         *metrics.rows(),
         ("replay", _speed_line(result)),
     ]

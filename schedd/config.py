@@ -29,13 +29,15 @@ class SchedulerConfig:
     interval: float = 1.0  # seconds between periodic cycles (cycles also run on events)
     min_interval: float = 0.02  # sched_min_interval: events within this many seconds share a cycle
     backfill: bool = True
-    bf_max_reservations: int = 2  # 1 = EASY; large = conservative (see docs/scheduler.md)
+    bf_max_reservations: int = 1  # 1 = EASY's protection; large = conservative (docs/scheduler.md)
     bf_max_job_test: int = 10_000  # pending jobs looked at per cycle
     bf_resolution: int = 60  # seconds: reservation times are rounded up to this
     bf_window: int = 7 * 86400  # how far ahead reservations are planned, seconds
-    fill: str = "short_area"  # "priority" (Slurm), "area" (GPUs x minutes, ties by name), or
-    # "short_area": jobs of at most bf_short_job seconds first, widest first, then by area
+    fill: str = "hole_area"  # "priority" (Slurm), "area" (GPUs x minutes, ties by name),
+    # "short_area": jobs of at most bf_short_job seconds first, widest first, then by area, or
+    # "hole_area": jobs that end before the first reservation first, each class by area
     bf_short_job: int = 600  # seconds
+    bf_due_wait: int = 0  # seconds: a job waiting this long is due (backfill.py); 0 = never
     predict_runtime: bool = False
     default_time_limit: int = 365 * 86400  # planning horizon for UNLIMITED jobs, seconds
     # multifactor priority (Slurm's PriorityWeight*)

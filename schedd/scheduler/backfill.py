@@ -4,13 +4,16 @@
 - ``backfill=False``: the first job that does not fit stops the walk (strict FCFS/priority; it
   still gets an expected start, which nothing can take from it).
 - ``backfill=True``: a job that does not fit gets a reservation at its earliest start, for up to
-  ``bf_max_reservations`` jobs; the reservation is held in the profile, so later jobs start now
+  ``bf_max_reservations`` jobs, and for every *due* job (waiting ``bf_due_wait`` or more, when
+  that is set: ``Walk.due``); the reservation is held in the profile, so later jobs start now
   only where they delay none (whether they end before it or use what it leaves over). With one
   reservation this is EASY (Lifka), with many it is conservative backfill.
 - Fill rule ``area``: once some job waits, the jobs that could start now are not started in
   priority order but gathered and started by GPUs x minutes (CPUs x minutes as the second key),
   ties by name: the hole takes the largest area first, never the smallest GPU count first.
-  Fill rule ``short_area`` (the default): gathered likewise, but jobs planned for at most
+  Fill rule ``hole_area`` (the default): gathered likewise, but the jobs that end by the
+  earliest reservation of the cycle go first, each class by area (``hole_key``).
+  Fill rule ``short_area``: gathered likewise, but jobs planned for at most
   ``bf_short_job`` seconds go first: a wait hurts their (bounded) slowdown most and they take
   almost no area; among them the widest first (first-fit decreasing on the hole's width, the
   only dimension that matters for jobs that end soon); then the rest by area. A job that was promised a start by an
@@ -35,7 +38,7 @@ from schedd.scheduler import placement
 from schedd.scheduler.profile import NodeTimeline, round_up
 from schedd.scheduler.snapshot import PendingJob
 
-FILL_RULES = ("priority", "area", "short_area")
+FILL_RULES = ("priority", "area", "short_area", "hole_area")
 _JOB_ID = attrgetter("job_id")
 # what decides whether a job may fit now and which nodes it may use (placement.CandidateCache)
 _SHAPE = attrgetter("partition", "features", "gpu_type", "nodelist", "exclude", "cpus_per_node",
@@ -48,7 +51,7 @@ def check_config(config: SchedulerConfig) -> None:
         raise ValueError(f"scheduler fill rule {config.fill!r} is not one of "
                          f"{', '.join(FILL_RULES)}")
     for name in ("bf_max_reservations", "bf_max_job_test", "bf_resolution", "bf_window",
-                 "bf_short_job", "max_age"):
+                 "bf_short_job", "bf_due_wait", "max_age"):
         if getattr(config, name) < 0:
             raise ValueError(f"scheduler {name} must not be negative")
 
@@ -87,6 +90,7 @@ class Walk:
         self.planned_all = config.bf_max_reservations <= 0  # no reservation left to make
         self.blocked = False
         self.deferred: list[PendingJob] = []
+        self.shadow: float | None = None  # the earliest reservation's start, once the fill asks
         self.candidates = placement.CandidateCache(timelines).get
 
     def end_of(self, job: PendingJob, start: float) -> float:
@@ -110,7 +114,7 @@ class Walk:
                 break
             tested += 1
             self.visit(job)
-            if self.blocked and self.planned_all:
+            if self.blocked and self.planned_all and not self.may_precede_due(job):
                 break
         else:
             self.plan.depth = tested
@@ -169,7 +173,7 @@ class Walk:
                                          self.free)
             if chosen is not None:
                 if (self.blocked and self.config.fill != "priority"
-                        and job.job_id not in self.promised):
+                        and job.job_id not in self.promised and not self.due(job)):
                     self.deferred.append(job)
                     self.plan.reasons[job.job_id] = "Priority"
                 else:
@@ -177,11 +181,24 @@ class Walk:
                 return
         self.plan.reasons[job.job_id] = "Priority" if self.blocked else "Resources"
         if self.config.backfill:
-            if not self.planned_all:
+            if not self.planned_all or self.due(job):
                 self.reserve(job, cands.nodes)
         elif not self.blocked:
             self.reserve(job, cands.nodes)
         self.blocked = True
+
+    def due(self, job: PendingJob) -> bool:
+        """Whether the job has waited ``bf_due_wait`` seconds (0: nobody is ever due). A due job
+        is planned right after the promised jobs, oldest first (``cycle.due_first``), gets a
+        reservation beyond ``bf_max_reservations`` and is never held back for the fill rule: from
+        then on no later job can delay it, so backfill delays any job by at most the bound."""
+        bound = self.config.bf_due_wait
+        return bool(bound) and self.now - job.submit_time >= bound
+
+    def may_precede_due(self, job: PendingJob) -> bool:
+        """Whether a due job may still come after this one: the order is promised jobs, then
+        due ones, then the rest (``cycle.due_first``), so not once a job is neither."""
+        return bool(self.config.bf_due_wait) and (job.job_id in self.promised or self.due(job))
 
     def start(self, job: PendingJob, chosen: list[NodeTimeline]) -> None:
         end = self.end_of(job, self.now)
@@ -235,8 +252,28 @@ class Walk:
         first is first-fit decreasing on that width; the narrow ones fill what is left, and a
         narrow job finds another hole far more easily than a wide one does."""
         duration = self.duration(job)
+        if self.config.fill == "hole_area":
+            return self.hole_key(job, duration)
         if self.config.fill == "short_area" and duration <= self.config.bf_short_job:
             return (0, -job.total_gpus, -job.cpus_per_node * job.num_nodes, duration, job.name,
                     job.job_id)
         gpu_area, cpu_area = area(job, duration)
         return (1, -gpu_area, -cpu_area, 0, job.name, job.job_id)
+
+    def hole_key(self, job: PendingJob, duration: int) -> tuple:
+        """``hole_area``: the jobs that end by the earliest reservation of this cycle first,
+        then the others; in each class the largest GPUs x minutes first (CPUs x minutes next),
+        ties by name.
+
+        A hole has two parts. Until the first reservation starts, everything free now is free
+        for any job that ends by then: such a job delays no reservation whatever it takes, and
+        gives all of it back before any reserved job needs it. Past that instant only the extra
+        (what the reservations leave over) is free, and a job that runs on into it holds it.
+        Filling the bounded part first, largest first (first-fit decreasing on area), packs it;
+        the long jobs then take the extra by area. No reservation this cycle: one class."""
+        shadow = self.shadow
+        if shadow is None:
+            shadow = self.shadow = min(self.plan.expected_start.values(), default=float("inf"))
+        gpu_area, cpu_area = area(job, duration)
+        late = self.end_of(job, self.now) > shadow
+        return (late, -gpu_area, -cpu_area, job.name, job.job_id)

@@ -100,8 +100,11 @@ def ranked_order(snapshot: Snapshot,
     if not priority.submit_ordered(pending, config, shares, snapshot.plain_arrivals):
         prio = priority.priorities(pending, now, config, cluster, shares)
         shown = priority.displayed(pending, prio) if snapshot.explain else {}
-        return ordered(pending, prio, snapshot.promised), shown
+        order = ordered(pending, prio, snapshot.promised)
+        return due_first(order, snapshot.promised, now, config.bf_due_wait), shown
     order, ranked, one_nice = by_submit(pending, snapshot.promised, snapshot.plain_arrivals)
+    if not one_nice:  # a queue in (nice, submit) order: the oldest jobs need not come first
+        order = due_first(order, snapshot.promised, now, config.bf_due_wait)
     if not snapshot.explain:
         return order, {}
     if one_nice and priority.constant(config):  # one value for every job: no arithmetic
@@ -119,6 +122,7 @@ _JOB_ID = attrgetter("job_id")
 _SUBMIT = attrgetter("submit_time")
 _NICE = attrgetter("nice")
 _RESERVATION = attrgetter("reservation")
+_SUBMIT_ID = attrgetter("submit_time", "job_id")
 _FEW = 16  # promised jobs picked out one by one below this; by a mask over the queue above
 
 
@@ -189,6 +193,22 @@ def _index_in(base: list[PendingJob], ids: list[int] | None):
         except ValueError:
             return -1
     return index
+
+
+def due_first(order: list[PendingJob], promised: dict[int, float], now: float,
+              bound: int) -> list[PendingJob]:
+    """``order`` with the due jobs (waiting ``bound`` seconds or more) moved right behind the
+    promised jobs, oldest first: a due job waits behind no job that came after it, whatever
+    its priority (``backfill.Walk.due``). ``bound`` 0: nobody is ever due, the order is kept."""
+    if not bound:
+        return order
+    cut = now - bound
+    head = [j for j in order if j.job_id in promised]
+    rest = [j for j in order if j.job_id not in promised]
+    due = sorted((j for j in rest if j.submit_time <= cut), key=_SUBMIT_ID)
+    if not due:
+        return order
+    return head + due + [j for j in rest if j.submit_time > cut]
 
 
 def ordered(pending: list[PendingJob], prio: dict[int, float],

@@ -23,9 +23,9 @@ from schedd.sim.replay import replay
 from schedd.sim.swf import read_swf
 
 HEADER = (
-    "| trace | policy | jobs | avg wait (s) | avg bsld | utilisation | makespan (s) "
-    "| violations | reserved | jobs/s | in core |\n"
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| trace | policy | jobs | avg wait (s) | p95 wait | max wait | avg bsld | utilisation "
+    "| makespan (s) | violations | reserved | Jain (bsld) | worst user wait | jobs/s | in core |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 
 
@@ -39,8 +39,10 @@ def row(trace_path: str, policy: str, gpus_per_node: int = 0) -> str:
     m = summarize(result, machine.capacity)
     share = result.core_seconds / result.wall_seconds if result.wall_seconds else 0.0
     return (f"| {Path(trace_path).name.split('.swf')[0]} | {policy} | {m.jobs:,} "
-            f"| {m.avg_wait:,.2f} | {m.avg_bsld:,.2f} | {m.utilisation:.4f} | {m.makespan:,.0f} "
-            f"| {m.violations:,} | {m.reserved:,} | {result.jobs_per_second:,.0f} | {share:.0%} |")
+            f"| {m.avg_wait:,.2f} | {m.wait_percentiles[95]:,.0f} | {m.max_wait:,.0f} "
+            f"| {m.avg_bsld:,.2f} | {m.utilisation:.4f} | {m.makespan:,.0f} "
+            f"| {m.violations:,} | {m.reserved:,} | {m.jain_bsld:.4f} | {m.worst_user_wait:,.2f} "
+            f"| {result.jobs_per_second:,.0f} | {share:.0%} |")
 
 
 def _worker(trace_path: str, policy: str, gpus_per_node: int, out) -> None:
@@ -58,7 +60,7 @@ def timed_row(trace_path: str, policy: str, budget: float, gpus_per_node: int = 
         child.terminate()
         child.join()
         name = Path(trace_path).name.split(".swf")[0]
-        return f"| {name} | {policy} | not finished within {budget:g} s | | | | | | | | |"
+        return f"| {name} | {policy} | not finished within {budget:g} s | | | | | | | | | | | | |"
     return receive.recv() if receive.poll() else f"| {trace_path} | {policy} | failed | |"
 
 

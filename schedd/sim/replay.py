@@ -55,6 +55,7 @@ class JobRecord:
     procs: int  # processors in the trace
     units: int  # CPUs or GPUs it held on the simulated machine
     run: float
+    user: int = -1  # the trace's user number (-1: unknown)
 
 
 @dataclass(slots=True)
@@ -214,5 +215,5 @@ def _finish(state: _State, job_id: int, now: float) -> None:
     job, shape = state.jobs.pop(job_id)
     start = state.started.pop(job_id)
     state.records.append(
-        JobRecord(job.job_id, job.submit, start, now, job.procs, shape.units, job.run)
+        JobRecord(job.job_id, job.submit, start, now, job.procs, shape.units, job.run, job.user)
     )

@@ -198,7 +198,7 @@ def _use_at(t: float, starts: list[tuple[PendingJob, NodeAllocation, float]]) ->
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters(), st.sampled_from(["priority", "area", "short_area"]))
+@given(clusters(), st.sampled_from(["priority", "area", "short_area", "hole_area"]))
 def test_reservations_are_kept(snap: Snapshot, fill: str) -> None:
     config = dataclasses.replace(CONFIG, fill=fill, bf_resolution=GRID)
     d = schedule(snap, config)

@@ -159,11 +159,12 @@ def test_promised_job_keeps_its_slot_against_a_newcomer() -> None:
         [job(1, 8, 60, submit=NOW - 100), job(2, 8, 60, submit=NOW - 10, nice=-100_000)],
         promised={1: NOW + 30 * MIN},
     )
-    d = schedule(snap, SchedulerConfig())
+    two = SchedulerConfig(bf_max_reservations=2)  # a plan for both jobs
+    d = schedule(snap, two)
     assert d.expected_start[1] == NOW + 30 * MIN
     assert d.expected_start[2] == NOW + 90 * MIN
     snap.promised = {}
-    d = schedule(snap, SchedulerConfig())
+    d = schedule(snap, two)
     assert d.expected_start[2] == NOW + 30 * MIN  # without the promise priority decides
 
 
@@ -219,3 +220,32 @@ def test_bad_fill_rule_is_a_clear_error() -> None:
         schedule(seed_snapshot(8), SchedulerConfig(fill="smallest"))
     with pytest.raises(ValueError, match="bf_window must not be negative"):
         schedule(seed_snapshot(8), SchedulerConfig(bf_window=-1))
+
+
+def test_hole_area_fills_the_part_before_the_reservation_first() -> None:
+    # 16 GPUs, 8 busy for 30 more minutes; the head wants 12 GPUs for an hour: planned at
+    # +30', leaving 4 GPUs of extra. L (4 GPUs, 2 h) fits only the extra and holds it past the
+    # reservation; B (6 GPUs, 20') ends before the reservation. area: the larger area first;
+    # hole_area: what ends by the reservation first, then the rest, each by area.
+    def snap(busy: int) -> Snapshot:
+        return Snapshot(NOW, [gpu_node(gpus=16)], [running(100, "n1", list(range(busy)), 30)],
+                        [job(1, 12, 60, "head"), job(2, 4, 120, "L"), job(3, 6, 20, "B")])
+    tight = snap(8)
+    assert names(tight, schedule(tight, SchedulerConfig(fill="area"))) == ["L"]
+    assert names(tight, schedule(tight, SchedulerConfig(fill="hole_area"))) == ["B"]
+    roomy = snap(6)
+    assert names(roomy, schedule(roomy, SchedulerConfig(fill="hole_area"))) == ["B", "L"]
+    assert SchedulerConfig().fill == "hole_area"  # the default
+
+
+def test_a_due_job_jumps_the_priority_order_and_gets_a_plan() -> None:
+    # the node is full for an hour; A waited two hours at a low priority (nice), B is new
+    a = job(1, 8, 60, "A", submit=NOW - 7200, nice=5000)
+    b = job(2, 8, 60, "B", submit=NOW - 60)
+    snap = Snapshot(NOW, [gpu_node()], [running(100, "n1", list(range(8)), 60)], [a, b])
+    plain = schedule(snap, SchedulerConfig(bf_resolution=1))
+    assert list(plain.expected_start) == [2]  # one reservation, for the higher priority
+    due = schedule(snap, SchedulerConfig(bf_resolution=1, bf_due_wait=3600))
+    assert due.expected_start == {1: NOW + 3600}
+    both_due = schedule(snap, SchedulerConfig(bf_resolution=1, bf_due_wait=60))
+    assert both_due.expected_start == {1: NOW + 3600, 2: NOW + 7200}  # beyond the one
