@@ -240,7 +240,10 @@ CLIENT_OPS: dict[str, Schema] = {
     # cursors: [[procid, "out"|"err", next offset wanted]] of forwarded output srun has written
     "step_wait": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                   "cursors": List(Tuple(Int(0), Str(8, choices=("out", "err")), Int(0)),
-                                  size=MAX_TASKS * 2)},
+                                  size=MAX_TASKS * 2),
+                  # peek: the batch script of an srun outside an allocation waits for its
+                  # step; it reads the step's end, never its output (srun's to take)
+                  "peek": Bool()},
     # detach: srun leaves without reading the rest (its output is then discarded)
     "step_cancel": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                     "detach": Bool()},
