@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 
 class CommandError(Exception):

@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command, submit_failure
@@ -38,6 +37,10 @@ from schedd.protocol import (
     SUBMIT_FIELDS,
     environment_bytes,
 )
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 PROG = "sbatch"
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -23,6 +22,10 @@ from cli.options import (
     parse_states,
     signal_name,
 )
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 PROG = "scancel"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -24,6 +23,10 @@ from cli.formats import (
 from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
 from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
 from schedd.slurm.hostlist import compress, expand
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 PROG = "sinfo"
 
@@ -49,7 +52,7 @@ NODE_LONG_FORMAT = ("nodelist:0 ,nodes:.6 ,partition:.9 ,statelong:.11 ,cpus:4 ,
 SUMMARY_FORMAT = "partition:9 ,available:.5 ,time:.10 ,nodeaiot:.16 ,nodelist:0"
 REASON_FORMAT = "reason:20 ,user:9 ,timestamp:19 ,nodelist:0"
 
-Group = dict[str, Any]  # {"partition": dict, "nodes": [node dicts]}
+Group = dict[str, "Any"]  # {"partition": dict, "nodes": [node dicts]}
 
 
 def _category(node: dict[str, Any]) -> str:

@@ -13,8 +13,11 @@ a daemon. Standard library only: ``sbatch`` pays for every import.
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from schedd import wirejson
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a whole message, script included
@@ -372,7 +375,7 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
 
 
 def encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return wirejson.dumps(obj).encode()
 
 
 def request(op: str, body: dict[str, Any] | None = None, msg_id: int = 0) -> bytes:
@@ -399,7 +402,7 @@ def decode(frame: bytes) -> dict[str, Any]:
     if len(frame) > MAX_MESSAGE_BYTES:
         raise ProtocolError(E_BAD_REQUEST, f"message of {len(frame)} bytes is over the cap")
     try:
-        msg = json.loads(frame)
+        msg = wirejson.loads(frame)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(E_BAD_REQUEST, f"malformed message: {exc}") from None
     except RecursionError:  # "[[[[..." deep enough to exhaust the parser's stack
