@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
 
-TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import NoReturn
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
 
-TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
 NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
@@ -465,7 +465,7 @@ SBATCH_ENV_VARS = {
 }
 
 Settings = dict[str, "Any"]
-Handler = Callable[[Settings, "str | None"], None]
+Handler = "Callable[[Settings, str | None], None]"  # a handler of one option (see below)
 
 
 def _store(field: str, parse: Callable[[str], Any] = str) -> Handler:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command, submit_failure
@@ -38,8 +37,9 @@ from schedd.protocol import (
     environment_bytes,
 )
 
-TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 PROG = "sbatch"
