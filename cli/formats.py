@@ -11,17 +11,17 @@ from that Table a whole column at a time (the end of this module).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
-from schedd.slurm.states import COMPACT_STATES
+from schedd.slurm.compact import COMPACT_CODES
 from schedd.slurm.text import has_control, printable, printable_lines
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 YEAR_SECONDS = 365 * 86400
-COMPACT = {str(state): compact for state, compact in COMPACT_STATES.items()}
+COMPACT = COMPACT_CODES
 
 
 # --- times -----------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ def parse_long_format(fmt: str, names: dict[str, str]) -> tuple[list[Column], li
     return columns, unknown
 
 
-Getter = Callable[[dict[str, "Any"], "Ctx"], str]
+Getter = "Callable[[dict[str, Any], Ctx], str]"
 
 
 class Ctx:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -25,6 +24,7 @@ from cli.options import (
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 PROG = "scancel"

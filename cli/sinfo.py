@@ -8,7 +8,6 @@ partition, ``-R`` the reasons of down and drained nodes. ``%G`` shows ``gpu:<typ
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -26,6 +25,7 @@ from schedd.slurm.hostlist import compress, expand
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 PROG = "sinfo"
@@ -96,7 +96,7 @@ def _first(g: Group) -> dict[str, Any]:
     return g["nodes"][0] if g["nodes"] else {}
 
 
-SinfoGetter = Callable[[Group], str]
+SinfoGetter = "Callable[[Group], str]"
 
 # key -> (header, getter, aggregate over the group's nodes)
 FIELDS: dict[str, tuple[str, SinfoGetter, bool]] = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import sys
 import time
-from collections.abc import Sequence
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -47,6 +46,7 @@ from cli.options import (
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 PROG = "squeue"
