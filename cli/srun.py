@@ -61,6 +61,7 @@ PROG = "srun"
 VERSION_TEXT = "slurm 22.05.8 (kiln)"
 POLL_START, POLL_MAX = 0.05, 0.25  # seconds between step_wait polls (backs off)
 QUEUED_AFTER = 1.0  # seconds pending before srun says the job is queued (as Slurm does)
+RELEASE_WAIT = 30.0  # seconds srun waits, at most, for its job to end after its step
 USAGE = """Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]]
 
 Parallel run options (the common ones):
@@ -450,7 +451,27 @@ def run_job(settings: Settings, command: list[str], argv: list[str]) -> int:
         except CommandError:
             client.call("cancel", {"job_ids": [str(job_id)]})  # no step: free the nodes
             raise
+        if interrupts.count < 2:  # a second interrupt leaves at once
+            _wait_released(client, job_id)
     return _step_status(result)
+
+
+def _wait_released(client: Client, job_id: int) -> None:
+    """The job ends with its step (its holder exits): wait for that, as Slurm's srun returns
+    once its allocation is released, so a command right after (sacct, squeue) sees it ended."""
+    deadline, poll = time.monotonic() + RELEASE_WAIT, POLL_START
+    while time.monotonic() < deadline:
+        try:
+            jobs = client.call("query_jobs", {"job_ids": [str(job_id)],
+                                              "all_states": True})["jobs"]
+        except ClientError as exc:
+            if exc.code != "invalid_job_id":
+                raise
+            return
+        if not jobs or jobs[0]["state"] in _FINISHED:
+            return
+        time.sleep(poll)
+        poll = min(poll * 2, POLL_MAX)
 
 
 def _job_status(job: dict[str, Any]) -> int:

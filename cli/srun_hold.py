@@ -24,7 +24,7 @@ from cli.errors import run_command
 
 PROG = "srun"
 STEP_ID = 0  # srun's step is the job's first
-POLL_START, POLL_MAX = 0.1, 1.0  # seconds between polls (backs off)
+POLL_START, POLL_MAX = 0.05, 0.25  # seconds between polls (backs off; srun waits for it)
 START_WAIT = 300.0  # seconds the step may take to appear
 UNCOLLECTED_WAIT = 60.0  # seconds an ended step may wait for its srun
 
