@@ -3,18 +3,22 @@
 This is also kiln's Python submit API: ``Client().call("submit", {...})`` on one connection.
 schedd learns who is calling from the kernel (``SO_PEERCRED``), never from the message.
 Frames are length-prefixed JSON (``schedd/localsock.py``). Only the standard library: a
-command's cost is Python's start plus its own work.
+command's cost is Python's start plus its own work. The socket is ``_socket``'s, the C type
+under ``socket.socket``: what a Unix stream needs (connect, sendall, recv, timeouts) without
+``socket.py``'s imports (selectors, enum classes), a few ms of every command's start.
 """
 
 from __future__ import annotations
 
+import _socket
 import itertools
-import json
-import socket
 import struct
-from typing import Any
 
-from schedd import paths, protocol
+from schedd import paths, protocol, wirejson
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_TIMEOUT = 60.0
 HEADER = struct.Struct(">I")
@@ -43,14 +47,14 @@ class Client:
         self.endpoints = [endpoint, *peers]  # an HA pair's schedds, tried in order
         self.timeout = timeout
         self._ids = itertools.count(1)
-        self._sock: socket.socket | None = None
+        self._sock: _socket.socket | None = None
 
-    def _socket(self) -> socket.socket:
+    def _connected(self) -> _socket.socket:
         """Connected to the first schedd that listens (a standby binds nothing; a dead one's
         socket file refuses at once: no waiting out a timeout)."""
         if self._sock is None:
             for endpoint in self.endpoints:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
                 sock.settimeout(self.timeout)
                 try:
                     sock.connect(_path(endpoint))
@@ -82,7 +86,7 @@ class Client:
             raise ClientError(protocol.E_BAD_REQUEST,
                               f"request of {len(request)} bytes is over the limit of "
                               f"{protocol.MAX_MESSAGE_BYTES} bytes")
-        sock = self._socket()
+        sock = self._connected()
         try:
             try:
                 sock.sendall(HEADER.pack(len(request)) + request)
@@ -99,7 +103,7 @@ class Client:
             raise ClientError("unreachable", LOST) from None
 
     @staticmethod
-    def _recv(sock: socket.socket, size: int) -> bytes:
+    def _recv(sock: _socket.socket, size: int) -> bytes:
         chunks, left = [], size
         while left:
             chunk = sock.recv(min(left, 1 << 20))
@@ -134,7 +138,7 @@ def _decode_reply(frame: bytes) -> dict[str, Any]:
     """A reply from schedd. Not held to MAX_MESSAGE_BYTES, which bounds what daemons accept:
     squeue over 20,000 jobs is a reply of some 20 MB, and it comes from our own controller."""
     try:
-        reply = json.loads(frame)
+        reply = wirejson.loads(frame)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise protocol.ProtocolError(protocol.E_BAD_REQUEST, f"malformed reply: {exc}") from None
     if not isinstance(reply, dict):
@@ -153,12 +157,14 @@ def _peers() -> list[str]:
 
 def listening(endpoint: str) -> bool:
     """Does a schedd listen there now? A connect probe."""
+    probe = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            probe.connect(_path(endpoint))
+        probe.connect(_path(endpoint))
         return True
     except (OSError, ClientError):
         return False
+    finally:
+        probe.close()
 
 
 def call(op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:

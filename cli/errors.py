@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+
+TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import NoReturn
 
 
 class CommandError(Exception):

@@ -13,14 +13,17 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable
-from typing import Any
 
-from schedd.slurm.states import COMPACT_STATES
+from schedd.slurm.compact import COMPACT_CODES
 from schedd.slurm.text import has_control, printable, printable_lines
 
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 YEAR_SECONDS = 365 * 86400
-COMPACT = {str(state): compact for state, compact in COMPACT_STATES.items()}
+COMPACT = COMPACT_CODES
 
 
 # --- times -----------------------------------------------------------------------------------
@@ -169,7 +172,7 @@ def parse_long_format(fmt: str, names: dict[str, str]) -> tuple[list[Column], li
     return columns, unknown
 
 
-Getter = Callable[[dict[str, Any], "Ctx"], str]
+Getter = "Callable[[dict[str, Any], Ctx], str]"
 
 
 class Ctx:
@@ -631,7 +634,7 @@ def job_sort_key(key: str) -> Callable[[dict[str, Any], Ctx], Any]:
 # runs its getter per job on a dictionary of just the attributes JOB_ATTRS names for it.
 # tests/unit/test_query_rows.py holds each comprehension to its getter.
 
-Table = dict[str, list[Any]]
+Table = dict[str, list["Any"]]
 
 
 def _nulls(values: list[Any]) -> list[str]:

@@ -5,9 +5,11 @@ Shared by ``cli/sinfo.py`` and ``cli/sinfo_json.py`` (so neither imports the oth
 
 from __future__ import annotations
 
-from typing import Any
+from schedd.slurm.gres import gres_type
 
-from schedd.model import gres_type
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 # state_display -> (compact, long)
 NODE_STATES = {

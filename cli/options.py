@@ -10,12 +10,22 @@ time that every ``sbatch`` pays.
 from __future__ import annotations
 
 import os
-import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
 
 NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
+
+
+def _match(pattern: str, text: str) -> Any:
+    """``re.match``, importing ``re`` on first use: most commands parse no time, size or date,
+    and ``re`` (with ``enum``) costs a command a few ms of its start."""
+    import re
+
+    return re.match(pattern, text)
 
 
 class OptionError(Exception):
@@ -153,12 +163,12 @@ def parse_time_limit(text: str, option: str = "--time") -> int | None:
     s = text.strip()
     if s.lower() in ("-1", "infinite", "unlimited"):
         return None
-    m = re.match(_DAYS, s)
+    m = _match(_DAYS, s)
     if m:
         days, hours = int(m.group(1)), int(m.group(2))
         minutes, secs = int(m.group(3) or 0), int(m.group(4) or 0)
     else:
-        m = re.match(_CLOCK, s)
+        m = _match(_CLOCK, s)
         if not m:
             raise OptionError(f"Invalid {option} specification")
         days = 0
@@ -178,7 +188,7 @@ _MEM_FACTORS = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 102
 
 def parse_memory_mb(text: str, option: str = "--mem") -> int:
     """'512MB', '1G', '954M', '1024K', '2g', '4000' (bare = MB) -> MiB, rounded up."""
-    m = re.match(_MEMORY, text.strip())
+    m = _match(_MEMORY, text.strip())
     if not m:
         raise OptionError(f"Invalid {option} specification")
     value = int(m.group(1)) * _MEM_FACTORS[m.group(2).upper()]
@@ -297,7 +307,7 @@ def parse_begin(text: str, now: float | None = None) -> float:
         rest = s[3:]
         if not rest:
             return now
-        m = re.match(r"^\+(\d+)([a-z]*)$", rest)
+        m = _match(r"^\+(\d+)([a-z]*)$", rest)
         if not m or m.group(2) not in _BEGIN_UNITS:
             raise OptionError("Invalid --begin specification")
         return now + int(m.group(1)) * _BEGIN_UNITS[m.group(2)]
@@ -308,17 +318,17 @@ def parse_begin(text: str, now: float | None = None) -> float:
                                                      today.tm_mday + 1, 0, 0, 0)
     if s in _NAMED_HOURS:
         return _next_clock(now, today, _NAMED_HOURS[s], 0, 0)
-    m = re.match(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?$", s)
+    m = _match(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?$", s)
     if m:
         hour = int(m.group(1)) % 12 + (12 if m.group(4) == "pm" else 0) if m.group(4) \
             else int(m.group(1))
         return _next_clock(now, today, hour, int(m.group(2)), int(m.group(3) or 0))
-    m = re.match(r"^(\d{4})-(\d{2})-(\d{2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?$", s)
+    m = _match(r"^(\d{4})-(\d{2})-(\d{2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?$", s)
     if m:
         y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
         return _checked_local(y, mo, d, int(m.group(4) or 0), int(m.group(5) or 0),
                               int(m.group(6) or 0))
-    m = re.match(r"^(\d{1,2})/(\d{1,2})(?:/(\d{2}|\d{4}))?$", s)
+    m = _match(r"^(\d{1,2})/(\d{1,2})(?:/(\d{2}|\d{4}))?$", s)
     if m:
         y = int(m.group(3)) if m.group(3) else today.tm_year
         y = y + 2000 if y < 100 else y
@@ -466,8 +476,8 @@ SBATCH_ENV_VARS = {
     "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
 }
 
-Settings = dict[str, Any]
-Handler = Callable[[Settings, "str | None"], None]
+Settings = dict[str, "Any"]
+Handler = "Callable[[Settings, str | None], None]"  # a handler of one option (see below)
 
 
 def _store(field: str, parse: Callable[[str], Any] = str) -> Handler:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command, submit_failure
@@ -39,6 +37,11 @@ from schedd.protocol import (
     SUBMIT_FIELDS,
     environment_bytes,
 )
+
+TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 PROG = "sbatch"
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"

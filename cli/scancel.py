@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
-from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -23,6 +21,11 @@ from cli.options import (
     parse_states,
     signal_name,
 )
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 PROG = "scancel"
 

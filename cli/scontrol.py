@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -34,9 +32,14 @@ from cli.options import (
     parse_memory_mb,
     parse_time_limit,
 )
-from schedd.model import gres_type
+from schedd.slurm.gres import gres_type
 from schedd.slurm.hostlist import HostlistError, compress, expand
 from schedd.slurm.text import printable_lines
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 PROG = "scontrol"
 

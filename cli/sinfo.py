@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -33,6 +31,11 @@ from cli.options import (
     parse_argv,
 )
 from schedd.slurm.hostlist import compress, expand
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 PROG = "sinfo"
 
@@ -58,7 +61,7 @@ NODE_LONG_FORMAT = ("nodelist:0 ,nodes:.6 ,partition:.9 ,statelong:.11 ,cpus:4 ,
 SUMMARY_FORMAT = "partition:9 ,available:.5 ,time:.10 ,nodeaiot:.16 ,nodelist:0"
 REASON_FORMAT = "reason:20 ,user:9 ,timestamp:19 ,nodelist:0"
 
-Group = dict[str, Any]  # {"partition": dict, "nodes": [node dicts]}
+Group = dict[str, "Any"]  # {"partition": dict, "nodes": [node dicts]}
 
 
 def _category(node: dict[str, Any]) -> str:
@@ -102,7 +105,7 @@ def _first(g: Group) -> dict[str, Any]:
     return g["nodes"][0] if g["nodes"] else {}
 
 
-SinfoGetter = Callable[[Group], str]
+SinfoGetter = "Callable[[Group], str]"
 
 # key -> (header, getter, aggregate over the group's nodes)
 FIELDS: dict[str, tuple[str, SinfoGetter, bool]] = {

@@ -11,8 +11,6 @@ import gc
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
 
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
@@ -47,6 +45,11 @@ from cli.options import (
     parse_argv,
     parse_states,
 )
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 PROG = "squeue"
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"

@@ -16,11 +16,13 @@ and all output was delivered, and exits with the worst task's status (its exit c
 a task killed by signal N), printing Slurm's ``srun: error: node: task N: ...`` line for each
 failed task.
 
-**Outside an allocation**: srun submits a job whose batch script is this srun command line, waits
-for it and streams the job's output as it is written (not only at the end), then exits with the
-job's exit code. Interrupting srun (Ctrl-C, SIGTERM) cancels its step or job. The job's own
-output goes to a spool directory made under ``$KILN_STEP_SPOOL`` (default: the system temp
-directory) and removed at the end, which srun tails; the batch host must see that directory.
+**Outside an allocation**: srun does what Slurm's does, an allocation and then its step. It
+submits a job whose batch script only holds the allocation (``cli/srun_hold.py``: it waits for
+the job's step 0 to end and exits with its status), waits until the job runs, then starts step 0
+itself, exactly as inside an allocation, so the tasks' output comes to it over the wire as it is
+written: nothing is shared between srun's node and the job's. srun exits with the worst task's
+status. Interrupting srun (Ctrl-C, SIGTERM) cancels its step (the job then ends) or, while the
+job is pending, the job.
 """
 
 from __future__ import annotations
@@ -30,10 +32,8 @@ import binascii
 import os
 import re
 import shlex
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +63,7 @@ PROG = "srun"
 VERSION_TEXT = "slurm 22.05.8 (kiln)"
 POLL_START, POLL_MAX = 0.05, 0.25  # seconds between step_wait polls (backs off)
 QUEUED_AFTER = 1.0  # seconds pending before srun says the job is queued (as Slurm does)
+RELEASE_WAIT = 30.0  # seconds srun waits, at most, for its job to end after its step
 USAGE = """Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]]
 
 Parallel run options (the common ones):
@@ -226,35 +227,6 @@ class Lines:
 
 
 @dataclass
-class Tail:
-    """One file another process writes, copied to ``sink`` as it grows (srun outside an
-    allocation: the job's output)."""
-
-    path: str
-    sink: BinaryIO
-    label: bytes = b""
-    raw: bool = False
-    fh: BinaryIO | None = None
-    lines: Lines = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.lines = Lines(self.sink, self.label, self.raw)
-
-    def pump(self, final: bool = False) -> bool:
-        """Copy what is new; True when something was."""
-        if self.fh is None:
-            try:
-                self.fh = open(self.path, "rb")  # kept open while tailing
-            except OSError:
-                return False
-        return self.lines.write(self.fh.read(), final)
-
-    def close(self) -> None:
-        if self.fh is not None:
-            self.fh.close()
-
-
-@dataclass
 class Interrupts:
     """SIGINT/SIGTERM while srun waits: remembered, acted on by the wait loop."""
 
@@ -310,15 +282,6 @@ class Forwarded:
         """The step is over: the last partial line of every stream."""
         for lines in self.streams.values():
             lines.write(b"", final=True)
-
-
-def make_spool(job_id: int | str) -> str:
-    base = os.environ.get("KILN_STEP_SPOOL") or None
-    try:
-        return tempfile.mkdtemp(prefix=f"kiln-srun-{job_id}-", dir=base)
-    except OSError as exc:
-        fail(f"cannot make the output spool directory in {base or tempfile.gettempdir()}: "
-             f"{exc.strerror}")
 
 
 # --- a step inside an allocation -------------------------------------------------------------
@@ -386,19 +349,24 @@ def _user() -> str:
 
 
 def run_step(job_id: int, settings: Settings, command: list[str]) -> int:
+    with Client() as client, Interrupts() as interrupts:
+        return _step_status(start_and_wait(client, interrupts, job_id, settings, command))
+
+
+def start_and_wait(client: Client, interrupts: Interrupts, job_id: int, settings: Settings,
+                   command: list[str]) -> dict[str, Any]:
+    """Start a step in the job and copy its forwarded output until it ends; its result."""
     cwd = settings.get("workdir") or os.getcwd()
     if settings.get("open_mode") != "append":
         for key in ("stdout", "stderr"):
             truncate_shared(settings.get(key, ""), job_id, cwd)
-    with Client() as client, Interrupts() as interrupts:
-        body = step_body(job_id, settings, command, cwd)
-        try:
-            started = client.call("step_start", {"step": body})
-        except ClientError as exc:
-            fail(f"Unable to create step for job {job_id}: {exc.message}")
-        forwarded = _forwarded(started["tasks"], settings)
-        result = _wait_step(client, job_id, started["step_id"], forwarded, interrupts)
-    return _step_status(result)
+    body = step_body(job_id, settings, command, cwd)
+    try:
+        started = client.call("step_start", {"step": body})
+    except ClientError as exc:
+        fail(f"Unable to create step for job {job_id}: {exc.message}")
+    forwarded = _forwarded(started["tasks"], settings)
+    return _wait_step(client, job_id, started["step_id"], forwarded, interrupts)
 
 
 def run_pty_step(job_id: int, settings: Settings, command: list[str]) -> int:
@@ -482,90 +450,102 @@ def _signal_text(sig: int) -> str:
 # --- a job of its own, outside an allocation --------------------------------------------------
 
 
-def job_script(srun_path: str, argv: list[str]) -> str:
-    """The batch script of an srun outside an allocation: this srun, again, inside the job."""
-    line = " ".join(shlex.quote(a) for a in [srun_path, *argv])
-    return f"#!/bin/sh\n# submitted by srun outside an allocation\nexec {line}\n"
+HOLD_SCRIPT = ("#!/bin/sh\n# submitted by srun outside an allocation: holds the allocation "
+               "until srun's step ends\nexec {python} -m cli.srun_hold\n")
 
 
 def run_job(settings: Settings, command: list[str], argv: list[str]) -> int:
+    """Submit the allocation, wait until it runs, run step 0 in it from here."""
     from cli.sbatch import build_job
 
-    beside = os.path.join(os.path.dirname(sys.executable), PROG)
-    srun_path = beside if os.access(beside, os.X_OK) else shutil.which(PROG) or PROG
     job_settings = {k: v for k, v in settings.items() if k not in _STEP_ONLY}
     job_settings.setdefault("name", os.path.basename(command[0]))
-    spool = make_spool("job")
-    job = build_job(job_settings, job_script(srun_path, argv), os.path.basename(command[0]),
+    script = HOLD_SCRIPT.format(python=shlex.quote(sys.executable))
+    job = build_job(job_settings, script, os.path.basename(command[0]),
                     " ".join(command)[:4000], [])
-    job["stdout"] = os.path.join(spool, "job.out")
-    job["stderr"] = os.path.join(spool, "job.err")
-    job["open_mode"] = "truncate"
-    os.chmod(spool, 0o700)
-    try:
-        with Client() as client, Interrupts() as interrupts:
-            try:
-                body: dict[str, Any] = {"job": job}
-                if settings.get("_priority") is not None:  # an operator's --priority
-                    body["priority"] = settings["_priority"]
-                job_id = client.call("submit", body)["job_id"]
-            except ClientError as exc:
-                fail(*submit_failure(exc.message, "Unable to allocate resources"))
-            tails = [Tail(job["stdout"], sys.stdout.buffer), Tail(job["stderr"],
-                                                                  sys.stderr.buffer)]
-            final = _wait_job(client, job_id, tails, interrupts, bool(settings.get("_quiet")))
-    finally:
-        shutil.rmtree(spool, ignore_errors=True)
-    if final.get("exit_signal"):
-        return 128 + int(final["exit_signal"])
-    if final.get("exit_code"):
-        return int(final["exit_code"])
-    return 0 if final.get("state") == "COMPLETED" else 1
+    job["stdout"] = job["stderr"] = os.devnull  # the holder writes nothing; the step forwards
+    with Client() as client, Interrupts() as interrupts:
+        try:
+            body: dict[str, Any] = {"job": job}
+            if settings.get("_priority") is not None:  # an operator's --priority
+                body["priority"] = settings["_priority"]
+            job_id = client.call("submit", body)["job_id"]
+        except ClientError as exc:
+            fail(*submit_failure(exc.message, "Unable to allocate resources"))
+        job = _wait_running(client, job_id, interrupts, bool(settings.get("_quiet")))
+        if job["state"] != "RUNNING":  # ended (cancelled, failed) before it ran
+            return _job_status(job)
+        try:
+            result = start_and_wait(client, interrupts, job_id, settings, command)
+        except CommandError:
+            client.call("cancel", {"job_ids": [str(job_id)]})  # no step: free the nodes
+            raise
+        if interrupts.count < 2:  # a second interrupt leaves at once
+            _wait_released(client, job_id)
+    return _step_status(result)
+
+
+def _wait_released(client: Client, job_id: int) -> None:
+    """The job ends with its step (its holder exits): wait for that, as Slurm's srun returns
+    once its allocation is released, so a command right after (sacct, squeue) sees it ended."""
+    deadline, poll = time.monotonic() + RELEASE_WAIT, POLL_START
+    while time.monotonic() < deadline:
+        try:
+            jobs = client.call("query_jobs", {"job_ids": [str(job_id)],
+                                              "all_states": True})["jobs"]
+        except ClientError as exc:
+            if exc.code != "invalid_job_id":
+                raise
+            return
+        if not jobs or jobs[0]["state"] in _FINISHED:
+            return
+        time.sleep(poll)
+        poll = min(poll * 2, POLL_MAX)
+
+
+def _job_status(job: dict[str, Any]) -> int:
+    if job.get("exit_signal"):
+        return 128 + int(job["exit_signal"])
+    if job.get("exit_code"):
+        return int(job["exit_code"])
+    return 0 if job.get("state") == "COMPLETED" else 1
 
 
 _FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
              "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
 
-def _wait_job(client: Client, job_id: int, tails: list[Tail], interrupts: Interrupts,
-              quiet: bool) -> dict[str, Any]:
+def _wait_running(client: Client, job_id: int, interrupts: Interrupts,
+                  quiet: bool) -> dict[str, Any]:
+    """Poll the job until it runs or has ended; Slurm's queued/allocated lines on the way."""
     poll, cancelled, queued = POLL_START, 0, False
     submitted = time.monotonic()
-    try:
-        while True:
-            moved = any([t.pump() for t in tails])
-            if interrupts.count > cancelled:
-                cancelled = interrupts.count
-                print(f"{PROG}: forcing job termination", file=sys.stderr, flush=True)
-                client.call("cancel", {"job_ids": [str(job_id)]})
-            try:
-                jobs = client.call("query_jobs", {"job_ids": [str(job_id)],
-                                                  "all_states": True})["jobs"]
-            except ClientError as exc:
-                if exc.code != "invalid_job_id":
-                    raise
-                jobs = []
-            job = jobs[0] if jobs else {"state": "COMPLETED"}
-            state = job["state"]
-            if quiet:
-                pass
-            elif state == "PENDING" and not queued and time.monotonic() - submitted > QUEUED_AFTER:
-                queued = True
-                print(f"{PROG}: job {job_id} queued and waiting for resources", file=sys.stderr,
-                      flush=True)
-            elif state != "PENDING" and queued:
-                queued = False
+    while True:
+        if interrupts.count > cancelled:
+            cancelled = interrupts.count
+            print(f"{PROG}: forcing job termination", file=sys.stderr, flush=True)
+            client.call("cancel", {"job_ids": [str(job_id)]})
+        try:
+            jobs = client.call("query_jobs", {"job_ids": [str(job_id)],
+                                              "all_states": True})["jobs"]
+        except ClientError as exc:
+            if exc.code != "invalid_job_id":
+                raise
+            jobs = []
+        job = jobs[0] if jobs else {"state": "COMPLETED"}
+        state = job["state"]
+        if state == "PENDING" and not queued and not quiet \
+                and time.monotonic() - submitted > QUEUED_AFTER:
+            queued = True
+            print(f"{PROG}: job {job_id} queued and waiting for resources", file=sys.stderr,
+                  flush=True)
+        if (state == "RUNNING" and not cancelled) or state in _FINISHED:
+            if queued and state == "RUNNING":
                 print(f"{PROG}: job {job_id} has been allocated resources", file=sys.stderr,
                       flush=True)
-            if state in _FINISHED:
-                for tail in tails:
-                    tail.pump(final=True)
-                return job
-            poll = POLL_START if moved else min(poll * 2, POLL_MAX)
-            time.sleep(poll)
-    finally:
-        for tail in tails:
-            tail.close()
+            return job
+        poll = min(poll * 2, POLL_MAX)
+        time.sleep(poll)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from schedd.slurm.gres import gres_type  # noqa: F401  (re-exported, as below)
 from schedd.slurm.states import (  # noqa: F401  (re-exported: the domain's words live here too)
     ACTIVE_STATES,
     COMPACT_STATES,
@@ -66,12 +67,6 @@ class Node:
     def gpu_model(self) -> str:
         """The node's GPU type in Slurm's gres spelling (``a100``), or '' without GPUs."""
         return gres_type(self.gpus[0].model) if self.gpus else ""
-
-
-def gres_type(model: str) -> str:
-    """'NVIDIA A100-SXM4-80GB' or 'A100-80GB' -> 'a100': the word users write in --gres=gpu:a100:2."""
-    word = model.replace("NVIDIA", "").strip().split("-")[0].split(" ")[0]
-    return word.lower()
 
 
 @dataclass(slots=True)

@@ -14,8 +14,9 @@ it is never readable by more users than the TOML (whose ``db_url`` may hold a pa
 
 from __future__ import annotations
 
-import json
 import os
+
+from schedd import wirejson
 
 SYSTEM_CONF = "/etc/kiln/kiln.toml"
 DEFAULT_MAX_ARRAY_SIZE = 1001
@@ -91,7 +92,7 @@ def _cached(path: str, st: os.stat_result) -> dict | None:
                 return None
             if own.st_mode & 0o044 & ~st.st_mode:  # readable by more than the TOML (chmod-ed
                 return None  # since): parsed afresh, and rewritten with the TOML's mode
-            doc = json.load(fh)
+            doc = wirejson.loads(fh.read())
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or doc.get("tag") != _tag(st) or not isinstance(
@@ -107,7 +108,7 @@ def _save_cache(path: str, st: os.stat_result, raw: dict) -> None:
     target = cache_path(path)
     temp = f"{target}.{os.getpid()}"
     try:
-        text = json.dumps({"tag": _tag(st), "raw": raw})
+        text = wirejson.dumps({"tag": _tag(st), "raw": raw})
     except (TypeError, ValueError):
         return  # a value JSON cannot hold (a TOML date): no copy, parse each time
     try:

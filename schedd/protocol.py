@@ -13,8 +13,11 @@ a daemon. Standard library only: ``sbatch`` pays for every import.
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from schedd import wirejson
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a whole message, script included
@@ -251,7 +254,10 @@ CLIENT_OPS: dict[str, Schema] = {
     # cursors: [[procid, "out"|"err", next offset wanted]] of forwarded output srun has written
     "step_wait": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                   "cursors": List(Tuple(Int(0), Str(8, choices=("out", "err")), Int(0)),
-                                  size=MAX_TASKS * 2)},
+                                  size=MAX_TASKS * 2),
+                  # peek: the batch script of an srun outside an allocation waits for its
+                  # step; it reads the step's end, never its output (srun's to take)
+                  "peek": Bool()},
     # detach: srun leaves without reading the rest (its output is then discarded)
     "step_cancel": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                     "detach": Bool()},
@@ -416,7 +422,7 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
 
 
 def encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return wirejson.dumps(obj).encode()
 
 
 def request(op: str, body: dict[str, Any] | None = None, msg_id: int = 0) -> bytes:
@@ -443,7 +449,7 @@ def decode(frame: bytes) -> dict[str, Any]:
     if len(frame) > MAX_MESSAGE_BYTES:
         raise ProtocolError(E_BAD_REQUEST, f"message of {len(frame)} bytes is over the cap")
     try:
-        msg = json.loads(frame)
+        msg = wirejson.loads(frame)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(E_BAD_REQUEST, f"malformed message: {exc}") from None
     except RecursionError:  # "[[[[..." deep enough to exhaust the parser's stack

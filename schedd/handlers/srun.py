@@ -164,6 +164,9 @@ def step_wait(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, A
     has), and, once the step has ended and all of it was delivered, every task's exit."""
     job_id, step_id = body["job_id"], body["step_id"]
     live = ctx.steps.get(job_id, step_id)
+    if live is not None and body.get("peek"):
+        _own_job(ctx, caller, job_id)
+        return _peeked(live)
     if live is not None:
         _own_job(ctx, caller, job_id)
         live.output.trim(parse_cursors(body.get("cursors") or []))
@@ -176,6 +179,16 @@ def step_wait(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, A
                 "tasks": [[e.procid, e.node, e.exit_code, e.exit_signal]
                           for e in sorted(live.exits.values(), key=lambda e: e.procid)]}
     return _stored_step(ctx, caller, job_id, step_id)
+
+
+def _peeked(live: LiveStep) -> dict[str, Any]:
+    """A step still held for its srun, seen by someone who does not take its output (the batch
+    script of an srun outside an allocation): whether its tasks have all ended, and how. It is
+    ``done`` only once srun has collected it (then it is answered from the ledger)."""
+    if not live.done:
+        return {"done": False, "ended": False}
+    return {"done": False, "ended": True, "state": live.state, "exit_code": live.exit_code,
+            "exit_signal": live.exit_signal}
 
 
 def _stored_step(ctx: Context, caller: Caller, job_id: int, step_id: int) -> dict[str, Any]:

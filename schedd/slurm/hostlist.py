@@ -6,10 +6,7 @@ Standard library only.
 
 from __future__ import annotations
 
-import re
-
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-_TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$")
+_RANGE = r"^(\d+)(?:-(\d+))?$"
 # The most names one expression may expand to, all its items together: more nodes than any
 # cluster kiln runs (Slurm's node table is of that order), so a short expression such as
 # ``a[0-99999],b[0-99999],...`` cannot make schedd build millions of names.
@@ -41,6 +38,8 @@ def _split_top(expr: str) -> list[str]:
 
 def _expand_one(item: str, budget: int) -> list[str]:
     """The names of one comma-free item, at most ``budget`` of them (HostlistError beyond)."""
+    import re  # here, not at the top: compress (every sinfo, squeue) needs none of it
+
     m = re.search(r"\[([^\]]*)\]", item)
     if not m:
         return [item]
@@ -48,7 +47,7 @@ def _expand_one(item: str, budget: int) -> list[str]:
     tails = _expand_one(rest, budget)
     names: list[str] = []
     for piece in body.split(","):
-        r = _RANGE.match(piece.strip())
+        r = re.match(_RANGE, piece.strip())
         if not r:
             raise HostlistError(f"bad range {piece!r} in {item!r}")
         lo_s, hi_s = r.group(1), r.group(2) or r.group(1)
@@ -79,16 +78,23 @@ def expand(expr: str) -> list[str]:
     return list(seen)
 
 
+def _trailing_digits(name: str) -> tuple[str, str]:
+    """'gpu017' -> ('gpu', '017'); 'login' -> ('login', '')."""
+    i = len(name)
+    while i and name[i - 1].isdecimal():
+        i -= 1
+    return name[:i], name[i:]
+
+
 def compress(names: list[str]) -> str:
     """['a1', 'a2', 'a3', 'b'] -> 'a[1-3],b', Slurm's spelling (zero padding kept)."""
     groups: dict[tuple[str, int], list[int]] = {}
     order: list[tuple[str, int] | str] = []
     for name in names:
-        m = _TRAILING_DIGITS.match(name)
-        if not m:
+        prefix, digits = _trailing_digits(name)
+        if not digits:
             order.append(name)
             continue
-        prefix, digits = m.group(1), m.group(2)
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         key = (prefix, width)
         if key not in groups:

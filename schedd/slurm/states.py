@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
+from schedd.slurm.compact import COMPACT_CODES
+
 
 class JobState(StrEnum):
     PENDING = "PENDING"
@@ -33,20 +35,7 @@ class JobState(StrEnum):
         return self in FINISHED_STATES
 
 
-COMPACT_STATES: dict[JobState, str] = {
-    JobState.PENDING: "PD",
-    JobState.RUNNING: "R",
-    JobState.SUSPENDED: "S",
-    JobState.COMPLETING: "CG",
-    JobState.COMPLETED: "CD",
-    JobState.FAILED: "F",
-    JobState.CANCELLED: "CA",
-    JobState.TIMEOUT: "TO",
-    JobState.NODE_FAIL: "NF",
-    JobState.OUT_OF_MEMORY: "OOM",
-    JobState.PREEMPTED: "PR",
-    JobState.REQUEUED: "RQ",
-}
+COMPACT_STATES: dict[JobState, str] = {JobState(name): code for name, code in COMPACT_CODES.items()}
 
 FINISHED_STATES = frozenset(
     {

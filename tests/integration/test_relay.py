@@ -1,7 +1,7 @@
 """Issue 13, the relay, as on a real cluster: node2's agent runs in its own network namespace
 (over veth, as test_netns.py) and its own mount namespace, where a private tmpfs hides the
 directory of the head's socket; a login node's relay-only agent has a mount namespace of its
-own the same way. So a command there reaches schedd only through its node's agent, which
+own the same way, in node2's network namespace (off the head's network too). So a command there reaches schedd only through its node's agent, which
 serves the same path and relays over its CURVE channel, stamped with the uid the kernel gave."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import json
 import os
 import pwd
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -101,7 +102,7 @@ def relayed(request: pytest.FixtureRequest, other_user: str) -> Iterator[Relayed
         keys.generate_cluster(cluster.home / "keys", ["node2", "login1"])
         node2 = _agent(cluster, "node2", ns.argv(), "--fake-gpus", "4xA100", "--cpus", "64")
         stack.callback(_stop, node2)
-        login = _agent(cluster, "login1", [], "--relay-only")
+        login = _agent(cluster, "login1", ns.argv(), "--relay-only")
         stack.callback(_stop, login)
         r = Relayed(cluster, ns, node2, login, other_user)
         r.serving(node2)
@@ -272,6 +273,32 @@ def test_a_reply_of_megabytes_comes_through_in_chunks(relayed: Relayed) -> None:
         assert len(listed.stdout.split()) == 1000, listed.stderr
     finally:
         cluster.run("scancel", "-u", user)
+
+
+def _srun_on_login(r: Relayed, *args: str) -> subprocess.CompletedProcess[str]:
+    """srun outside an allocation on the login node; TMPDIR names a directory nobody can make,
+    so no spool can be made anywhere: the output must come over the wire."""
+    return r.inside(r.login, "/usr/bin/env", "TMPDIR=/nonexistent/kiln-no-tmp", "srun", *args,
+                    user=r.user)
+
+
+def test_srun_on_the_login_node_outside_an_allocation_streams_over_the_wire(
+        relayed: Relayed) -> None:
+    res = _srun_on_login(relayed, "-N1", "-w", "node2", "hostname")
+    assert (res.returncode, res.stdout) == (0, f"{socket.gethostname()}\n"), res.stderr
+    res = _srun_on_login(relayed, "-n", "2", "echo", "hi")
+    assert (res.returncode, res.stdout) == (0, "hi\nhi\n"), res.stderr
+
+
+def test_srun_on_the_login_node_exits_with_the_tasks_status(relayed: Relayed) -> None:
+    res = _srun_on_login(relayed, "-w", "node2", "-J", "fails3", "sh", "-c",
+                         "echo out; echo err >&2; exit 3")
+    assert res.returncode == 3, res.stderr
+    assert res.stdout == "out\n"
+    assert res.stderr.splitlines() == ["err", "srun: error: node2: task 0: Exited with exit code 3"]
+    listed = relayed.inside(relayed.login, "sacct", "-n", "-X", "--name", "fails3", "-o",
+                            "State,ExitCode", "-P", user=relayed.user)
+    assert listed.stdout.split() == ["FAILED|3:0"], listed.stdout + listed.stderr
 
 
 def test_an_agent_whose_key_is_not_authorised_cannot_relay(relayed: Relayed) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import srun
+from cli import srun, srun_hold
 from cli.errors import CommandError
 
 
@@ -57,28 +57,20 @@ def test_step_request_carries_only_what_was_given(monkeypatch) -> None:
     assert "forward" not in body
 
 
-def test_tail_copies_whole_lines_with_labels_as_they_come(tmp_path: Path) -> None:
-    path = tmp_path / "0.out"
+def test_lines_are_copied_whole_with_labels_as_they_come() -> None:
     sink = io.BytesIO()
-    tail = srun.Tail(str(path), sink, b"3: ")
-    assert not tail.pump()  # not there yet
-    path.write_bytes(b"one\ntw")
-    assert tail.pump()
+    lines = srun.Lines(sink, b"3: ")
+    assert lines.write(b"one\ntw")
     assert sink.getvalue() == b"3: one\n"
-    with open(path, "ab") as fh:
-        fh.write(b"o\nthree")
-    tail.pump()
+    lines.write(b"o\nthree")
     assert sink.getvalue() == b"3: one\n3: two\n"
-    tail.pump(final=True)
+    lines.write(b"", final=True)
     assert sink.getvalue() == b"3: one\n3: two\n3: three"
-    tail.close()
 
 
-def test_unbuffered_tail_copies_bytes_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "0.out"
-    path.write_bytes(b"50%")
+def test_unbuffered_lines_copy_bytes_at_once() -> None:
     sink = io.BytesIO()
-    srun.Tail(str(path), sink, raw=True).pump()
+    srun.Lines(sink, raw=True).write(b"50%")
     assert sink.getvalue() == b"50%"
 
 
@@ -98,11 +90,24 @@ def test_exit_status_is_the_worst_tasks(capsys) -> None:
     assert srun._step_status(from_ledger) == 1
 
 
-def test_job_script_runs_the_same_srun_line_inside_the_job() -> None:
-    script = srun.job_script("/venv/bin/srun", ["-N", "2", "bash", "-c", "echo $X 'q'"])
+def test_outside_an_allocation_the_job_only_holds_it_for_sruns_step() -> None:
+    script = srun.HOLD_SCRIPT.format(python=shlex.quote("/opt/my venv/bin/python"))
     assert script.startswith("#!/bin/sh\n")
-    line = script.splitlines()[-1]
-    assert shlex.split(line) == ["exec", "/venv/bin/srun", "-N", "2", "bash", "-c", "echo $X 'q'"]
+    assert shlex.split(script.splitlines()[-1]) == ["exec", "/opt/my venv/bin/python", "-m",
+                                                    "cli.srun_hold"]
+
+
+def test_the_holder_ends_with_its_steps_status() -> None:
+    assert srun_hold.status({"done": True, "state": "COMPLETED", "exit_code": 0}) == 0
+    assert srun_hold.status({"done": True, "state": "FAILED", "exit_code": 3}) == 3
+    assert srun_hold.status({"done": True, "state": "FAILED", "exit_signal": 9}) == 137
+    assert srun_hold.status({"done": True, "state": "CANCELLED", "exit_code": 0}) == 1
+
+
+def test_the_holder_outside_a_job_says_so(capsys, monkeypatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert srun_hold.main([]) == 1
+    assert capsys.readouterr().err == "srun: error: not inside a job (no SLURM_JOB_ID)\n"
 
 
 def test_shared_output_files_are_truncated_first(tmp_path: Path, monkeypatch) -> None:

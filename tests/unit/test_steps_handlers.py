@@ -279,6 +279,30 @@ def _output(ctx, node: str, procid: int, offset: int, data: bytes,
     return h.step_output(ctx, node, body)
 
 
+def test_a_peek_sees_the_steps_end_but_leaves_its_output_and_result_to_srun(ctx) -> None:
+    """The holder of an srun outside an allocation peeks: it learns the step ended, never takes
+    output, and is told ``done`` only once srun collected the step (then from the ledger)."""
+    _start(ctx)
+    peek = {"job_id": 7, "step_id": 0, "peek": True}
+    protocol.check(peek, protocol.CLIENT_OPS["step_wait"], "step_wait")
+    assert h.step_wait(ctx, OWNER, peek) == {"done": False, "ended": False}
+    assert _output(ctx, "node1", 0, 0, b"a\n") == {"expected": 2}
+    _end(ctx, "node1", [[0, 0, 0], [1, 3, 0]])
+    _end(ctx, "node2", [[2, 0, 0], [3, 0, 0]])
+    seen = h.step_wait(ctx, OWNER, peek)
+    assert seen == {"done": False, "ended": True, "state": "FAILED", "exit_code": 3,
+                    "exit_signal": 0}
+    wait = {"job_id": 7, "step_id": 0}
+    first = h.step_wait(ctx, OWNER, wait)  # srun still gets every byte and the task lines
+    assert [c[:3] for c in first["output"]] == [[0, "out", 0]]
+    done = h.step_wait(ctx, OWNER, {**wait, "cursors": [[0, "out", 2]]})
+    assert done["done"] and done["tasks"][1] == [1, "node1", 3, 0]
+    after = h.step_wait(ctx, OWNER, peek)
+    assert after["done"] and (after["state"], after["exit_code"]) == ("FAILED", 3)
+    with pytest.raises(RequestError):
+        h.step_wait(ctx, STRANGER, {**peek, "step_id": 1})
+
+
 def test_forwarded_output_reaches_srun_and_done_waits_until_it_is_read(ctx) -> None:
     _start(ctx)
     assert _output(ctx, "node1", 0, 0, b"a\n") == {"expected": 2}
