@@ -180,3 +180,22 @@ def test_quickstart_from_a_clean_clone_as_root(box: Box, other_user: str) -> Non
     finally:
         box.run("kiln", "down")
         cleanup(clone)
+
+
+def test_root_personal_cluster_says_it_runs_roots_jobs(box: Box) -> None:
+    """Root with KILN_HOME set gets a personal cluster, whose kiln.toml allows root's jobs
+    (they are root's own): ``kiln up`` says so when it writes that, never silently."""
+    home = world_tempdir("kiln-root-home-")
+    try:
+        up = box.run(f"KILN_HOME={home}", "kiln", "up", "--fake-gpus", "1xA100")
+        assert up.returncode == 0, up.stderr + up.stdout
+        conf = home / "kiln.toml"
+        assert f"  root's jobs run here: allow_root_jobs = true in {conf} (a personal " \
+               "cluster of root's)\n" in up.stdout
+        assert "allow_root_jobs = true" in conf.read_text()
+        again = box.run(f"KILN_HOME={home}", "kiln", "up")  # nothing written: nothing said
+        assert again.returncode == 0, again.stderr
+        assert "root's jobs run here" not in again.stdout
+    finally:
+        box.run(f"KILN_HOME={home}", "kiln", "down")
+        cleanup(home)
