@@ -425,3 +425,32 @@ def test_srun_pty_on_the_login_node_reads_keys_and_gives_the_status(relayed: Rel
     child.close()
     assert child.exitstatus == 0
     assert relayed.cluster.wait(job_id, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+
+
+def test_sattach_on_the_login_node_taps_and_types_into_a_pty_step(relayed: Relayed) -> None:
+    user, login = relayed.user, relayed.login
+    res = relayed.inside(login, "salloc", "--no-shell", user=user)
+    assert res.returncode == 0, res.stderr
+    job_id = re.search(r"salloc: Granted job allocation (\d+)", res.stderr).group(1)
+    srun = _spawn_on_login(relayed, "srun", "--jobid", job_id, "--pty", "cat")
+    try:
+        srun.send("mine\r")
+        srun.expect_exact("mine\r\nmine\r\n")  # the node's pty's echo, then cat's copy
+        argv = ["nsenter", "-t", str(login.pid), "-m", "-n", "--", "runuser", "-u", user, "--",
+                "env", f"KILN_HOME={relayed.cluster.home}", f"PATH={BIN}:/usr/bin:/bin",
+                "sattach", "--input-filter=0", f"{job_id}.0"]
+        attached = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, cwd="/tmp")
+        attached.stdin.write("theirs\n")  # step_input and step_attach, relayed
+        attached.stdin.close()
+        srun.expect_exact("theirs")
+        assert attached.stdout.readline() == "theirs\n"
+        srun.send("\x04")  # Ctrl-D: cat ends, and the step
+        srun.expect(pexpect.EOF)
+        srun.close()
+        assert srun.exitstatus == 0
+        assert attached.wait(timeout=60) == 0
+    finally:
+        srun.close(force=True)
+        relayed.inside(login, "scancel", job_id, user=user)
+    relayed.cluster.wait(job_id, {"CANCELLED", "COMPLETED"})
