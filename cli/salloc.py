@@ -36,6 +36,7 @@ from cli.options import (
     NO_ARG,
     OPTIONAL,
     REQUIRED,
+    SALLOC_ENV_VARS,
     SBATCH_OPTION_NAMES,
     X11_REFUSED,
     Opt,
@@ -43,6 +44,7 @@ from cli.options import (
     OptionTable,
     Settings,
     apply_options,
+    env_options,
     ignored_warnings,
     parse_argv,
     refused_option,
@@ -156,6 +158,7 @@ def parse_request(argv: Sequence[str]) -> Request | None:
     except OptionError as exc:
         raise CommandError(f"{PROG}: {exc.message}" if not exc.prefixed else exc.message,
                            prefixed=exc.prefixed) from None
+    cli_opts = [*env_options(dict(os.environ), SALLOC_ENV_VARS, SALLOC_TABLE), *cli_opts]
     given = {opt.dest: value for opt, value in cli_opts}
     if "help" in given or "usage" in given:
         print(USAGE, end="")

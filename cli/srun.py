@@ -45,6 +45,7 @@ from cli.options import (
     NO_ARG,
     OPTIONAL,
     REQUIRED,
+    SRUN_ENV_VARS,
     X11_REFUSED,
     Opt,
     OptionError,
@@ -52,6 +53,7 @@ from cli.options import (
     Settings,
     apply_options,
     build_environment,
+    env_options,
     ignored_warnings,
     parse_argv,
     refused_option,
@@ -138,6 +140,7 @@ def parse(argv: Sequence[str]) -> tuple[Settings, list[str]]:
     except OptionError as exc:
         raise CommandError(f"{PROG}: {exc.message}" if not exc.prefixed else exc.message,
                            prefixed=exc.prefixed) from None
+    parsed = [*env_options(dict(os.environ), SRUN_ENV_VARS, SRUN_TABLE), *parsed]
     for opt, _ in parsed:
         if opt.dest in UNSUPPORTED:
             fail(f"--{opt.long} is not supported by kiln's srun")

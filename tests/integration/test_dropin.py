@@ -3,6 +3,7 @@ and compares with what Slurm 22.05 prints (/work/shared/slurm-reference, the man
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -273,6 +274,30 @@ def test_sbatch_environment_sits_between_directives_and_command_line(cluster: Cl
                       env={"SBATCH_JOB_NAME": "fromenv"})
     assert cluster.job(res.stdout.strip())["name"] == "fromcli"
     cluster.run("scancel", res.stdout.strip())
+
+
+def test_salloc_and_srun_read_their_input_environment(cluster: Cluster, workdir: Path) -> None:
+    """salloc(1): SALLOC_* set options, the command line overrides them; srun(1) reads its
+    SLURM_* inputs the same way (SBATCH_* are sbatch's only)."""
+    env = {"SALLOC_PARTITION": "short", "SALLOC_TIMELIMIT": "7", "SBATCH_PARTITION": "gpu"}
+    res = cluster.run("salloc", "-N1", "true", cwd=workdir, env=env)
+    assert res.returncode == 0, res.stderr
+    job_id = re.search(r"salloc: Granted job allocation (\d+)", res.stderr).group(1)
+    job = cluster.wait(job_id, {"COMPLETED"})
+    assert (job["partition"], job["time_limit"]) == ("short", 420)
+    res = cluster.run("salloc", "-N1", "-p", "gpu", "true", cwd=workdir, env=env)
+    job_id = re.search(r"salloc: Granted job allocation (\d+)", res.stderr).group(1)
+    assert cluster.wait(job_id, {"COMPLETED"})["partition"] == "gpu"
+    env = {"SLURM_PARTITION": "short", "SLURM_TIMELIMIT": "7", "SLURM_LABELIO": "1"}
+    res = cluster.run("srun", "sh", "-c", "echo $SLURM_JOB_ID", cwd=workdir, env=env)
+    assert res.returncode == 0, res.stderr
+    label, job_id = res.stdout.split()  # SLURM_LABELIO: "0: " before the task's line
+    job = cluster.job(job_id)
+    assert (label, job["partition"], job["time_limit"]) == ("0:", "short", 420)
+    res = cluster.run("srun", "-p", "gpu", "sh", "-c", "echo $SLURM_JOB_ID", cwd=workdir,
+                      env=env)
+    assert res.returncode == 0, res.stderr
+    assert cluster.job(res.stdout.split()[1])["partition"] == "gpu"
 
 
 def test_reporting_commands_read_their_environment(cluster: Cluster, workdir: Path) -> None:

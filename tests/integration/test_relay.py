@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shlex
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import pexpect
 import pytest
 
 from schedd import keys
@@ -351,3 +353,104 @@ def test_a_request_in_flight_when_schedd_goes_silent_is_told_lost(relayed: Relay
            30, "node2's commands did not come back with the link")
     log = (relayed.cluster.home / "log" / "agentd-node2.log").read_text()
     assert "relayed commands told the connection was lost" in log
+
+
+# --- issue 15: salloc and srun --pty from the login node, through its relay ----------------------
+
+LOGIN_PROMPT = "login$ "
+
+
+def _spawn_on_login(r: Relayed, *args: str) -> pexpect.spawn:
+    """A command on the login node, as the job's user, under a fresh 24x80 terminal."""
+    argv = ["-t", str(r.login.pid), "-m", "-n", "--", "runuser", "-u", r.user, "--", "env",
+            f"KILN_HOME={r.cluster.home}", f"PATH={BIN}:/usr/bin:/bin", f"PS1={LOGIN_PROMPT}",
+            "TERM=dumb", *args]
+    return pexpect.spawn("nsenter", argv, cwd="/tmp", encoding="utf-8", timeout=90,
+                         dimensions=(24, 80))
+
+
+def test_salloc_on_the_login_node_runs_its_command_in_the_allocation(relayed: Relayed) -> None:
+    res = relayed.inside(relayed.login, "salloc", "-N1", "-w", "node2", "sh", "-c",
+                         "srun sh -c 'echo on $SLURMD_NODENAME'; exit 5", user=relayed.user)
+    assert res.returncode == 5, res.stderr
+    assert res.stdout == "on node2\n"
+    granted = re.search(r"salloc: Granted job allocation (\d+)", res.stderr)
+    assert granted, res.stderr
+    assert f"salloc: Relinquishing job allocation {granted.group(1)}" in res.stderr
+    job = relayed.cluster.wait(granted.group(1), {"COMPLETED", "FAILED"})
+    assert job["user"] == relayed.user
+
+
+def test_salloc_no_shell_on_the_login_node_then_srun_into_it(relayed: Relayed) -> None:
+    user, login = relayed.user, relayed.login
+    res = relayed.inside(login, "salloc", "-N1", "--no-shell", user=user)
+    assert res.returncode == 0, res.stderr
+    job_id = re.search(r"salloc: Granted job allocation (\d+)", res.stderr).group(1)
+    try:
+        res = relayed.inside(login, "srun", f"--jobid={job_id}", "sh", "-c",
+                             "echo job=$SLURM_JOB_ID", user=user)
+        assert (res.returncode, res.stdout) == (0, f"job={job_id}\n"), res.stderr
+    finally:
+        assert relayed.inside(login, "scancel", job_id, user=user).returncode == 0
+    relayed.cluster.wait(job_id, {"CANCELLED", "COMPLETED"})
+
+
+def test_srun_pty_on_the_login_node_reads_keys_and_gives_the_status(relayed: Relayed) -> None:
+    child = _spawn_on_login(relayed, "srun", "--pty", "python3", "-c",
+                            "print('got', input('name? '))")
+    child.expect_exact("name? ")
+    child.send("kiln\r")
+    child.expect_exact("kiln\r\n")  # echoed by the node's pty
+    child.expect_exact("got kiln\r\n")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    child = _spawn_on_login(relayed, "salloc", "-N1", "bash", "--norc", "--noprofile", "-i")
+    child.expect(r"salloc: Granted job allocation (\d+)")
+    job_id = child.match.group(1)
+    child.expect_exact(LOGIN_PROMPT)
+    child.sendline("srun --pty env PS1='remote$ ' bash --norc --noprofile -i")
+    child.expect_exact("remote$ ")
+    child.sendline("echo step $SLURM_STEP_ID of $SLURM_JOB_ID")
+    child.expect_exact(f"step 0 of {job_id}\r\n")
+    child.expect_exact("remote$ ")
+    child.sendline("exit 7")
+    child.expect(r"srun: error: node\d: task 0: Exited with exit code 7")
+    child.expect_exact(LOGIN_PROMPT)
+    child.sendline("echo rc=$?")
+    child.expect_exact("rc=7")
+    child.expect_exact(LOGIN_PROMPT)
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert relayed.cluster.wait(job_id, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+
+
+def test_sattach_on_the_login_node_taps_and_types_into_a_pty_step(relayed: Relayed) -> None:
+    user, login = relayed.user, relayed.login
+    res = relayed.inside(login, "salloc", "--no-shell", user=user)
+    assert res.returncode == 0, res.stderr
+    job_id = re.search(r"salloc: Granted job allocation (\d+)", res.stderr).group(1)
+    srun = _spawn_on_login(relayed, "srun", "--jobid", job_id, "--pty", "cat")
+    try:
+        srun.send("mine\r")
+        srun.expect_exact("mine\r\nmine\r\n")  # the node's pty's echo, then cat's copy
+        argv = ["nsenter", "-t", str(login.pid), "-m", "-n", "--", "runuser", "-u", user, "--",
+                "env", f"KILN_HOME={relayed.cluster.home}", f"PATH={BIN}:/usr/bin:/bin",
+                "sattach", "--input-filter=0", f"{job_id}.0"]
+        attached = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, cwd="/tmp")
+        attached.stdin.write("theirs\n")  # step_input and step_attach, relayed
+        attached.stdin.close()
+        srun.expect_exact("theirs")
+        assert attached.stdout.readline() == "theirs\n"
+        srun.send("\x04")  # Ctrl-D: cat ends, and the step
+        srun.expect(pexpect.EOF)
+        srun.close()
+        assert srun.exitstatus == 0
+        assert attached.wait(timeout=60) == 0
+    finally:
+        srun.close(force=True)
+        relayed.inside(login, "scancel", job_id, user=user)
+    relayed.cluster.wait(job_id, {"CANCELLED", "COMPLETED"})

@@ -208,3 +208,47 @@ def test_directive_quotes_and_escapes() -> None:
 def test_unknown_option_is_kept_in_settings_when_sbatch_knows_it() -> None:
     s = settings_of(["--wckey=w", "--reboot", "--gpu-bind=closest"])
     assert s == {"wckey": "w", "reboot": True, "gpu_bind": "closest"}
+
+
+# --- issue 16 item 9: salloc's SALLOC_* and srun's SLURM_* input environment variables ---------
+
+
+def test_salloc_reads_salloc_variables_and_its_command_line_wins(monkeypatch) -> None:
+    from cli import salloc
+
+    for var, value in {"SALLOC_PARTITION": "gpu", "SALLOC_ACCOUNT": "a1", "SALLOC_TIMELIMIT": "5",
+                       "SALLOC_QOS": "q1", "SALLOC_GPUS": "2", "SBATCH_PARTITION": "no",
+                       "SALLOC_IMMEDIATE": "7"}.items():
+        monkeypatch.setenv(var, value)
+    request = salloc.parse_request(["-A", "a2", "-q", "q2", "true"])
+    job = request.job
+    assert (job["partition"], job["account"], job["qos"]) == ("gpu", "a2", "q2")
+    assert (job["time_limit"], job["gpus"], request.immediate) == (300, 2, 7.0)
+
+
+def test_srun_reads_its_slurm_variables_but_not_an_allocations_own(monkeypatch) -> None:
+    from cli import srun
+
+    for var, value in {"SLURM_PARTITION": "gpu", "SLURM_ACCOUNT": "a1", "SLURM_TIMELIMIT": "5",
+                       "SLURM_QOS": "q1", "SLURM_LABELIO": "1",
+                       # what an allocation exports to its shell: not srun options
+                       "SLURM_JOB_ID": "9", "SLURM_NTASKS": "4", "SLURM_NNODES": "2",
+                       "SLURM_CPUS_PER_TASK": "3", "SLURM_JOB_NAME": "job",
+                       "SLURM_JOB_PARTITION": "other", "SLURM_DISTRIBUTION": "cyclic",
+                       "SLURM_MEM_PER_NODE": "100"}.items():
+        monkeypatch.setenv(var, value)
+    settings, command = srun.parse(["-q", "q2", "true"])
+    assert command == ["true"]
+    assert (settings["partition"], settings["account"], settings["qos"]) == ("gpu", "a1", "q2")
+    assert settings["time_limit"] == 300 and settings["label"] is True
+    for key in ("num_tasks", "num_nodes", "cpus_per_task", "name", "mem_per_node_mb",
+                "distribution", "_jobid"):
+        assert key not in settings, key
+
+
+def test_every_input_variable_names_an_option_of_its_command() -> None:
+    from cli import salloc, srun
+    from cli.options import SALLOC_ENV_VARS, SRUN_ENV_VARS
+
+    assert set(SALLOC_ENV_VARS.values()) <= set(salloc.SALLOC_TABLE.by_long)
+    assert set(SRUN_ENV_VARS.values()) <= set(srun.SRUN_TABLE.by_long)
