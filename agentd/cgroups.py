@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd import cgroupfs
+from schedd.slurm.cpulist import format_cpu_list, parse_cpu_list
 
 log = logging.getLogger("agentd.cgroups")
 
@@ -313,19 +314,35 @@ class Cgroups:
     # --- a job's cgroup ----------------------------------------------------------------------
 
     def limits(self, key: tuple[int, int], cpus: int, memory_mb: int,
-               gpus: Iterable[int]) -> Limits:
+               gpus: Iterable[int], cpu_ids: Iterable[int] = ()) -> Limits:
         """The limits cgroup.conf's settings give a job of ``cpus`` CPUs, ``memory_mb`` MiB
-        and these GPU indices; its CPU ids are chosen here (the least used, lowest first)."""
+        and these GPU indices. Its CPU ids are the scheduler's (``cpu_ids``, mapped onto the
+        host's); only a launch without them (an older schedd) gets the agent's own choice
+        (the least used, lowest first)."""
         s = self.settings
         memory = None
         if s.constrain_ram_space and memory_mb > 0:
             memory = int(memory_mb * 1024 * 1024 * s.allowed_ram_space / 100)
-        chosen = self._choose_cpus(key, cpus) if s.constrain_cores else ()
+        chosen: tuple[int, ...] = ()
+        if s.constrain_cores:
+            given = tuple(cpu_ids)
+            chosen = self._host_cpus(key, given) if given else self._choose_cpus(key, cpus)
         mine = set(gpus)
         deny = tuple(dev for index, dev in sorted(self._gpus.items()) if index not in mine) \
             if s.constrain_devices else ()
         return Limits(memory, chosen, deny, s.pids_max or None,
                       no_swap=s.constrain_swap_space and memory is not None)
+
+    def _host_cpus(self, key: tuple[int, int], ids: tuple[int, ...]) -> tuple[int, ...]:
+        """The scheduler's CPU ids as this host's: the i-th id of the node is the host's
+        (i mod n)-th CPU of the node's cpuset, so a node registered with more CPUs than the
+        host has (tests, an oversubscribed VM) still gets a cpuset, and ids that differ modulo
+        n land on different CPUs. On a node registered with its real CPUs (ids 0..n-1 over a
+        cpuset of n) that is the identity on the cpuset's order."""
+        host = self.node_cpus
+        chosen = tuple(sorted({host[i % len(host)] for i in ids})) if host else ()
+        self.cpus_in_use[key] = chosen
+        return chosen
 
     def _choose_cpus(self, key: tuple[int, int], count: int) -> tuple[int, ...]:
         if count <= 0 or count >= len(self.node_cpus):
@@ -656,28 +673,6 @@ def join_fds(fds: Iterable[int]) -> None:
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """'0-3,8,10-11' -> (0, 1, 2, 3, 8, 10, 11)."""
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    return tuple(sorted(out))
-
-
-def format_cpu_list(cpus: Iterable[int]) -> str:
-    """(0, 1, 2, 5) -> '0-2,5'."""
-    ranges: list[list[int]] = []
-    for cpu in sorted(set(cpus)):
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1][1] = cpu
-        else:
-            ranges.append([cpu, cpu])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
 def _inherit_cpuset(where: Path) -> None:

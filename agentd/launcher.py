@@ -297,7 +297,8 @@ class Launcher:
         if self.cgroups is None:
             return None
         key = (spec["job_id"], spec["generation"])
-        limits = self.cgroups.limits(key, spec["cpus"], spec["memory_mb"], spec["gpus"])
+        limits = self.cgroups.limits(key, spec["cpus"], spec["memory_mb"], spec["gpus"],
+                                     spec.get("cpu_ids") or ())
         try:
             return self.cgroups.create(*key, limits)
         except CgroupError as exc:

@@ -39,6 +39,7 @@ class GPU:
     model: str
     memory_mb: int
     island: int = 0
+    cpus: list[int] = field(default_factory=list)  # the CPU ids near it (NVML), [] = unknown
 
 
 @dataclass(slots=True)
@@ -77,6 +78,9 @@ class NodeAllocation:
     cpus: int
     memory_mb: int
     gpus: list[int] = field(default_factory=list)
+    # the CPU ids on the node (0 .. node's CPUs - 1), chosen by the scheduler; [] for an
+    # allocation made before it chose them (the agent then picks them itself)
+    cpu_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -344,8 +348,8 @@ ROW_FIELDS = frozenset(PUBLIC_FIELDS) - {"stop", "preempt"}
 
 
 def allocation_wire(allocation: list[NodeAllocation]) -> list[dict[str, Any]]:
-    return [{"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus)}
-            for a in allocation]
+    return [{"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus),
+             "cpu_ids": list(a.cpu_ids)} for a in allocation]
 
 
 def job_columns(jobs: list[Job], names: Sequence[str]) -> list[list[Any]]:

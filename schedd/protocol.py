@@ -287,7 +287,9 @@ CLIENT_OPS: dict[str, Schema] = {
 }
 
 _GPU = Obj({"index": Int(0, 4096, required=True), "uuid": Str(128, required=True),
-            "model": Str(128, required=True), "memory_mb": _MEM, "island": Int(0, 4096)})
+            "model": Str(128, required=True), "memory_mb": _MEM, "island": Int(0, 4096),
+            # the CPU ids near it (NVML's affinity); the scheduler prefers them
+            "cpus": List(Int(0, 2**20), size=4096)})
 _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          "memory_mb": Int(0, _INT32, required=True), "gpus": List(_GPU, size=4096),
          "features": List(Str(256), size=256), "address": Str(256), "boot_time": _TIME,
@@ -389,6 +391,9 @@ LAUNCH_FIELDS: Schema = {
     "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
     "gpus": List(Int(0, 4096), size=4096, required=True),  # indices on this node
     "cpus": Int(0, 2**20, required=True),
+    # the CPU ids the scheduler chose on this node (the job's cpuset); absent or [] from a
+    # schedd that does not choose them: the agent then picks its own
+    "cpu_ids": List(Int(0, 2**20), size=4096),
     "memory_mb": Int(0, _INT32, required=True),
     # the limit schedd admitted for this run (Job.launched_limit); None = unlimited
     "time_limit": Int(0, _INT32, required=True, nullable=True),

@@ -61,6 +61,7 @@ from schedd.model import (
     PreemptMark,
     StopMark,
 )
+from schedd.slurm.cpulist import format_cpu_list, parse_cpu_list
 
 log = logging.getLogger("schedd.ledger")
 
@@ -79,7 +80,8 @@ FINISHED_STATE_NAMES = sorted(s.value for s in FINISHED_STATES)
 def _allocation_to_json(allocation: Iterable[NodeAllocation | Mapping[str, Any]]) -> list[Any]:
     # by hand: dataclasses.asdict deep-copies recursively and costs more than the INSERT itself
     return [
-        {"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus)}
+        {"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus),
+         "cpu_ids": list(a.cpu_ids)}
         if isinstance(a, NodeAllocation)
         else dict(a)
         for a in allocation
@@ -171,7 +173,8 @@ def _load_field(name: str, value: Any) -> Any:
     if name == "allocation":
         return [NodeAllocation(node=str(a["node"]), cpus=_checked_int(a["cpus"]),
                                memory_mb=_checked_int(a["memory_mb"]),
-                               gpus=[_checked_int(g) for g in a.get("gpus") or []])
+                               gpus=[_checked_int(g) for g in a.get("gpus") or []],
+                               cpu_ids=[_checked_int(c) for c in a.get("cpu_ids") or []])
                 for a in value or []]
     if name == "environment":
         env = value or {}
@@ -565,7 +568,8 @@ class Store:
     def upsert_node(self, node: Node) -> None:
         """Store a node as registered, replacing its GPU list."""
         row = _node_row(node)
-        gpu_rows = [{"node": node.name, **dataclasses.asdict(g)} for g in node.gpus]
+        gpu_rows = [{"node": node.name, **dataclasses.asdict(g), "cpus": format_cpu_list(g.cpus)}
+                    for g in node.gpus]
         with self._write(f"storing node {node.name}") as conn:
             conn.execute(_upsert(conn, t.nodes, ["name"], row), row)
             conn.execute(delete(t.gpus).where(t.gpus.c.node == node.name))
@@ -586,7 +590,8 @@ class Store:
         by_node: dict[str, list[GPU]] = {}
         for r in gpu_rows:
             by_node.setdefault(r["node"], []).append(
-                GPU(r["index"], r["uuid"], r["model"], r["memory_mb"], r["island"])
+                GPU(r["index"], r["uuid"], r["model"], r["memory_mb"], r["island"],
+                    list(parse_cpu_list(r["cpus"] or "")))
             )
         nodes = []
         for r in node_rows:

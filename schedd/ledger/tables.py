@@ -194,6 +194,7 @@ class GPURow(Base):
     model: Mapped[str] = mapped_column(String, default="")
     memory_mb: Mapped[int] = mapped_column(Integer, default=0)
     island: Mapped[int] = mapped_column(Integer, default=0)
+    cpus: Mapped[str] = mapped_column(String, default="")  # near CPU ids (NVML), "0-15,32"
 
 
 class PartitionRow(Base):

@@ -4,7 +4,8 @@ Hard filters first (partition, features/constraints, GPU type, ``-w``, ``-x``, a
 nothing new), then best fit across nodes: the nodes that will have the least left over, so partly
 used nodes fill up and whole nodes stay free for big jobs. ``--exclusive`` takes whole nodes (its demand is the node's whole capacity, so an exclusive
 job fits only where nothing else runs or is planned).
-Inside a node the GPU indices keep NVLink islands whole (``NodeTimeline.pick_gpus``).
+Inside a node the GPU indices keep NVLink islands whole (``NodeTimeline.pick_gpus``), and the
+CPU ids are ones no running job holds, near the chosen GPUs first (``NodeTimeline.pick_cpus``).
 
 Multi-node jobs are gangs: all nodes at one start time, or none.
 """
@@ -393,9 +394,11 @@ _INDEX = attrgetter("index")
 
 
 def allocate(job: PendingJob, chosen: Sequence[NodeTimeline]) -> list[NodeAllocation]:
-    """The per-node allocation of a job starting now on ``chosen`` (GPU indices picked here)."""
+    """The per-node allocation of a job starting now on ``chosen``: GPU indices picked here,
+    then CPU ids (near those GPUs when the node reports the affinity)."""
     out = []
     for tl in _required_first(job, list(chosen)):
         d = demand_on(job, tl.view)
-        out.append(NodeAllocation(tl.view.name, d.cpus, d.mem, tl.pick_gpus(d.gpus)))
+        gpus = tl.pick_gpus(d.gpus)
+        out.append(NodeAllocation(tl.view.name, d.cpus, d.mem, gpus, tl.pick_cpus(d.cpus, gpus)))
     return out

@@ -49,7 +49,7 @@ class NodeTimeline:
 
     __slots__ = (
         "index", "view", "times", "cpus", "mem", "gpus", "monotone", "gpus_free", "islands",
-        "_memo", "_first",
+        "cpus_held", "_memo", "_first",
     )
 
     def __init__(self, index: int, view: NodeView, now: float) -> None:
@@ -62,6 +62,7 @@ class NodeTimeline:
         self.monotone = True
         self.gpus_free: list[int] = sorted(g.index for g in view.gpus)
         self.islands: dict[int, int] = {g.index: g.island for g in view.gpus}
+        self.cpus_held: set[int] = set()  # CPU ids held now (by running or just placed jobs)
         # start_intervals answers until the next change: reservations of one shape ask often
         self._memo: dict[tuple, list[tuple[float, float]]] = {}
         self._first: dict[tuple, float | None] = {}  # first_start's answers, likewise
@@ -86,10 +87,12 @@ class NodeTimeline:
                 mem.append(m)
                 gpus.append(g)
 
-    def take_now(self, cpus: int, mem: int, gpu_indices: Iterable[int]) -> int:
+    def take_now(self, cpus: int, mem: int, gpu_indices: Iterable[int],
+                 cpu_ids: Iterable[int] = ()) -> int:
         """A running job's holding: removed from the first segment (its release is added later).
 
         Returns how many of its GPU indices this node really has (the count to give back)."""
+        self.cpus_held.update(cpu_ids)
         taken = 0
         for i in gpu_indices:
             pos = bisect_left(self.gpus_free, i)
@@ -264,6 +267,31 @@ class NodeTimeline:
         return chosen
 
 
+    def pick_cpus(self, count: int, near_gpus: Iterable[int] = ()) -> list[int]:
+        """Choose ``count`` CPU ids not held now: first those near ``near_gpus`` (the GPUs'
+        NVML affinity, where the node reports it), then the lowest free ids.
+
+        The count accounting already guarantees ``count`` CPUs are free; a running job placed
+        before ids were chosen holds a count but no ids, so free ids are never fewer than that.
+        Should they be (a node re-registered with fewer CPUs), the ids run short rather than
+        being shared."""
+        if count <= 0:
+            return []
+        held = self.cpus_held
+        near: set[int] = set()
+        if near_gpus:
+            wanted = set(near_gpus)
+            for g in self.view.gpus:
+                if g.index in wanted:
+                    near.update(g.cpus)
+        free = [c for c in range(self.view.cpus) if c not in held]
+        if near:
+            free.sort(key=lambda c: (c not in near, c))
+        chosen = sorted(free[:count])
+        held.update(chosen)
+        return chosen
+
+
 def planning_end(run: RunningJob, use_prediction: bool) -> float:
     """When a running job's resources come back in the plan: its limit, or a prediction.
 
@@ -294,7 +322,7 @@ def build(
             tl = by_name.get(a.node)
             if tl is None:
                 continue
-            taken = tl.take_now(a.cpus, a.memory_mb, a.gpus)
+            taken = tl.take_now(a.cpus, a.memory_mb, a.gpus, a.cpu_ids)
             releases.setdefault(tl.index, []).append((end, a.cpus, a.memory_mb, taken))
     for index, rel in releases.items():
         timelines[index].set_releases(rel)
