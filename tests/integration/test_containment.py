@@ -7,6 +7,7 @@ the rest. Waits are conditions with generous deadlines.
 
 from __future__ import annotations
 
+import ast
 import os
 import time
 from pathlib import Path
@@ -68,3 +69,30 @@ def test_scancel_leaves_no_setsid_child_behind(cluster: Cluster, workdir: Path) 
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(pid)  # the job was reported CANCELLED only once its cgroup was empty
+
+
+AFFINITY = ("python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))'; "
+            "echo $SLURM_CPUS_ON_NODE; while [ ! -e release ]; do sleep 0.1; done")
+
+
+def test_two_one_cpu_jobs_get_different_cpus_and_their_affinity_says_so(
+        cluster: Cluster, workdir: Path) -> None:
+    """The scheduler chooses each job's CPU ids; the job's cpuset holds exactly those, so
+    sched_getaffinity and SLURM_CPUS_ON_NODE agree and two jobs on one node never share."""
+    jobs = [cluster.sbatch("-c", "1", "-o", f"aff-{i}.out", "--wrap", AFFINITY, cwd=workdir)
+            for i in range(2)]
+    try:
+        seen = []
+        for i, _ in enumerate(jobs):
+            out = workdir / f"aff-{i}.out"
+            text = until(lambda out=out: out.exists() and out.read_text().count("\n") >= 2 and
+                         out.read_text(), f"job {i} printed its affinity")
+            cpus, on_node = text.splitlines()[:2]
+            assert on_node == "1"
+            seen.append(set(ast.literal_eval(cpus)))
+        assert [len(s) for s in seen] == [1, 1]
+        assert seen[0] != seen[1], seen
+    finally:
+        (workdir / "release").touch()
+    for job_id in jobs:
+        assert cluster.wait(job_id, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
