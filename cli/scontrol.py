@@ -83,7 +83,7 @@ def scontrol_command(argv: Sequence[str]) -> int:
         return 0
     command, args = words[0].lower(), words[1:]
     if command == "show":
-        return show(args, oneliner="oneliner" in flags)
+        return show(args, oneliner="oneliner" in flags, details="details" in flags)
     if command in ("hold", "uhold", "release", "requeue", "requeuehold"):
         return job_action(command, args)
     if command == "update":
@@ -104,7 +104,7 @@ def scontrol_command(argv: Sequence[str]) -> int:
 # --- show ------------------------------------------------------------------------------------
 
 
-def show(args: list[str], oneliner: bool) -> int:
+def show(args: list[str], oneliner: bool, details: bool = False) -> int:
     if any(a in ("-o", "--oneliner") for a in args):  # `show reservation -o`, as Slurm allows
         args, oneliner = [a for a in args if a not in ("-o", "--oneliner")], True
     if not args:
@@ -123,7 +123,7 @@ def show(args: list[str], oneliner: bool) -> int:
         return 0
     with Client() as client:
         if entity == "job":
-            return show_jobs(client, target, oneliner)
+            return show_jobs(client, target, oneliner, details)
         if entity == "node":
             return show_nodes(client, target, oneliner)
         if entity == "partition":
@@ -165,7 +165,8 @@ def _emit(blocks: list[list[str]], oneliner: bool) -> None:
     sys.stdout.write("".join(out))
 
 
-def show_jobs(client: Client, target: str | None, oneliner: bool) -> int:
+def show_jobs(client: Client, target: str | None, oneliner: bool,
+              details: bool = False) -> int:
     query: dict[str, Any] = {"all_states": True}
     if target:
         query["job_ids"] = [t for t in target.split(",") if t]
@@ -180,7 +181,7 @@ def show_jobs(client: Client, target: str | None, oneliner: bool) -> int:
         print("No jobs in the system")
         return 0
     now = float(reply.get("now") or time.time())
-    _emit([job_lines(j, now) for j in jobs], oneliner)
+    _emit([job_lines(j, now, details) for j in jobs], oneliner)
     return 0
 
 
@@ -227,8 +228,28 @@ def _gres_spec(job: dict[str, Any], count: int) -> str:
     return f"gres:gpu:{gtype}:{count}" if gtype else f"gres:gpu:{count}"
 
 
-def job_lines(job: dict[str, Any], now: float) -> list[str]:
-    """`scontrol show job` for one job, in Slurm 22.05's order."""
+def node_detail_lines(job: dict[str, Any]) -> list[str]:
+    """-d's per-node lines, as Slurm 22.05 prints them (two spaces deeper than the record):
+    ``  Nodes=node1 CPU_IDs=0-3 Mem=8192 GRES=gpu:a100:2(IDX:0-1)``."""
+    from schedd.slurm.cpulist import format_cpu_list
+
+    gtype = job.get("gpu_type") or ""
+    lines = []
+    for a in job.get("allocation") or []:
+        gpus = list(a.get("gpus") or [])
+        gres = ""
+        if gpus:
+            kind = f"gpu:{gtype}:" if gtype else "gpu:"
+            gres = f"{kind}{len(gpus)}(IDX:{format_cpu_list(gpus)})"
+        cpu_ids = format_cpu_list(a.get("cpu_ids") or []) or "(null)"
+        lines.append(f"  Nodes={a['node']} CPU_IDs={cpu_ids} Mem={a.get('memory_mb') or 0} "
+                     f"GRES={gres}")
+    return lines
+
+
+def job_lines(job: dict[str, Any], now: float, details: bool = False) -> list[str]:
+    """`scontrol show job` for one job, in Slurm 22.05's order; ``details`` (-d) adds each
+    node's CPU ids, memory and GPU indices under Socks/Node."""
     state = job["state"]
     start = job.get("start_time") or 0
     limit = job.get("time_limit")
@@ -290,6 +311,7 @@ def job_lines(job: dict[str, Any], now: float) -> list[str]:
         f"CPUs/Task={cpt} ReqB:S:C:T=0:0:*:*",
         f"TRES={job_tres(job)}",
         f"Socks/Node=* NtasksPerN:B:S:C={job.get('ntasks_per_node') or 0}:0:*:* CoreSpec=*",
+        *(node_detail_lines(job) if details else []),
         f"MinCPUsNode={cpt} MinMemory{'CPU' if job.get('mem_per_cpu_mb') else 'Node'}="
         f"{mem_str(job['mem_per_cpu_mb']) if job.get('mem_per_cpu_mb') else min_mem} "
         "MinTmpDiskNode=0",

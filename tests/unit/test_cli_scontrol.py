@@ -221,3 +221,17 @@ def test_show_job_prints_control_characters_as_question_marks(fake_schedd, monke
         out = capsys.readouterr().out
         assert "\x1b" not in out and "\x9b" not in out
         assert "JobName=x?[2J?JobId=1 UserId=root" in out
+
+
+def test_show_job_details_give_each_nodes_cpu_ids_memory_and_gpus() -> None:
+    """-d: Slurm 22.05's per-node line under Socks/Node, from the scheduler's CPU ids."""
+    job = Job(id=7, state=JobState.RUNNING, start_time=START, gpu_type="a100",
+              allocation=[NodeAllocation("node1", 4, 8192, [0, 1], cpu_ids=[0, 1, 2, 3]),
+                          NodeAllocation("node2", 2, 4096, [], cpu_ids=[5, 7])]).to_wire()
+    lines = scontrol.job_lines(job, START, details=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("Socks/Node="))
+    assert lines[at + 1:at + 3] == [
+        "  Nodes=node1 CPU_IDs=0-3 Mem=8192 GRES=gpu:a100:2(IDX:0-1)",
+        "  Nodes=node2 CPU_IDs=5,7 Mem=4096 GRES="]
+    assert lines[at + 3].startswith("MinCPUsNode=")
+    assert not any("CPU_IDs" in line for line in scontrol.job_lines(job, START))
