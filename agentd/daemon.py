@@ -360,10 +360,11 @@ class Agent:
         until ``give_up_at``, then fails saying why (the job's Reason, in scontrol and sacct)."""
         key = (spec["job_id"], spec["generation"])
         self._waiting.pop(key, None)
+        final = time.time() >= give_up_at
         try:
-            self.launcher.launch(spec)
+            self.launcher.launch(spec, final=final)
         except OutputDirMissing as exc:
-            if time.time() < give_up_at:
+            if not final:
                 self._waiting[key] = (spec, give_up_at)
                 return
             self._launch_failed(spec, exc)

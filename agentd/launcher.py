@@ -180,8 +180,10 @@ class Launcher:
 
     # --- launch ----------------------------------------------------------------------------
 
-    def launch(self, spec: dict[str, Any]) -> bool:
-        """Start a job; False if this (job, generation) is already here (a resent launch)."""
+    def launch(self, spec: dict[str, Any], final: bool = True) -> bool:
+        """Start a job; False if this (job, generation) is already here (a resent launch).
+        ``final``: a failure now is the job's end, said in its stderr file; False while a
+        missing output directory is still waited for (``OutputDirMissing``: try again)."""
         try:
             protocol.check(spec, protocol.LAUNCH_FIELDS, "launch")
         except protocol.ProtocolError as exc:
@@ -209,7 +211,7 @@ class Launcher:
             **spec["environment"],
             "KILN_CHECKPOINT_FILE": str(self.spool.checkpoint_path(*key))}}
         try:
-            job = self._start(spec, ident, script, warning)
+            job = self._start(spec, ident, script, warning, final)
         except BaseException:
             self.spool.remove_script(*key)
             self.spool.remove_private_dir(*key)
@@ -219,10 +221,10 @@ class Launcher:
         return True
 
     def _start(self, spec: dict[str, Any], ident: Identity, script: Path,
-               warning: SignalSpec | None) -> _Job:
+               warning: SignalSpec | None, final: bool = True) -> _Job:
         """Start the job's supervisor; it execs the job (``agentd.stepd``)."""
         key = (spec["job_id"], spec["generation"])
-        out_fd, err_fd, cwd, err_path = self._open_files(spec, ident)
+        out_fd, err_fd, cwd, err_path = self._open_files(spec, ident, final)
         try:
             cgroup = self._make_cgroup(spec)
         except LaunchError as exc:
@@ -319,7 +321,8 @@ class Launcher:
                 return job.cgroup
         return None
 
-    def _open_files(self, spec: dict[str, Any], ident: Identity) -> tuple[int, int, str, str]:
+    def _open_files(self, spec: dict[str, Any], ident: Identity,
+                    final: bool = True) -> tuple[int, int, str, str]:
         """(stdout fd, stderr fd, working directory, stderr path), all checked as the user."""
         append = spec["open_mode"] == "append"
         with self._as_user(ident):
@@ -329,8 +332,9 @@ class Launcher:
             try:
                 out_fd = _open_output(out_path, append)
             except LaunchError as exc:
-                if err_path != out_path and not isinstance(exc, OutputDirMissing):
-                    # say why in the job's stderr file when it has one
+                if err_path != out_path and (final or not isinstance(exc, OutputDirMissing)):
+                    # say why in the job's stderr file when it has one (not yet while a
+                    # missing output directory may still appear)
                     with contextlib.suppress(LaunchError):
                         fd = _open_output(err_path, append)
                         _write_fd(fd, f"slurmstepd: error: {exc}\n")

@@ -506,13 +506,16 @@ class StepRunner:
         step.ending = Ending.start(state, now, step.kill_wait)
 
     def _signal_all(self, step: _Step, signum: int) -> None:
-        for pgid in step.groups:
-            lch._killpg(pgid, signum)
-        if step.cgroup is not None:  # what left the tasks' groups (setsid, daemons) too
-            if signum == _signal.SIGKILL:
-                step.cgroup.kill(step.leaf)
-            else:
-                step.cgroup.signal(signum, step.leaf)
+        """``signum`` once to every process of the step: those of its cgroup leaf (what left
+        the tasks' groups too: setsid, daemons), else of the tasks' process groups. A process
+        signalled both ways would get a handled signal twice."""
+        if step.cgroup is None:
+            for pgid in step.groups:
+                lch._killpg(pgid, signum)
+        elif signum == _signal.SIGKILL:
+            step.cgroup.kill(step.leaf)
+        else:
+            step.cgroup.signal(signum, step.leaf)
 
     def _banner(self, step: _Step, state: str, now: float) -> None:
         """slurmstepd's '*** STEP J.S ON node CANCELLED AT ... ***', in the first task's

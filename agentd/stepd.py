@@ -375,11 +375,11 @@ class Supervisor:
                 self.signal_steps(signum)
 
     def signal_job(self, signum: int) -> bool:
-        """``signum`` to the job's process group and, with a cgroup, to every process in it
-        (SIGKILL: the whole cgroup at once); False when nothing of the job is left."""
-        alive = killpg(self.pid, signum)
+        """``signum`` once to every process of the job: with a cgroup to each process in it
+        (SIGKILL: the whole cgroup at once), else to its process group (a process signalled
+        both ways would get a handled signal twice); False when nothing of the job is left."""
         if self.cgroup is None:
-            return alive
+            return killpg(self.pid, signum)
         if signum == _signal.SIGKILL:
             self.cgroup.kill()
         else:

@@ -4,9 +4,11 @@ resources``). schedd checks the rest (partition, nodes, shape, account) at admis
 
 from __future__ import annotations
 
-from typing import Any
-
 from cli.errors import fail, submit_failure
+
+TYPE_CHECKING = False  # typing costs every command ms to import: checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 INVALID_GRES = "Invalid generic resource (gres) specification"
 GPUS_PER_TASK = ("Failed to validate job spec. --gpus-per-task used without either --gpus or "

@@ -178,7 +178,8 @@ def test_parse_states():
 
 def test_stat_keys_are_the_contract():
     assert stats.STAT_KEYS == ("samples", "gpu_util_mean", "gpu_util_max", "gpu_mem_max_mb",
-                               "rss_max_kb", "rss_mean_kb", "cpu_user_s", "cpu_system_s")
+                               "rss_max_kb", "rss_mean_kb", "cpu_user_s", "cpu_system_s",
+                               "gpu_simulated")  # 1 when the GPU figures came from fake GPUs
 
 
 def test_clean_stats_keeps_known_finite_non_negative_numbers():
