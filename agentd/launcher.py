@@ -716,7 +716,9 @@ def _open_output(path: str, append: bool) -> int:
         fd = open_as_user(path, flags)
     except OSError as exc:
         message = f"could not open output file {path}: {exc.strerror}"
-        if exc.errno == errno.ENOENT and not os.path.isdir(os.path.dirname(path) or "."):
+        # with O_CREAT, ENOENT means a directory on the way is missing: even when it is there
+        # by now (made between this open and a look at it), the next try will open the file
+        if exc.errno == errno.ENOENT:
             raise OutputDirMissing(message) from None
         raise LaunchError(message) from None
     if not append:
