@@ -149,8 +149,12 @@ def parse_percent_format(fmt: str, letters: dict[str, str]) -> tuple[str, list[C
     return prefix, columns, unknown
 
 
-def parse_long_format(fmt: str, names: dict[str, str]) -> tuple[list[Column], list[str]]:
-    """-O 'JobID,State:10,Name:.20|' -> columns (default width 20, left)."""
+def parse_long_format(fmt: str, names: dict[str, str],
+                      prefixes: dict[str, str] | None = None) -> tuple[list[Column], list[str]]:
+    """-O 'JobID,State:10,Name:.20|' -> columns (default width 20, left). A name matches
+    case-insensitively and whole, as Slurm's ``xstrcasecmp``; ``prefixes`` are the few that
+    Slurm matches by their first letters instead (``xstrncasecmp``: squeue takes any name
+    starting ``numtask`` for NumTasks)."""
     columns: list[Column] = []
     unknown: list[str] = []
     for token in fmt.split(","):
@@ -165,6 +169,8 @@ def parse_long_format(fmt: str, names: dict[str, str]) -> tuple[list[Column], li
             width = int(spec[:digits]) if digits else 0
             suffix = spec[digits:]
         key = names.get(name.lower())
+        if key is None and prefixes:
+            key = next((k for p, k in prefixes.items() if name.lower().startswith(p)), None)
         if key is None:
             unknown.append(name)
             continue
@@ -601,6 +607,11 @@ JOB_LONG_NAMES: dict[str, str] = {
     "allocnodes": "alloc_nodes", "allocsid": "alloc_sid", "stdin": "stdin",
     "cluster": "cluster",
 }
+
+
+# squeue -O names Slurm 22.05 matches by prefix (src/squeue/opts.c, parse_long_format:
+# ``xstrncasecmp(token, "numtasks", strlen("numtask"))``): NumTask, NumTasks, numtasksX...
+JOB_LONG_PREFIXES: dict[str, str] = {"numtask": "num_tasks"}
 
 
 def job_sort_key(key: str) -> Callable[[dict[str, Any], Ctx], Any]:

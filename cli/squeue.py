@@ -18,6 +18,7 @@ from cli.formats import (
     JOB_FIELDS,
     JOB_LETTERS,
     JOB_LONG_NAMES,
+    JOB_LONG_PREFIXES,
     Column,
     Ctx,
     Table,
@@ -161,7 +162,8 @@ def choose_columns(values: dict[str, str | None]) -> tuple[str, list[Column]]:
     if values.get("format") and values.get("Format"):
         fail("-O (--Format) is incompatible with -o (--format)")
     if values.get("Format"):
-        columns, unknown = parse_long_format(values["Format"], JOB_LONG_NAMES)
+        columns, unknown = parse_long_format(values["Format"], JOB_LONG_NAMES,
+                                             JOB_LONG_PREFIXES)
         if unknown:  # a name squeue does not know: nothing is printed (no shifted columns)
             fail(*(f"Invalid job format specification: {name}" for name in unknown))
         return "", columns

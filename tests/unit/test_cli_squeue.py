@@ -103,6 +103,21 @@ def test_long_format_defaults_to_20_columns() -> None:
     assert parse_long_format("NoSuchField", squeue.JOB_LONG_NAMES)[1] == ["NoSuchField"]
 
 
+def test_numtask_names_match_by_prefix_as_slurm(fake_schedd, capsys) -> None:  # noqa: F811
+    """Slurm 22.05 (src/squeue/opts.c) matches -O names whole and case-insensitively, except
+    NumTasks: any name whose first seven letters are ``numtask``."""
+    serve(fake_schedd, [job(7, "multi", num_tasks=4)])
+    assert squeue.main(["-h", "-O", "JobID:6,NumTasks:4"]) == 0
+    want = capsys.readouterr().out
+    assert want == "7     4   \n"
+    for spelling in ("numtask:4", "NUMTASK:4", "numtasksX:4", "NumTasks:4"):
+        assert squeue.main(["-h", "-O", f"jobid:6,{spelling}"]) == 0
+        assert capsys.readouterr().out == want, spelling
+    for near in ("numtas", "tasks", "numnode"):  # whole names only, for every other field
+        assert squeue.main(["-h", "-O", f"JobID,{near}"]) == 1
+        assert f"Invalid job format specification: {near}" in capsys.readouterr().err
+
+
 def test_default_layout_matches_slurm(fake_schedd, capsys) -> None:  # noqa: F811
     serve(fake_schedd, REFERENCE_JOBS)
     assert squeue.main([]) == 0
