@@ -84,6 +84,8 @@ def conform(node: dict[str, Any], value: Any) -> Any:
         if not isinstance(value, list):
             value = [] if value in (None, "") else [value]
         return [conform(node.get("items") or {}, v) for v in value]
+    if kind is None:  # the schema leaves it open (v0.0.40's job_res_nodes items)
+        return value
     if isinstance(value, dict):  # a flagged number or an exit code where a plain one is due
         value = value.get("number", value.get("return_code", 0))
         value = value.get("number", 0) if isinstance(value, dict) else value
@@ -121,11 +123,23 @@ def document(version: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def exit_code(code: int, signal: int = 0) -> dict[str, Any]:
-    """A verbose exit code: status list, return code, signal."""
-    status = ["SUCCESS"] if not code and not signal else (
-        ["SIGNALED"] if signal else ["ERROR"])
-    return {"status": status, "return_code": no_val(code),
-            "signal": {"id": no_val(signal if signal else None), "name": ""}}
+    """A verbose exit code as DUMP_FUNC(PROCESS_EXIT_CODE) makes it: exited, its return code
+    (SUCCESS or ERROR) and no signal; killed by a signal, SIGNALED with the signal's number
+    and name (sig_num2name: 'KILL') and no return code."""
+    if signal:
+        return {"status": ["SIGNALED"], "return_code": no_val(None),
+                "signal": {"id": no_val(signal), "name": signal_name(signal)}}
+    return {"status": ["ERROR" if code else "SUCCESS"], "return_code": no_val(code),
+            "signal": {"id": no_val(None), "name": ""}}
+
+
+def signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name.removeprefix("SIG")
+    except ValueError:
+        return str(number)
 
 
 def tres_list(text: str) -> list[dict[str, Any]]:

@@ -566,75 +566,6 @@ def json_doc(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "errors": [], "jobs": jobs}
 
 
-def _exit_v4(text: str) -> dict[str, Any]:
-    from cli.data_parser import exit_code
-
-    code, _, sig = (text or "0:0").partition(":")
-    return exit_code(int(code or 0), int(sig or 0))
-
-
-def _times_v4(row: dict[str, Any]) -> dict[str, Any]:
-    limit = row.get("time_limit")
-    out = {"elapsed": int(row.get("elapsed") or 0), "start": int(row.get("start") or 0),
-           "end": int(row.get("end") or 0), "submission": int(row.get("submit") or 0),
-           "eligible": int(row.get("eligible") or 0), **_cpu_json(row)}
-    if row.get("kind") != "step":
-        out["limit"] = ({"set": False, "infinite": True, "number": 0} if limit is None else
-                        {"set": True, "infinite": False, "number": -(-int(limit) // 60)})
-    return out
-
-
-def json_doc_v4(rows: list[dict[str, Any]], version: str) -> dict[str, Any]:
-    """sacct --json=v0.0.40/41: the slurmdbd job records of that data_parser (cli/data_parser
-    fits them to the published schema)."""
-    from cli import data_parser
-
-    jobs: list[dict[str, Any]] = []
-    for row in rows:
-        tres = data_parser.tres_list
-        if row["kind"] == "step":
-            if jobs:
-                jobs[-1]["steps"].append({
-                    "step": {"id": row["job_id_raw"], "name": row["name"]},
-                    "state": [row.get("state_base") or row["state"].split()[0]],
-                    "exit_code": _exit_v4(row["exit_code"]),
-                    "nodes": {"range": row.get("node_list") or "",
-                              "count": row.get("nnodes") or 0},
-                    "tasks": {"count": row.get("ntasks") or 0}, "time": _times_v4(row),
-                    "tres": {"allocated": tres(row.get("alloc_tres") or ""),
-                             "requested": {"max": [], "min": [], "average": [], "total": []},
-                             "consumed": {"max": [], "min": [], "average": [], "total": []}}})
-            continue
-        jobs.append({
-            "account": row["account"], "allocation_nodes": row.get("nnodes") or 0,
-            "array": {"job_id": row.get("array_job_id") or 0,
-                      "task_id": data_parser.no_val(row.get("array_task_id")),
-                      "limits": {"max": {"running": {"tasks": 0}}}, "task": ""},
-            "association": {"account": row["account"], "cluster": row["cluster"],
-                            "partition": "", "user": row["user"], "id": 0},
-            "cluster": row["cluster"], "constraints": row.get("constraints") or "",
-            "comment": {"administrator": "", "job": row.get("comment") or "", "system": ""},
-            "derived_exit_code": _exit_v4(row.get("derived_exit_code") or "0:0"),
-            "time": _times_v4(row), "exit_code": _exit_v4(row["exit_code"]),
-            "group": _group(row, Options(0)), "job_id": int(row["job_id_raw"]),
-            "name": row["name"], "nodes": row.get("node_list") or "None assigned",
-            "partition": row["partition"],
-            "priority": data_parser.no_val(int(row.get("priority") or 0)), "qos": row["qos"],
-            "required": {"CPUs": row.get("req_cpus") or 0,
-                         "memory_per_node": data_parser.no_val(None),
-                         "memory_per_cpu": data_parser.no_val(None)},
-            "state": {"current": [row["state_base"]], "reason": row.get("reason") or "None"},
-            "steps": [],
-            "tres": {"allocated": tres(row.get("alloc_tres") or ""),
-                     "requested": tres(row.get("req_tres") or "")},
-            "user": row["user"], "working_directory": row.get("workdir") or "",
-        })
-    cluster = rows[0]["cluster"] if rows else ""
-    return data_parser.document(version, "sacct", {
-        "jobs": jobs, "meta": data_parser.meta(version, sys.argv, cluster),
-        "errors": [], "warnings": []})
-
-
 # --- command ---------------------------------------------------------------------------------
 
 USAGE = """Usage: sacct [options]
@@ -710,7 +641,12 @@ def sacct_command(argv: Sequence[str]) -> int:
         import json
 
         version = json_version(values)
-        doc = json_doc_v4(rows, version) if version else json_doc(rows)
+        if version:
+            from cli import sacct_json
+
+            doc = sacct_json.document(rows, version)
+        else:
+            doc = json_doc(rows)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
     parsable = "parsable" in values or "parsable2" in values

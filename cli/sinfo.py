@@ -294,7 +294,9 @@ def sinfo_command(argv: Sequence[str]) -> int:
             version = version_of(values.get("json"))
         except VersionError as exc:
             fail(str(exc))
-        return print_json(partitions, nodes, version)
+        groups = group_nodes(partitions, nodes, columns, "Node" in values,
+                             "summarize" in values) if version else None
+        return print_json(partitions, nodes, groups, version)
     if "list-reasons" in values:
         nodes = [n for n in nodes if _category(n) == "O" or n.get("reason")]
         partitions = [{"name": "", "nodes": [n["name"] for n in nodes]}] if nodes else []

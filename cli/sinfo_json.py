@@ -1,14 +1,19 @@
-"""``sinfo --json``: nodes and partitions in the shape of Slurm 22.05's ``sinfo --json``
-(openapi data_parser v0.0.38): ``{"meta", "errors", "warnings", "nodes": [...],
-"partitions": [...]}`` with Slurm's key names for the fields kiln has. Times are POSIX seconds,
-memory MiB, time limits minutes (``null`` = UNLIMITED), as Slurm reports them.
+"""``sinfo --json``: in the shape of Slurm 22.05's ``sinfo --json`` (openapi data_parser
+v0.0.38): ``{"meta", "errors", "warnings", "nodes": [...], "partitions": [...]}`` with Slurm's
+key names for the fields kiln has. Times are POSIX seconds, memory MiB, time limits minutes
+(``null`` = UNLIMITED), as Slurm reports them.
+
+``--json=v0.0.40|v0.0.41``: as Slurm 23.11 / 24.05's sinfo dumps OPENAPI_SINFO_RESP, ``{"sinfo":
+[...]}``, one sinfo_data object per line sinfo would print (the node groups of its format:
+by default a partition's nodes of one state; ``-N`` one per node), each with its counts,
+minimums and maximums over the group's nodes and its partition's partition_info
+(``PARSER_ARRAY(SINFO_DATA)`` in src/plugins/data_parser/v0.0.4x/parsers.c).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
 
 from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
@@ -68,9 +73,10 @@ def json_partition(part: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[st
 
 
 def print_json(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]],
-               version: str = "") -> int:
+               groups: list[dict[str, Any]] | None = None, version: str = "") -> int:
+    """v0.0.38 from the nodes and partitions; v0.0.40/41 from sinfo's node groups."""
     if version:
-        doc = document_v4(partitions, nodes, version)
+        doc = document_v4(groups or [], nodes, version)
     else:
         doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
                "errors": [], "warnings": [],
@@ -80,57 +86,122 @@ def print_json(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]],
     return 0
 
 
-def document_v4(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]],
+def document_v4(groups: list[dict[str, Any]], nodes: list[dict[str, Any]],
                 version: str) -> dict[str, Any]:
-    """--json=v0.0.40/41: the nodes and partitions responses of that data_parser, each held
-    to its published schema, in one document (what sinfo's own reader needs of both)."""
     from cli import data_parser
     from schedd.config import load
 
     cluster = load().cluster_name
-    meta = data_parser.meta(version, sys.argv, cluster)
-    node_doc = data_parser.document(version, "nodes", {
-        "nodes": [node_v4(n, cluster) for n in nodes], "meta": meta,
-        "last_update": data_parser.no_val(int(time.time()))})
-    part_doc = data_parser.document(version, "partitions", {
-        "partitions": [partition_v4(p, nodes, cluster) for p in partitions], "meta": meta,
-        "last_update": data_parser.no_val(int(time.time()))})
-    return {**node_doc, "partitions": part_doc["partitions"]}
+    return data_parser.document(version, "sinfo", {
+        "sinfo": [sinfo_data(g, nodes, cluster) for g in groups],
+        "meta": data_parser.meta(version, sys.argv, cluster), "errors": [], "warnings": []})
 
 
-def node_v4(node: dict[str, Any], cluster: str) -> dict[str, Any]:
-    old = json_node(node)
-    state = [old["state"].split("+")[0].upper(), *old["state_flags"]]
-    return {**old, "state": state, "cluster_name": cluster, "cores": 1, "sockets": old["cpus"],
-            "threads": 1, "boards": 1, "effective_cpus": old["cpus"],
-            "free_mem": {"set": True, "infinite": False,
-                         "number": max(old["real_memory"] - old["alloc_memory"], 0)},
-            "alloc_idle_cpus": old["idle_cpus"], "version": "kiln",
-            "reason_changed_at": int(node.get("reason_time") or 0),
-            "features": [f for f in old["features"].split(",") if f],
-            "active_features": [f for f in old["active_features"].split(",") if f],
-            "boot_time": {"set": True, "infinite": False, "number": old["boot_time"]},
-            "slurmd_start_time": {"set": True, "infinite": False,
-                                  "number": old["slurmd_start_time"]},
-            "last_busy": {"set": True, "infinite": False, "number": old["last_busy"]},
-            "weight": 1}
+def node_states(node: dict[str, Any]) -> list[str]:
+    """NODE_STATES: the base state, then its flags (DRAIN, NOT_RESPONDING)."""
+    display = str(node.get("state_display") or node.get("state") or "IDLE").upper().rstrip("*")
+    admin = str(node.get("state", "")).upper()
+    busy = "ALLOCATED" if int(node.get("alloc_cpus") or 0) >= int(node.get("cpus") or 0) \
+        else "MIXED"
+    base, flags = {"DRAINING": (busy, ["DRAIN"]), "DRAINED": ("IDLE", ["DRAIN"]),
+                   "DRAIN": ("IDLE", ["DRAIN"])}.get(display, (display, []))
+    if display == "DOWN":
+        if admin == "DRAIN":
+            flags = ["DRAIN"]
+        if admin not in ("DOWN", "DRAIN"):
+            flags.append("NOT_RESPONDING")  # down because its agent went silent
+    return [base, *flags]
 
 
-def partition_v4(part: dict[str, Any], nodes: list[dict[str, Any]],
-                 cluster: str) -> dict[str, Any]:
-    old = json_partition(part, nodes)
+def _span(values: list[int]) -> dict[str, int]:
+    return {"minimum": min(values, default=0), "maximum": max(values, default=0)}
+
+
+def _null(text: str) -> str:
+    return "" if text == "(null)" else text
+
+
+def sinfo_data(group: dict[str, Any], nodes: list[dict[str, Any]], cluster: str
+               ) -> dict[str, Any]:
+    """One node group (sinfo's line): counts over its nodes, the per-node spans, the first
+    node's descriptive fields (what sinfo prints for the line), its partition."""
+    from cli import data_parser
+
+    members = group["nodes"]
+    first = members[0] if members else {}
+    cpus = [int(n.get("cpus") or 0) for n in members]
+    mem = [int(n.get("memory_mb") or 0) for n in members]
+    free = [max(int(n.get("memory_mb") or 0) - int(n.get("alloc_mem_mb") or 0), 0)
+            for n in members]
+    kinds = [_kind(n) for n in members]
+    alloc_cpus = sum(int(n.get("alloc_cpus") or 0) for n, k in zip(members, kinds, strict=True)
+                     if k != "O")
+    other_cpus = sum(c for c, k in zip(cpus, kinds, strict=True) if k == "O")
+    names = [n["name"] for n in members]
+    gpus = first.get("gpus") or []
+    return {
+        "port": 0, "node": {"state": node_states(first) if members else []},
+        "nodes": {"allocated": kinds.count("A"), "idle": kinds.count("I"),
+                  "other": kinds.count("O"), "total": len(members), "hostnames": names,
+                  "addresses": [n.get("address") or n["name"] for n in members],
+                  "nodes": names},
+        "cpus": {"allocated": alloc_cpus, "idle": sum(cpus) - alloc_cpus - other_cpus,
+                 "other": other_cpus, "total": sum(cpus), **_span(cpus),
+                 "load": {"minimum": 0, "maximum": 0},
+                 "per_node": {"max": data_parser.no_val(None, infinite=True)}},
+        "sockets": _span(cpus), "cores": _span([1] * len(members)),
+        "threads": _span([1] * len(members)), "disk": _span([0] * len(members)),
+        "memory": {**_span(mem), "allocated": int(first.get("alloc_mem_mb") or 0),
+                   "free": {"minimum": data_parser.no_val(min(free, default=None)),
+                            "maximum": data_parser.no_val(max(free, default=None))}},
+        "weight": _span([1] * len(members)),
+        "features": {"total": ",".join(first.get("features") or []),
+                     "active": ",".join(first.get("features") or [])},
+        "gres": {"total": _null(node_gres(first)) if gpus else "",
+                 "used": node_gres_used(first) if gpus else ""},
+        "cluster": cluster, "comment": "", "extra": "", "reservation": "",
+        "reason": {"description": first.get("reason") or "",
+                   "time": int(first.get("reason_time") or 0),
+                   "user": first.get("reason_user") or ""},
+        "partition": partition_info(group["partition"], nodes, cluster),
+    }
+
+
+def _kind(node: dict[str, Any]) -> str:
+    """sinfo's A/I/O: allocated (some or all of it), idle, other (down, drained)."""
+    base = node_state(node).rstrip("*")
+    if base in ("alloc", "mix", "comp"):
+        return "A"
+    return "I" if base == "idle" else "O"
+
+
+def partition_info(part: dict[str, Any], nodes: list[dict[str, Any]],
+                   cluster: str) -> dict[str, Any]:
+    """PARTITION_INFO: what kiln's partition is, in the data_parser's shape."""
+    from cli import data_parser
+
+    old = json_partition(part, nodes) if part.get("name") else {
+        "name": "", "nodes": "", "state": "UP", "max_time_limit": None,
+        "default_time_limit": None, "priority_tier": 1, "total_nodes": 0, "total_cpus": 0,
+        "total_gpus": 0}
+    members = partition_nodes(part, nodes) if part.get("name") else []
+    memory = sum(int(n.get("memory_mb") or 0) for n in members)
 
     def minutes(value: int | None) -> dict[str, Any]:
-        return {"set": value is not None, "infinite": value is None,
-                "number": value or 0}
+        return data_parser.no_val(value, infinite=value is None)
 
+    unlimited = data_parser.no_val(None, infinite=True)
     return {"name": old["name"], "cluster": cluster,
             "nodes": {"configured": old["nodes"], "total": old["total_nodes"],
-                      "allowed_allocation": "", "default": ""},
+                      "allowed_allocation": ""},
             "partition": {"state": [old["state"]]},
             "cpus": {"total": old["total_cpus"], "task_binding": 0},
-            "maximums": {"time": minutes(old["max_time_limit"])},
+            "maximums": {"time": minutes(old["max_time_limit"]), "nodes": unlimited,
+                         "cpus_per_node": unlimited, "cpus_per_socket": unlimited,
+                         "shares": 1, "oversubscribe": {"jobs": 1, "flags": []}},
+            "minimums": {"nodes": 0},
             "defaults": {"time": minutes(old["default_time_limit"])},
             "priority": {"tier": old["priority_tier"], "job_factor": 1},
-            "tres": {"configured": f"cpu={old['total_cpus']},node={old['total_nodes']}"
+            "tres": {"configured": f"cpu={old['total_cpus']},mem={memory}M,"
+                                   f"node={old['total_nodes']},billing={old['total_cpus']}"
                      + (f",gres/gpu={old['total_gpus']}" if old["total_gpus"] else "")}}

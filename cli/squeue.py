@@ -425,7 +425,7 @@ def _show_queue(values: dict[str, str | None], query: dict[str, Any], prefix: st
     if table is None:
         jobs = local_filters(reply.get("jobs") or [], values)
         if "json" in values:
-            return print_json(jobs, ctx, json_version(values))
+            return print_json(jobs, ctx, json_version(values), values)
         jobs = sort_jobs(fold_pending_arrays(jobs) if fold else jobs, sort, ctx,
                          "start" in values)
         body = render(jobs, prefix, columns, JOB_FIELDS, ctx, header)
@@ -465,95 +465,19 @@ def json_job(job: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def print_json(jobs: list[dict[str, Any]], ctx: Ctx, version: str = "") -> int:
+def print_json(jobs: list[dict[str, Any]], ctx: Ctx, version: str = "",
+               values: dict[str, str | None] | None = None) -> int:
     import json
 
     if version:
-        from cli import data_parser
-        from schedd.config import load
+        from cli import squeue_json
 
-        cluster = load().cluster_name
-        doc = data_parser.document(version, "squeue", {
-            "jobs": [job_info(j, ctx, cluster, version) for j in jobs],
-            "last_backfill": data_parser.no_val(int(ctx.now)),
-            "last_update": data_parser.no_val(int(ctx.now)),
-            "meta": data_parser.meta(version, sys.argv, cluster), "errors": [], "warnings": []})
+        doc = squeue_json.document(jobs, ctx, version, values or {})
     else:
         doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
                "errors": [], "warnings": [], "jobs": [json_job(j, ctx) for j in jobs]}
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     return 0
-
-
-def job_resources(job: dict[str, Any], version: str) -> dict[str, Any]:
-    """The allocation: v0.0.40 counts and a node list; v0.0.41 a node object per node."""
-    alloc = job.get("allocation") or []
-    if version == "v0.0.40":
-        return {"nodes": job.get("node_list", ""), "allocated_cpus": job_num_cpus(job),
-                "allocated_hosts": len(alloc), "allocated_cores": job_num_cpus(job)}
-    return {"nodes": {"count": len(alloc), "select_type": [], "list": job.get("node_list", ""),
-                      "whole": bool(job.get("exclusive")), "allocation": [
-                          {"index": i, "name": a.get("node", ""),
-                           "cpus": {"count": int(a.get("cpus") or 0), "used": 0},
-                           "memory": {"used": 0, "allocated": int(a.get("memory_mb") or 0)}}
-                          for i, a in enumerate(alloc)]},
-            "cpus": job_num_cpus(job), "threads_per_core": {"set": True, "infinite": False,
-                                                            "number": 1}}
-
-
-def job_info(job: dict[str, Any], ctx: Ctx, cluster: str, version: str) -> dict[str, Any]:
-    """One job as data_parser v0.0.40/41's job_info: what kiln knows, by Slurm's key names
-    (data_parser.document fits it to the version's schema and fills the rest)."""
-    from cli import data_parser
-    from cli.formats import job_tres
-
-    nv = data_parser.no_val
-    limit = job.get("time_limit")
-    alloc = job.get("allocation") or []
-    started = bool(job.get("start_time")) and job["state"] != "PENDING"
-
-    def when(key: str) -> dict[str, Any]:
-        return nv(int(job[key])) if job.get(key) else nv(None)
-
-    return {
-        "account": job.get("account", ""), "job_id": job["id"], "name": job.get("name", ""),
-        "array_job_id": nv(job.get("array_job_id") or 0),
-        "array_task_id": nv(job.get("array_task_id")),
-        "array_task_string": job.get("array_spec", "") if job.get("array_task_id") is None
-        else "", "batch_flag": True, "batch_host": job.get("batch_host", ""),
-        "cluster": cluster, "command": job.get("command", ""), "comment": job.get("comment", ""),
-        "cpus": nv(job_num_cpus(job)), "cpus_per_task": nv(job.get("cpus_per_task") or 1),
-        "current_working_directory": job.get("workdir", ""),
-        "dependency": job.get("dependency", ""),
-        "derived_exit_code": data_parser.exit_code(0),
-        "eligible_time": when("eligible_time"), "end_time": when("end_time"),
-        "excluded_nodes": job.get("exclude", ""),
-        "exit_code": data_parser.exit_code(int(job.get("exit_code") or 0),
-                                           int(job.get("exit_signal") or 0)),
-        "features": job.get("constraint", ""), "group_id": job.get("gid"),
-        "het_job_id": nv(None), "het_job_offset": nv(None), "het_job_id_set": "",
-        "job_resources": job_resources(job, version) if alloc else {},
-        "job_state": [job["state"]], "licenses": job.get("licenses", ""),
-        "mail_user": job.get("mail_user", ""), "nice": job.get("nice") or 0,
-        "node_count": nv(job_num_nodes(job)), "nodes": job.get("node_list", ""),
-        "partition": job.get("partition", ""), "priority": nv(int(job.get("priority") or 0)),
-        "qos": job.get("qos", ""), "required_nodes": job.get("nodelist", ""),
-        "requeue": bool(job.get("requeue", True)), "restart_cnt": job.get("restart_count") or 0,
-        "resv_name": job.get("reservation", ""), "scheduled_nodes": job.get("sched_nodes", ""),
-        "standard_error": job.get("stderr") or job.get("stdout", ""),
-        "standard_input": job.get("stdin") or "/dev/null",
-        "standard_output": job.get("stdout", ""),
-        "start_time": when("start_time") if started else nv(None),
-        "state_reason": job.get("reason", "None"), "submit_time": when("submit_time"),
-        "tasks": nv(job.get("num_tasks") or 1),
-        "time_limit": nv(None, infinite=True) if limit is None else nv(int(limit) // 60),
-        "time_minimum": nv(int(job["time_min"]) // 60 if job.get("time_min") else 0),
-        "tres_alloc_str": job_tres(job) if alloc else "",
-        "tres_req_str": job_tres(job),
-        "tres_per_node": "" if job_tres_per_node(job) == "N/A" else job_tres_per_node(job),
-        "user_id": job.get("uid"), "user_name": job.get("user", ""),
-        "wckey": job.get("wckey", ""),
-    }
 
 
 if __name__ == "__main__":

@@ -363,57 +363,37 @@ def test_licenses_are_scheduled_and_shown(licensed: Cluster, workdir: Path) -> N
 # --- 4. --json data_parser versions ------------------------------------------------------
 
 
-def schema_errors(node: dict, value, where: str = "") -> list[str]:
-    """Where ``value`` departs from the OpenAPI schema ``node`` (cli/openapi/*.json, from
-    Slurm's published schemas): a wrong type, a key the schema lacks, a key it has missing."""
-    kind = node.get("type")
-    types = {"object": dict, "array": list, "string": str, "boolean": bool,
-             "integer": int, "number": (int, float)}
-    if kind in types and (not isinstance(value, types[kind]) or (
-            kind in ("integer", "number") and isinstance(value, bool))):
-        return [f"{where}: {type(value).__name__}, not {kind}"]
-    if kind == "object" and node.get("properties"):
-        props = node["properties"]
-        errors = [f"{where}.{k}: not in the schema" for k in value if k not in props]
-        errors += [f"{where}.{k}: missing" for k in props if k not in value]
-        for k, sub in props.items():
-            if k in value:
-                errors += schema_errors(sub, value[k], f"{where}.{k}")
-        return errors
-    if kind == "array":
-        return [e for i, v in enumerate(value)
-                for e in schema_errors(node.get("items") or {}, v, f"{where}[{i}]")]
-    if "enum" in node and value not in node["enum"]:
-        return [f"{where}: {value!r} not one of the enum"]
-    return []
-
-
 @pytest.mark.parametrize("version", ["v0.0.40", "v0.0.41"])
 def test_json_data_parser_versions_follow_the_published_schemas(
         cluster: Cluster, workdir: Path, version: str) -> None:
+    """squeue, sinfo and sacct (a job with its batch, extern and srun step) of a real cluster,
+    each whole output held to the published schema (tests/openapi_schema.py)."""
     import json
 
     from cli.data_parser import schema
+    from tests.openapi_schema import schema_errors
 
     job_id = cluster.sbatch("-J", "jsonjob", "--gres=gpu:1", "-t", "10", "-o", "/dev/null",
-                            "--wrap", release_file(workdir, f"rel-{version}"), cwd=workdir)
+                            "--mail-type=END", "--wrap",
+                            f"srun -J hello true; {release_file(workdir, f'rel-{version}')}",
+                            cwd=workdir)
     cluster.wait(job_id, {"RUNNING"})
     doc = json.loads(cluster.run("squeue", f"--json={version}").stdout)
     assert schema_errors(schema(version, "squeue"), doc) == []
     assert doc["meta"]["plugin"]["data_parser"] == f"data_parser/{version}"
     job = next(j for j in doc["jobs"] if j["job_id"] == job_id)
     assert job["job_state"] == ["RUNNING"] and job["name"] == "jsonjob"
+    assert job["mail_type"] == ["END"] and job["tres_per_node"].startswith("gres/gpu:")
     assert job["het_job_id"] == {"set": False, "infinite": False, "number": 0}
     assert job["time_limit"] == {"set": True, "infinite": False, "number": 10}
     assert job["start_time"]["set"] is True and job["start_time"]["number"] > 0
     nodes = job["job_resources"]["nodes"]
     assert (nodes if version == "v0.0.40" else nodes["list"]) == job["nodes"] != ""
     info = json.loads(cluster.run("sinfo", f"--json={version}").stdout)
-    assert schema_errors(schema(version, "nodes"), {k: v for k, v in info.items()
-                                                    if k != "partitions"}) == []
-    assert schema_errors(schema(version, "partitions")["properties"]["partitions"],
-                         info["partitions"]) == []
-    assert info["nodes"][0]["state"][0] in ("MIXED", "ALLOCATED", "IDLE")
+    assert schema_errors(schema(version, "sinfo"), info) == []
+    busy = next(g for g in info["sinfo"] if job["nodes"] in g["nodes"]["nodes"])
+    assert busy["node"]["state"][0] in ("MIXED", "ALLOCATED")
+    assert busy["cpus"]["allocated"] >= 1
     (workdir / f"rel-{version}").touch()
     cluster.wait(job_id, {"COMPLETED"})
     acct = json.loads(cluster.run("sacct", "-j", str(job_id), f"--json={version}").stdout)
@@ -421,6 +401,11 @@ def test_json_data_parser_versions_follow_the_published_schemas(
     row = acct["jobs"][0]
     assert (row["job_id"], row["state"]["current"], row["exit_code"]["return_code"]) == (
         job_id, ["COMPLETED"], {"set": True, "infinite": False, "number": 0})
+    steps = {s["step"]["id"]: s for s in row["steps"]}
+    assert {f"{job_id}.batch", f"{job_id}.extern", f"{job_id}.0"} <= set(steps)
+    assert steps[f"{job_id}.0"]["step"]["name"] == "hello"
+    assert steps[f"{job_id}.0"]["state"] == ["COMPLETED"]
+    assert steps[f"{job_id}.0"]["nodes"]["list"] == [job["nodes"]]
     bad = cluster.run("squeue", "--json=v0.0.99")
     assert (bad.returncode, bad.stdout) == (1, "")
     plain = json.loads(cluster.run("squeue", "--json").stdout)  # v0.0.38 stays the default
