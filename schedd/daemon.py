@@ -169,7 +169,7 @@ class Daemon:
             return
         health.check_nodes(self, now)
         enforcement.tick(self, now)  # lowered time limits, spent budgets, stalled stops
-        self.mail.tick(list(self.state.running()), now, self.state.time_limit)  # TIME_LIMIT_N
+        self.mail.tick(self.state, now)  # TIME_LIMIT_N, remembered in the ledger
 
     def _until_next_cycle(self, now: float) -> float:
         """Seconds to the next cycle: on the interval, or sooner when something changed — but

@@ -288,6 +288,9 @@ class Job:
     forecast_first: list[float] | None = None  # [expected start, when first published]
     forecast_last: list[float] | None = None  # [expected start, when last published]
     set_aside: str = ""  # why schedd could not load or schedule this job (held for an admin)
+    # the time-limit notices (--mail-type TIME_LIMIT_50/80/90, TIME_LIMIT) mailed for this run,
+    # comma-separated in the order sent; cleared at each start (lifecycle/mail.py)
+    mail_sent: str = ""
 
     @property
     def display_id(self) -> str:

@@ -138,6 +138,7 @@ class JobRow(Base):
     forecast_first: Mapped[list[Any] | None] = mapped_column(JSON)
     forecast_last: Mapped[list[Any] | None] = mapped_column(JSON)
     set_aside: Mapped[str] = mapped_column(String, default="")
+    mail_sent: Mapped[str] = mapped_column(String, default="")
 
     # what squeue and sacct filter on
     __table_args__ = (

@@ -11,6 +11,10 @@ Name=train Ended, Run time 00:01:02, COMPLETED, ExitCode 0``. It goes out throug
 called as slurmctld calls it (``MailProg -s SUBJECT USER``, the SLURM_JOB_* variables in its
 environment, stdin and stdout /dev/null), or, with ``[mail] smtp_host`` set, over SMTP. Either
 way schedd never waits for it: MailProg runs on its own (reaped later), SMTP in a thread.
+
+Which time-limit notices a run was sent is kept on the job, in the ledger (``Job.mail_sent``,
+cleared when a run starts): a schedd that restarts sends none of them again and still sends
+those that fall due.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from email.message import EmailMessage
 
 from schedd.config import Config
 from schedd.model import Job, JobState
+from schedd.state import State
 
 log = logging.getLogger("schedd.mail")
 
@@ -38,6 +43,11 @@ THRESHOLDS = (("TIME_LIMIT_50", 0.5, "Reached 50% of time limit"),
               ("TIME_LIMIT_80", 0.8, "Reached 80% of time limit"),
               ("TIME_LIMIT_90", 0.9, "Reached 90% of time limit"),
               ("TIME_LIMIT", 1.0, "Reached time limit"))
+
+
+def sent_notices(job: Job) -> list[str]:
+    """The time-limit notices already mailed for the job's current run."""
+    return [n for n in job.mail_sent.split(",") if n]
 
 
 def mail_types(text: str) -> frozenset[str]:
@@ -60,12 +70,12 @@ def run_time(seconds: float) -> str:
 
 
 class Outbox:
-    """Sends the mails of one schedd; remembers the time-limit notices sent per run."""
+    """Sends the mails of one schedd. The time-limit notices sent for a run are kept on the
+    job (``Job.mail_sent``, in the ledger), so they survive a restart of schedd."""
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self._children: list[subprocess.Popen] = []
-        self._sent: set[tuple[int, int, str]] = set()  # (job, generation, TIME_LIMIT_x)
 
     # --- the events ----------------------------------------------------------------------
 
@@ -106,23 +116,34 @@ class Outbox:
             return
         self.send(job, f"{self._head(job)} {kind}, {tail}")
 
-    def tick(self, running: list[Job], now: float, limit_of) -> None:
-        """TIME_LIMIT_50/80/90 and TIME_LIMIT: each once per run; and reap MailProg."""
+    def tick(self, state: State, now: float) -> None:
+        """TIME_LIMIT_50/80/90 and TIME_LIMIT: each once per run; and reap MailProg. What is
+        due is committed as sent before it goes out: a crash between the two loses a notice
+        rather than sending it twice after the restart."""
         self._children = [c for c in self._children if c.poll() is None]
-        for job in running:
-            types = mail_types(job.mail_type)
-            if not types & {t for t, _, _ in THRESHOLDS} or not job.start_time:
-                continue
-            limit = limit_of(job)
-            if not limit:
-                continue
-            for name, share, words in THRESHOLDS:
-                key = (job.id, job.generation, name)
-                if name in types and key not in self._sent and \
-                        now - job.start_time >= share * limit:
-                    self._sent.add(key)
-                    self.send(job, f"{self._head(job)} {words}, Run time "
-                                   f"{run_time(now - job.start_time)}")
+        due: list[tuple[Job, list[tuple[str, str]]]] = []
+        for job in state.running():
+            notices = self.notices_due(job, now, state.time_limit(job))
+            if notices:
+                due.append((job, notices))
+        if not due:
+            return
+        state.commit([(job, {"mail_sent": ",".join(
+            [*sent_notices(job), *(name for name, _ in notices)])}) for job, notices in due])
+        for job, notices in due:
+            for _, words in notices:
+                self.send(job, f"{self._head(job)} {words}, Run time "
+                               f"{run_time(now - job.start_time)}")
+
+    @staticmethod
+    def notices_due(job: Job, now: float, limit: int | None) -> list[tuple[str, str]]:
+        """(TIME_LIMIT_x, words) the run has reached and not been sent, in the order reached."""
+        types = mail_types(job.mail_type)
+        if not limit or not job.start_time or not types & {t for t, _, _ in THRESHOLDS}:
+            return []
+        sent = sent_notices(job)
+        return [(name, words) for name, share, words in THRESHOLDS
+                if name in types and name not in sent and now - job.start_time >= share * limit]
 
     # --- sending -------------------------------------------------------------------------
 

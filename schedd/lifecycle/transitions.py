@@ -119,6 +119,7 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
             "allocation": allocation, "batch_host": allocation[0].node, "node_list": nodes,
             "generation": job.generation + 1, "launched_limit": ctx.state.time_limit(job),
             "stop": None, "preempt": None, "expected_start": 0.0, "sched_nodes": "",
+            "mail_sent": "",  # a new run: its time-limit notices are still to send
             # the forecasts published while it waited go to the ledger with the start
             "forecast_first": job.forecast_first, "forecast_last": job.forecast_last,
         }))

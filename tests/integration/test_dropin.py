@@ -494,6 +494,34 @@ def test_mail_time_limit_shares_and_array_summary(mailbox: tuple[Cluster, Path],
                              "COMPLETED, ExitCode 0")
 
 
+def test_time_limit_notices_are_sent_once_across_a_schedd_restart(
+        mailbox: tuple[Cluster, Path], workdir: Path) -> None:
+    """Which TIME_LIMIT_N notices a run was sent is in the ledger: schedd stopped and started
+    between the 50% and the 80% mail sends the 50% one no second time and the 80% one still."""
+    import os
+    import signal
+
+    from tests.integration.cluster import _alive
+
+    cluster, log = mailbox
+    job_id = cluster.sbatch("--mail-type=TIME_LIMIT_50,TIME_LIMIT_80", "-t", "0:30",
+                            "-J", "restart", "-o", "/dev/null",
+                            "--wrap", release_file(workdir, "restart"), cwd=workdir)
+    (half,) = mails_of(log, job_id, 1)
+    assert "Reached 50% of time limit" in half[1]
+    pid = int((cluster.home / "run" / "schedd.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    until(lambda: not _alive(pid), "schedd has stopped")
+    res = cluster.run("kiln", "up")
+    assert res.returncode == 0, res.stderr
+    half_again, late = mails_of(log, job_id, 2)
+    assert half_again == half and "Reached 80% of time limit" in late[1]
+    (workdir / "restart").touch()
+    cluster.wait(job_id, {"COMPLETED", "TIMEOUT"})  # TIMEOUT: a slow restart, not a fault
+    assert [m[1].split(" Reached ")[1].split(",")[0] for m in mails(log)
+            if m[3] == str(job_id)] == ["50% of time limit", "80% of time limit"]
+
+
 class _SmtpSink:
     """A local SMTP server that keeps each message it is given (enough of RFC 5321)."""
 
