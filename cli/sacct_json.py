@@ -88,6 +88,25 @@ def step_record(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def std_paths(row: dict[str, Any]) -> dict[str, str]:
+    """stdout/stderr/stdin as given (``%j`` and all) and expanded (v0.0.41's ``*_expanded``),
+    as ``scontrol show job`` expands them."""
+    from cli.scontrol import _expand_path
+
+    job = {"id": int(row["job_id_raw"]), "name": row["name"], "user": row["user"],
+           "array_job_id": row.get("array_job_id"), "array_task_id": row.get("array_task_id"),
+           "batch_host": row.get("batch_host") or "", "workdir": row.get("workdir") or ""}
+    default = "slurm-%A_%a.out" if row.get("array_job_id") is not None else "slurm-%j.out"
+    out = row.get("stdout") or ""
+    err = row.get("stderr") or ""
+    stdin = row.get("stdin") or ""
+    return {"stdout": out, "stderr": err, "stdin": stdin,
+            "stdout_expanded": _expand_path(out, job, default),
+            "stderr_expanded": _expand_path(err, job, "") if err
+            else _expand_path(out, job, default),
+            "stdin_expanded": _expand_path(stdin, job, "") if stdin else "/dev/null"}
+
+
 def job_record(row: dict[str, Any]) -> dict[str, Any]:
     from schedd.identity import group_name
 
@@ -125,6 +144,9 @@ def job_record(row: dict[str, Any]) -> dict[str, Any]:
         "tres": {"allocated": data_parser.tres_list(row.get("alloc_tres") or ""),
                  "requested": data_parser.tres_list(row.get("req_tres") or "")},
         "user": row["user"], "working_directory": row.get("workdir") or "",
+        "wckey": {"wckey": row.get("wckey") or "", "flags": []},
+        "licenses": row.get("licenses") or "", "hold": bool(row.get("held")),
+        **std_paths(row),
     }
 
 

@@ -198,9 +198,12 @@ def partition_info(part: dict[str, Any], nodes: list[dict[str, Any]],
             "cpus": {"total": old["total_cpus"], "task_binding": 0},
             "maximums": {"time": minutes(old["max_time_limit"]), "nodes": unlimited,
                          "cpus_per_node": unlimited, "cpus_per_socket": unlimited,
-                         "shares": 1, "oversubscribe": {"jobs": 1, "flags": []}},
+                         "shares": 1, "oversubscribe": {"jobs": 1, "flags": []},
+                         "partition_memory_per_node": data_parser.no_val(0)},
             "minimums": {"nodes": 0},
-            "defaults": {"time": minutes(old["default_time_limit"])},
+            # no DefMemPerNode/MaxMemPerNode: 0 per node, none per CPU (MEM_PER_NODE dumps)
+            "defaults": {"time": minutes(old["default_time_limit"]),
+                         "partition_memory_per_node": data_parser.no_val(0)},
             "priority": {"tier": old["priority_tier"], "job_factor": 1},
             "tres": {"configured": f"cpu={old['total_cpus']},mem={memory}M,"
                                    f"node={old['total_nodes']},billing={old['total_cpus']}"

@@ -284,6 +284,10 @@ def job_row(job: Job, steps: list[dict[str, Any]], rc: RowContext) -> dict[str, 
         "cluster": rc.cluster, "restarts": job.restart_count,
         "gpu_hours": gpu_hours(job, rc.now), "billing": bill,
         "cancelled_by": job.cancelled_by,
+        # what sacct --json's records carry beside the columns (cli/sacct_json.py)
+        "wckey": job.wckey, "licenses": job.licenses, "held": bool(job.held),
+        "stdout": job.stdout, "stderr": job.stderr, "stdin": job.stdin,
+        "batch_host": job.batch_host,
     }
     row.update(_stats_fields(job.stats or None))
     row.update(_job_cpu(row, steps))

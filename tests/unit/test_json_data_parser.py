@@ -244,3 +244,22 @@ def test_sinfo_is_23_11s_node_groups(fake_schedd, capsys, version: str) -> None:
     assert cpu["partition"]["defaults"]["time"] == no_val(60)
     per_node = sinfo_doc(fake_schedd, capsys, version, "-N")["sinfo"]
     assert [g["nodes"]["nodes"] for g in per_node][:3] == [["gpu01"], ["gpu02"], ["gpu03"]]
+
+
+def test_sacct_records_carry_the_jobs_own_fields(fake_schedd, capsys) -> None:  # noqa: F811
+    """wckey, licenses, hold, and (v0.0.41) the output paths as given and expanded."""
+    from schedd.reports import accounting
+
+    job = test_sacct.ran(91, "paths", "COMPLETED", 2, wckey="proj", licenses="matlab:1",
+                         stdout="logs/%x-%j.out", workdir="/home/schedbench")
+    rc = accounting.RowContext(test_sacct.T0 + 100, test_sacct.SLURM_BILLING, {}, "anchor")
+    data = accounting.sacct_rows(job, [], rc)
+    doc = sacct_doc(fake_schedd, capsys, "v0.0.41", data)
+    assert schema_errors(schema("v0.0.41", "sacct"), doc) == []
+    (record,) = doc["jobs"]
+    assert record["wckey"] == {"wckey": "proj", "flags": []}
+    assert (record["licenses"], record["hold"]) == ("matlab:1", False)
+    assert (record["stdout"], record["stdout_expanded"]) == (
+        "logs/%x-%j.out", "/home/schedbench/logs/paths-91.out")
+    assert record["stderr_expanded"] == "/home/schedbench/logs/paths-91.out"
+    assert record["stdin_expanded"] == "/dev/null"
