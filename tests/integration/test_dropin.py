@@ -384,7 +384,7 @@ def test_json_data_parser_versions_follow_the_published_schemas(
     job = next(j for j in doc["jobs"] if j["job_id"] == job_id)
     assert job["job_state"] == ["RUNNING"] and job["name"] == "jsonjob"
     assert job["mail_type"] == ["END"] and job["tres_per_node"].startswith("gres/gpu:")
-    assert job["het_job_id"] == {"set": False, "infinite": False, "number": 0}
+    assert job["het_job_id"] == {"set": True, "infinite": False, "number": 0}  # not het: 0
     assert job["time_limit"] == {"set": True, "infinite": False, "number": 10}
     assert job["start_time"]["set"] is True and job["start_time"]["number"] > 0
     nodes = job["job_resources"]["nodes"]

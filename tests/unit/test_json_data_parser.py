@@ -114,6 +114,7 @@ def test_squeue_fields_carry_kilns_values(fake_schedd, capsys,  # noqa: F811
     assert run["group_id"] == 995 and run["user_name"] == "schedbench"
     assert run["profile"] == ["NOT_SET"] and run["batch_flag"] is True
     assert stopping["nodes"] == "gpu04"
+    assert (run["het_job_id"], run["het_job_offset"]) == (no_val(0), no_val(0))
     res = run["job_resources"]
     if version == "v0.0.40":
         assert (res["nodes"], res["allocated_hosts"], res["allocated_cpus"]) == (
