@@ -140,7 +140,7 @@ def sinfo_data(group: dict[str, Any], nodes: list[dict[str, Any]], cluster: str
     names = [n["name"] for n in members]
     gpus = first.get("gpus") or []
     return {
-        "port": 0, "node": {"state": node_states(first) if members else []},
+        "port": 0, "node": {"state": node_states(first) if members else ["UNKNOWN"]},
         "nodes": {"allocated": kinds.count("A"), "idle": kinds.count("I"),
                   "other": kinds.count("O"), "total": len(members), "hostnames": names,
                   "addresses": [n.get("address") or n["name"] for n in members],

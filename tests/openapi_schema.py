@@ -34,3 +34,18 @@ def schema_errors(node: dict[str, Any], value: Any, where: str = "") -> list[str
     if "enum" in node and value not in node["enum"]:
         return [f"{where}: {value!r} not one of the enum"]
     return []
+
+
+def unknown_keys(node: dict[str, Any], value: Any, where: str = "") -> list[str]:
+    """The keys of ``value`` (what kiln builds, before it is fitted to the schema) that the
+    schema does not have: fitting drops them silently, so a misspelt key would be a field
+    never filled."""
+    props = node.get("properties") or {}
+    if isinstance(value, dict) and node.get("type") == "object" and props:
+        if set(props) == {"set", "infinite", "number"}:
+            return []
+        return [e for k, v in value.items() for e in (
+            [f"{where}.{k}"] if k not in props else unknown_keys(props[k], v, f"{where}.{k}"))]
+    if isinstance(value, list) and node.get("type") == "array":
+        return [e for v in value for e in unknown_keys(node.get("items") or {}, v, f"{where}[]")]
+    return []

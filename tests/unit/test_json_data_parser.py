@@ -13,7 +13,7 @@ import pytest
 from cli import sacct, sinfo, squeue
 from cli.data_parser import schema
 from schedd.model import Job, JobState, NodeAllocation, StopMark
-from tests.openapi_schema import schema_errors
+from tests.openapi_schema import schema_errors, unknown_keys
 from tests.unit import test_cli_sinfo, test_sacct
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 from tests.unit.test_cli_squeue import NOW, serve
@@ -264,3 +264,31 @@ def test_sacct_records_carry_the_jobs_own_fields(fake_schedd, capsys) -> None:  
         "logs/%x-%j.out", "/home/schedbench/logs/paths-91.out")
     assert record["stderr_expanded"] == "/home/schedbench/logs/paths-91.out"
     assert record["stdin_expanded"] == "/dev/null"
+
+
+# the fields v0.0.41 added to sacct's job record: built for both, dropped for v0.0.40
+ONLY_V41 = {".stdout", ".stderr", ".stdin", ".stdout_expanded", ".stderr_expanded",
+            ".stdin_expanded", ".time.planned"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_key_kiln_fills_is_in_the_schema(version: str) -> None:
+    """document() keeps only the schema's keys: a key kiln builds that the schema lacks (a
+    typo) would vanish without a failure anywhere else."""
+    from cli import sacct_json, sinfo_json, squeue_json
+    from cli.formats import Ctx
+
+    job = schema(version, "squeue")["properties"]["jobs"]["items"]
+    assert [k for j in JOBS for k in unknown_keys(job, squeue_json.job_info(
+        j, Ctx(NOW), "kiln", version, []))] == []
+    record = schema(version, "sacct")["properties"]["jobs"]["items"]
+    for row in sampled_rows():
+        if row["kind"] == "step":
+            assert unknown_keys(record["properties"]["steps"]["items"],
+                                sacct_json.step_record(row)) == []
+        else:
+            extra = set(unknown_keys(record, sacct_json.job_record(row)))
+            assert extra == (ONLY_V41 if version == "v0.0.40" else set())
+    group = {"partition": test_cli_sinfo.PARTITIONS[0], "nodes": test_cli_sinfo.NODES[:2]}
+    assert unknown_keys(schema(version, "sinfo")["properties"]["sinfo"]["items"],
+                        sinfo_json.sinfo_data(group, test_cli_sinfo.NODES, "kiln")) == []
