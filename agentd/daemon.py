@@ -66,7 +66,8 @@ class Agent:
         fake = cfg.agent.fake_gpus if fake_gpus is None else fake_gpus
         if self.relay_only:
             fake = "0"  # a login node offers nothing to jobs
-        self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name)
+        self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name,
+                                           island_cpus=cfg.agent.gpu_island_cpus)
         self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval)
         self.cpus = cpus or host_cpus
         self.memory_mb = memory_mb or host_mem
