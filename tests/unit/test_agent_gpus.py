@@ -223,7 +223,7 @@ def _nvidia_smi_gpus() -> list[str]:
 def test_unpatched_nvml_discovery_on_this_host():
     """No stand-in: the installed nvidia-ml-py against this host's driver. Without NVIDIA's
     driver (CI) it finds no GPUs and raises nothing; on a GPU host, the GPUs nvidia-smi lists,
-    each with its UUID, model and memory."""
+    each with its UUID, model and memory, and a CPU affinity of this host's CPUs."""
     import os
 
     found = discover()
@@ -235,6 +235,8 @@ def test_unpatched_nvml_discovery_on_this_host():
     for gpu, line in zip(found, listed, strict=True):
         assert gpu.uuid.startswith("GPU-") and gpu.uuid in line, (gpu, line)
         assert gpu.model and gpu.model in line and gpu.memory_mb > 1024, gpu
+        # NVML's affinity, where the driver reports it, names this host's CPUs only
+        assert set(gpu.cpus) <= set(range(os.cpu_count() or 1)), gpu
 
 
 def test_kiln_up_says_when_it_falls_back_to_fake_gpus(capsys):
