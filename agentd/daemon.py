@@ -8,9 +8,10 @@ Every turn:
    step tasks' forwarded output (agentd/forward.py) until schedd has taken it;
 4. heartbeat on its interval, listing what runs here, so schedd can reconcile.
 
-Every message from schedd also touches the spool's ``schedd-heard`` file: the clock by which
-each job's supervisor (agentd/stepd.py) fences its job once schedd has been silent for
-``fence_timeout`` (docs/robustness.md, "Fencing").
+schedd's answer to a heartbeat (or registration) sets the spool's ``schedd-heard`` file to
+when that heartbeat was sent (agentd/lease.py): the clock by which each job's supervisor
+(agentd/stepd.py) fences its job once schedd has not heard the node for ``fence_timeout``
+(docs/robustness.md, "Fencing"). Commands from schedd do not set it.
 
 Talks to schedd over one DEALER socket whose identity is the node name. On a node that is not
 the head it also serves the commands' endpoint and relays them to schedd (agentd/relay.py); a
@@ -39,6 +40,7 @@ from agentd import cgroups as cgroup_mod
 from agentd import gpus as gpu_discovery
 from agentd.forward import check_cap
 from agentd.launcher import Finished, Launcher, LaunchError, OutputDirMissing
+from agentd.lease import RENEWING_OPS, Lease
 from agentd.relay import Relay, should_serve
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
@@ -51,7 +53,6 @@ log = logging.getLogger("agentd")
 
 TICK_MS = 100
 RESEND_AFTER = 3.0  # seconds before an unacknowledged report is sent again
-LEASE_TOUCH_INTERVAL = 0.5  # seconds: how often hearing schedd touches the fence's clock
 
 
 class Agent:
@@ -66,7 +67,8 @@ class Agent:
         fake = cfg.agent.fake_gpus if fake_gpus is None else fake_gpus
         if self.relay_only:
             fake = "0"  # a login node offers nothing to jobs
-        self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name)
+        self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name,
+                                           island_cpus=cfg.agent.gpu_island_cpus)
         self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval)
         self.cpus = cpus or host_cpus
         self.memory_mb = memory_mb or host_mem
@@ -86,8 +88,8 @@ class Agent:
         # an HA pair: the leader's agent endpoint is whichever answers; failover on silence
         self.endpoints = [cfg.agent.schedd, *cfg.agent_peers]
         self._endpoint = 0
-        self._last_heard = time.time()
-        self._lease_touched = 0.0  # when the spool's schedd-heard file was last touched
+        self._last_heard = time.time()  # any word from schedd (its silence: fail-over)
+        self.lease = Lease(self.launcher.spool.touch_heard)  # the fence's clock
         self.sock = self._open_socket(self.endpoints[0])
         self._ids = itertools.count(1)
         self._requests: dict[int, str] = {}  # msg id -> op, for replies
@@ -164,6 +166,8 @@ class Agent:
     def _send(self, op: str, body: dict[str, Any]) -> int:
         msg_id = next(self._ids)
         self._requests[msg_id] = op
+        if op in RENEWING_OPS:
+            self.lease.asked(msg_id, time.time())
         if len(self._requests) > 10_000:  # replies that never came (schedd restarted)
             for key in list(self._requests)[:5_000]:
                 del self._requests[key]
@@ -235,8 +239,6 @@ class Agent:
 
     def _on_message(self, frame: bytes, more: list[bytes] | None = None) -> None:
         self._last_heard = time.time()
-        if self._last_heard - self._lease_touched >= LEASE_TOUCH_INTERVAL:
-            self._touch_lease()
         if self.relay is not None:
             self.relay.heard()
         try:
@@ -254,6 +256,9 @@ class Agent:
     def _on_reply(self, msg: dict[str, Any]) -> None:
         msg_id = msg.get("id")
         op = self._requests.pop(msg_id, None) if isinstance(msg_id, int) else None
+        if op in RENEWING_OPS:  # schedd heard it, and counts it unless it asks us to register
+            self.lease.answered(msg_id, bool(msg.get("ok")) and  # type: ignore[arg-type]
+                                not (msg.get("body") or {}).get("register"))
         if not msg.get("ok"):
             err = msg.get("error") or {}
             log.warning("schedd refused %s: %s", op, err.get("message"))
@@ -292,14 +297,6 @@ class Agent:
             token = self._step_outputs.pop(msg_id, None)  # type: ignore[arg-type]
             if token is not None:
                 self.steps.output_answered(token, body)
-
-    def _touch_lease(self) -> None:
-        """schedd was heard: the fence's clock restarts (agentd/stepd.py, _watch_fence)."""
-        self._lease_touched = self._last_heard
-        try:
-            self.launcher.spool.touch_heard()
-        except OSError as exc:
-            log.warning("cannot touch the fence's clock in the spool: %s", exc)
 
     def _acknowledged(self, key: tuple[int, int]) -> None:
         self._unacked.pop(key, None)

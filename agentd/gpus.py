@@ -5,6 +5,12 @@ NVLink, or hanging off one PCIe switch. NVML reports both pairwise; we join GPUs
 peers or whose common PCIe ancestor is a single switch (``NVML_TOPOLOGY_SINGLE`` or closer), and
 number the connected groups 0, 1, ... in GPU index order.
 
+Affinity (``GPU.cpus``) is the CPU ids near a GPU (its NUMA node's), from NVML's
+``nvmlDeviceGetCpuAffinity``; the scheduler gives a job CPUs near its GPUs first. An NVML that
+cannot say (an older driver or nvidia-ml-py without the call, a GPU that does not report it)
+leaves it empty: unknown, not a failure. Fake GPUs take theirs from ``[agent]
+gpu_island_cpus``, one CPU list per island, so that placement is testable without a GPU.
+
 A node without NVIDIA's driver (no ``libnvidia-ml``) simply has no GPUs: ``discover()`` returns
 ``[]``. Every other NVML failure (driver loaded but broken, a device that stops answering) raises
 ``GPUDiscoveryError`` with one line the daemon can log and put in the node's drain reason: a GPU
@@ -14,12 +20,15 @@ node must not quietly register as a CPU node.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import socket
+from collections.abc import Sequence
 
 import psutil
 
 from schedd.model import GPU
+from schedd.slurm.cpulist import parse_cpu_list
 
 DEFAULT_FAKE_MODEL = "H100-80GB"
 DEFAULT_FAKE_MEMORY_MB = 81920
@@ -32,14 +41,16 @@ class GPUDiscoveryError(RuntimeError):
     """NVML is present but could not tell us about the GPUs; the message is one line."""
 
 
-def discover(fake: str = "", islands: int = 2, seed: str = "") -> list[GPU]:
+def discover(fake: str = "", islands: int = 2, seed: str = "",
+             island_cpus: Sequence[str] = ()) -> list[GPU]:
     """The node's GPUs: from ``fake`` (e.g. '8xH100-80GB') when given, else from NVML.
 
-    ``islands`` applies to fake GPUs only (real ones get NVML's topology); ``seed`` (the node
-    name; default the host name) makes fake UUIDs differ between nodes and repeat across runs.
+    ``islands`` and ``island_cpus`` apply to fake GPUs only (real ones get NVML's topology and
+    affinity); ``seed`` (the node name; default the host name) makes fake UUIDs differ between
+    nodes and repeat across runs.
     """
     if fake:
-        return fake_gpus(fake, islands, seed or socket.gethostname())
+        return fake_gpus(fake, islands, seed or socket.gethostname(), island_cpus)
     return nvml_gpus()
 
 
@@ -51,8 +62,10 @@ def node_resources() -> tuple[int, int]:
 # --- fake ----------------------------------------------------------------------------------
 
 
-def fake_gpus(spec: str, islands: int = 2, seed: str = "") -> list[GPU]:
-    """'8xH100-80GB', '4xA100', '8' or '0' -> that many identical GPUs in ``islands`` groups."""
+def fake_gpus(spec: str, islands: int = 2, seed: str = "",
+              island_cpus: Sequence[str] = ()) -> list[GPU]:
+    """'8xH100-80GB', '4xA100', '8' or '0' -> that many identical GPUs in ``islands`` groups;
+    ``island_cpus`` ('0-31', '32-63'), when given, one CPU list per group: its GPUs' affinity."""
     match = _FAKE.match(spec.strip())
     if not match:
         raise ValueError(f"invalid fake GPU spec {spec!r} (expected COUNTxMODEL, e.g. 8xH100-80GB)")
@@ -64,6 +77,7 @@ def fake_gpus(spec: str, islands: int = 2, seed: str = "") -> list[GPU]:
     model = match["model"] or DEFAULT_FAKE_MODEL
     memory_mb = _memory_from_model(model)
     groups = min(islands, count) or 1
+    near = _island_affinity(island_cpus, groups if count else 0)
     return [
         GPU(
             index=i,
@@ -71,9 +85,30 @@ def fake_gpus(spec: str, islands: int = 2, seed: str = "") -> list[GPU]:
             model=f"NVIDIA {model}",
             memory_mb=memory_mb,
             island=i * groups // count,
+            cpus=list(near[i * groups // count]) if near else [],
         )
         for i in range(count)
     ]
+
+
+def _island_affinity(island_cpus: Sequence[str], groups: int) -> list[tuple[int, ...]]:
+    """``[agent] gpu_island_cpus`` checked: one CPU list per island of the fake GPUs."""
+    if not island_cpus:
+        return []
+    if isinstance(island_cpus, str) or len(island_cpus) != groups:
+        raise ValueError(f"invalid gpu_island_cpus {island_cpus!r}: one CPU list per GPU "
+                         f"island ({groups} here), e.g. [\"0-31\", \"32-63\"]")
+    out = []
+    for text in island_cpus:
+        try:
+            cpus = parse_cpu_list(text) if isinstance(text, str) else ()
+        except ValueError:
+            cpus = ()
+        if not cpus:
+            raise ValueError(f"invalid CPU list {text!r} in gpu_island_cpus (expected e.g. "
+                             "\"0-31\" or \"0,2,4\")")
+        out.append(cpus)
+    return out
 
 
 def _memory_from_model(model: str) -> int:
@@ -138,7 +173,27 @@ def _describe(pynvml, index: int, handle) -> GPU:
         uuid=_str(pynvml.nvmlDeviceGetUUID(handle)),
         model=_str(pynvml.nvmlDeviceGetName(handle)),
         memory_mb=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
+        cpus=_affinity(pynvml, handle),
     )
+
+
+MASK_BITS = 64  # NVML's mask words are C ``unsigned long`` (64 bits on Linux's LP64 ABIs)
+
+
+def _affinity(pynvml, handle) -> list[int]:
+    """The CPU ids near the GPU (``nvmlDeviceGetCpuAffinity``'s mask), or [] where NVML cannot
+    say: an nvidia-ml-py or driver without the call, a GPU that does not report it. Unknown
+    affinity only costs placement a preference; the GPU itself is fine."""
+    getter = getattr(pynvml, "nvmlDeviceGetCpuAffinity", None)
+    if getter is None:
+        return []
+    words = max(1, -(-(os.cpu_count() or 1) // MASK_BITS))
+    try:
+        mask = getter(handle, words)
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+        return []
+    return [w * MASK_BITS + bit for w, word in enumerate(mask)
+            for bit in range(MASK_BITS) if int(word) >> bit & 1]
 
 
 def _islands(pynvml, handles: list) -> list[int]:

@@ -66,16 +66,20 @@ class Spool:
 
     @property
     def heard_path(self) -> Path:
-        """Touched by the agent whenever it hears schedd: its mtime is the fence's clock."""
+        """Its mtime is the fence's clock: when schedd last answered one of the agent's
+        heartbeats (the heartbeat's send time; ``agentd.lease``)."""
         return Path(stepfiles.heard_path(str(self.root)))
 
-    def touch_heard(self) -> None:
-        """schedd was heard now (the agent calls this; supervisors read its mtime)."""
+    def touch_heard(self, at: float | None = None) -> None:
+        """schedd last proved it hears the agent ``at`` (default now): the file's mtime, which
+        supervisors read (``agentd.lease`` calls this)."""
+        times = None if at is None else (at, at)
         try:
-            os.utime(self.heard_path)
+            os.utime(self.heard_path, times)
         except FileNotFoundError:
             fd = os.open(self.heard_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             os.close(fd)
+            os.utime(self.heard_path, times)
 
     def write_small(self, path: Path, text: str) -> None:
         stepfiles.write_small(str(path), text)

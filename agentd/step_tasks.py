@@ -86,14 +86,29 @@ class _Step:
     reaped_all_at: float = 0.0
     groups: list[int] = field(default_factory=list)
     output: StepOutput | None = None  # its forwarded streams on this node
-    cgroup: JobCgroup | None = None  # the cgroup its tasks join (agentd/cgroups.py)
-    leaf: str = ""  # its leaf there: step_<id> under the job's; in its own cgroup, its batch
-    own_cgroup: bool = False  # a cgroup of its own (no batch job of it on this node)
+    cgroup: JobCgroup | None = None  # its job's cgroup here (agentd/cgroups.py)
+    leaf: str = ""  # its leaf there, step_<id>: where its tasks are
+    steps_only: bool = False  # the job's cgroup is the runner's (no batch job of it here)
     terminal: Terminal | None = None  # srun --pty: the first task's pseudo-terminal
 
     @property
     def key(self) -> tuple[int, int]:
         return self.job_id, self.step_id
+
+
+# the generation of a job's cgroup made for its steps alone: in the node's CPU accounting
+# (agentd.cgroups.Cgroups.cpus_in_use) it must not be taken for a batch run's (generation >= 0)
+STEPS_ONLY = -1
+
+
+@dataclass(slots=True)
+class _StepsCgroup:
+    """A job's cgroup on a node of it where its batch script does not run: made at its first
+    step here with what the job holds here (its CPU ids, memory, GPUs), as the batch host's
+    job cgroup is; its steps are leaves in it, and it goes with the last of them."""
+
+    cgroup: JobCgroup
+    steps: set[int] = field(default_factory=set)
 
 
 class StepRunner:
@@ -114,6 +129,7 @@ class StepRunner:
         # with the step_ended report to queue once it has
         self._draining: dict[tuple[int, int], tuple[StepOutput, dict[str, Any]]] = {}
         self._turn = 0
+        self._job_cgroups: dict[int, _StepsCgroup] = {}  # job id -> its steps' cgroup here
         self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._forward_root = launcher.spool.root / "steps"
         shutil.rmtree(self._forward_root, ignore_errors=True)  # an earlier agent's, forgotten
@@ -146,7 +162,7 @@ class StepRunner:
                      spec["kill_wait"] if spec["kill_wait"] >= 0 else self.launcher.kill_wait)
         self._steps[key] = step
         try:
-            self._make_cgroup(step)
+            self._make_cgroup(step, spec.get("allocation"))
         except (CgroupError, OSError) as exc:
             log.error("step %d.%d cannot start: %s", key[0], key[1], exc)
             for task in tasks:
@@ -157,29 +173,58 @@ class StepRunner:
 
     # --- cgroup hooks (agentd.cgroups) -----------------------------------------------------
 
-    def _make_cgroup(self, step: _Step) -> None:
-        """The step's leaf in its batch job's cgroup (the job's limits hold it too), or, with
-        no batch job of it here (another node of the job), a cgroup of its own that holds its
-        processes; nothing on a node without cgroups."""
+    def _make_cgroup(self, step: _Step, holding: dict[str, Any] | None) -> None:
+        """The step's leaf in its job's cgroup here: the batch job's where the script runs
+        on this node, else one made for the job's steps (``_StepsCgroup``) with ``holding``,
+        what the job holds on this node, so that its limits are the same on every node of
+        the job. Nothing on a node without cgroups."""
         cgroups = self.launcher.cgroups
         if cgroups is None:
             return
         job_cgroup = self.launcher.job_cgroup(step.job_id)
-        if job_cgroup is not None:
-            step.cgroup, step.leaf = job_cgroup, f"step_{step.step_id}"
-            job_cgroup.add_leaf(step.leaf)
-        else:
-            step.cgroup = cgroups.create(step.job_id, 0, Limits(),
-                                         name=f"job_{step.job_id}_step_{step.step_id}")
-            step.leaf, step.own_cgroup = step.cgroup.batch, True
+        if job_cgroup is None:
+            job_cgroup = self._steps_cgroup(step, holding)
+            self._job_cgroups[step.job_id].steps.add(step.step_id)
+            step.steps_only = True
+        step.cgroup, step.leaf = job_cgroup, f"step_{step.step_id}"
+        job_cgroup.add_leaf(step.leaf)
+
+    def _steps_cgroup(self, step: _Step, holding: dict[str, Any] | None) -> JobCgroup:
+        """The job's steps' cgroup here, made for ``step`` if it is the first. Named after
+        that step (``job_<id>_steps_from_<step>``): steps an earlier agent forgot still run in
+        that agent's, and a cgroup found populated when made is killed as stale."""
+        job_id = step.job_id
+        held = self._job_cgroups.get(job_id)
+        if held is not None:
+            return held.cgroup
+        cgroups = self.launcher.cgroups
+        assert cgroups is not None
+        key = (job_id, STEPS_ONLY)
+        limits = Limits()  # a launch from a schedd that does not say what the job holds
+        if holding is not None:
+            limits = cgroups.limits(key, holding["cpus"], holding["memory_mb"],
+                                    holding.get("gpus") or (), holding.get("cpu_ids") or ())
+        try:
+            cgroup = cgroups.create(job_id, STEPS_ONLY, limits,
+                                    name=f"job_{job_id}_steps_from_{step.step_id}")
+        except CgroupError:
+            cgroups.release(key)
+            raise
+        self._job_cgroups[job_id] = _StepsCgroup(cgroup)
+        return cgroup
 
     def _drop_cgroup(self, step: _Step) -> None:
         if step.cgroup is None:
             return
-        if step.own_cgroup:
-            step.cgroup.remove()
-        else:
-            step.cgroup.remove(step.leaf)
+        step.cgroup.remove(step.leaf)
+        held = self._job_cgroups.get(step.job_id) if step.steps_only else None
+        if held is not None:
+            held.steps.discard(step.step_id)
+            if not held.steps:
+                del self._job_cgroups[step.job_id]
+                held.cgroup.remove()
+                if self.launcher.cgroups is not None:
+                    self.launcher.cgroups.release((step.job_id, STEPS_ONLY))
         step.cgroup = None
 
     def _start_tasks(self, step: _Step, spec: dict[str, Any]) -> None:

@@ -1,10 +1,13 @@
-"""How sinfo (and its --json) name a node: its state word, its GRES, a partition's nodes.
+"""How sinfo (and its --json) and scontrol name a node: its state word, its GRES, a
+partition's nodes.
 
-Shared by ``cli/sinfo.py`` and ``cli/sinfo_json.py`` (so neither imports the other).
+Shared by ``cli/sinfo.py``, ``cli/sinfo_json.py`` and ``cli/scontrol.py`` (so none imports
+another).
 """
 
 from __future__ import annotations
 
+from schedd.slurm.cpulist import format_cpu_list
 from schedd.slurm.gres import gres_type
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
@@ -28,11 +31,26 @@ def node_state(node: dict[str, Any], long: bool = False) -> str:
 
 
 def node_gres(node: dict[str, Any]) -> str:
+    """The node's GRES as Slurm spells it (sinfo's %G, scontrol's ``Gres=``): ``gpu:h100:8``,
+    and ``gpu:h100:8(S:0-1)`` where the GPUs' CPU affinity is known (``gpu_sockets``)."""
     gpus = node.get("gpus") or []
     if not gpus:
         return "(null)"
     gtype = gres_type(str(gpus[0].get("model", "")))
-    return f"gpu:{gtype}:{len(gpus)}" if gtype else f"gpu:{len(gpus)}"
+    gres = f"gpu:{gtype}:{len(gpus)}" if gtype else f"gpu:{len(gpus)}"
+    sockets = gpu_sockets(node)
+    return f"{gres}(S:{sockets})" if sockets else gres
+
+
+def gpu_sockets(node: dict[str, Any]) -> str:
+    """The sockets near the node's GPUs, as Slurm lists them after a GRES (its
+    ``_core_bitmap2str``: every socket holding a core near any GPU of the type), '' when no GPU
+    reports its affinity. kiln shows each CPU as a socket of one core (scontrol's
+    ``Sockets=<CPUs> CoresPerSocket=1``), so the sockets are the near CPU ids."""
+    cpus = int(node.get("cpus") or 0)
+    near = {int(c) for g in node.get("gpus") or [] for c in g.get("cpus") or []
+            if 0 <= int(c) < cpus}
+    return format_cpu_list(near)
 
 
 def node_gres_used(node: dict[str, Any]) -> str:

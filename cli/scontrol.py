@@ -22,6 +22,7 @@ from cli.formats import (
     job_tres,
     mem_str,
 )
+from cli.nodeview import node_gres
 from cli.options import (
     NO_ARG,
     Opt,
@@ -32,7 +33,6 @@ from cli.options import (
     parse_memory_mb,
     parse_time_limit,
 )
-from schedd.slurm.gres import gres_type
 from schedd.slurm.hostlist import HostlistError, compress, expand
 from schedd.slurm.text import printable_lines
 
@@ -358,8 +358,6 @@ def _tres_per_lines(job: dict[str, Any]) -> list[str]:
 def node_lines(node: dict[str, Any], now: float) -> list[str]:
     """`scontrol show node` for one node."""
     gpus = node.get("gpus") or []
-    gtype = gres_type(str(gpus[0].get("model", ""))) if gpus else ""
-    gres = (f"gpu:{gtype}:{len(gpus)}" if gtype else f"gpu:{len(gpus)}") if gpus else "(null)"
     features = ",".join(node.get("features") or []) or "(null)"
     cpus, mem = int(node.get("cpus") or 0), int(node.get("memory_mb") or 0)
     alloc_cpus, alloc_mem = int(node.get("alloc_cpus") or 0), int(node.get("alloc_mem_mb") or 0)
@@ -375,7 +373,7 @@ def node_lines(node: dict[str, Any], now: float) -> list[str]:
         f"CPUAlloc={alloc_cpus} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A",
         f"AvailableFeatures={features}",
         f"ActiveFeatures={features}",
-        f"Gres={gres}",
+        f"Gres={node_gres(node)}",
         f"NodeAddr={address} NodeHostName={node['name']} Version=kiln",
         f"RealMemory={mem} AllocMem={alloc_mem} FreeMem=N/A Sockets={cpus} Boards=1",
         f"State={node.get('state_display') or node.get('state', 'IDLE')} ThreadsPerCore=1 "

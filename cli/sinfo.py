@@ -2,7 +2,8 @@
 
 Like Slurm, a line is a set of nodes of one partition whose displayed fields are all equal
 (the node list and counts are the aggregates); ``-N`` gives one line per node, ``-s`` one per
-partition, ``-R`` the reasons of down and drained nodes. ``%G`` shows ``gpu:<type>:<count>``.
+partition, ``-R`` the reasons of down and drained nodes. ``%G`` shows ``gpu:<type>:<count>``,
+with ``(S:<sockets>)`` where the GPUs' CPU affinity is known (``cli.nodeview.node_gres``).
 """
 
 from __future__ import annotations

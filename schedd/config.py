@@ -73,6 +73,9 @@ class AgentConfig:
     spool_dir: str = ""  # default {home}/spool/{node}
     fake_gpus: str = ""  # e.g. "8xH100-80GB"; empty = NVML
     gpu_islands: int = 2  # fake topology: GPUs split into this many NVLink islands
+    # fake topology: the CPU ids near each island's GPUs (NVML's affinity), e.g. ["0-31",
+    # "32-63"]; [] = unknown (real GPUs report their own)
+    gpu_island_cpus: list[str] = field(default_factory=list)
     sample_interval: float = 10.0
     key_file: str = ""  # this node's CURVE secret key; default {keys_dir}/agents/{node}.key_secret
     schedd_key: str = ""  # schedd's CURVE public key; default {keys_dir}/schedd.key

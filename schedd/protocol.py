@@ -372,6 +372,12 @@ STEP_LAUNCH_FIELDS: Schema = {
     "kill_wait": Int(-1, _INT32, required=True),
     "pty": Bool(),  # task 0 (this node's first) under a pseudo-terminal
     "winsize": WINSIZE,
+    # what the job holds on this node: the cgroup's limits (its cpuset, memory, GPUs) where
+    # no batch script of the job runs (the job's other nodes); absent from an older schedd
+    "allocation": Obj({"cpus": Int(0, 2**20, required=True),
+                       "memory_mb": Int(0, _INT32, required=True),
+                       "gpus": List(Int(0, 4096), size=4096),
+                       "cpu_ids": List(Int(0, 2**20), size=4096)}),
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job

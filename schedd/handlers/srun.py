@@ -90,6 +90,7 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
             "tasks": [tasks[p] for p in share.procids],
             "time_limit": job.launched_limit,  # the job's run, as its agent enforces it
             "job_start": job.start_time, "kill_wait": ctx.cfg.kill_wait,
+            "allocation": _holding(job, share.node),
         }
         if share.node == terminal:
             launch["pty"] = True
@@ -99,6 +100,14 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     return {"step_id": step_id, "nodes": nodes, "node_list": compress(nodes),
             "tasks": [{"procid": p, "node": s.node, "stdout": tasks[p]["stdout"],
                        "stderr": tasks[p]["stderr"]} for s in shares for p in s.procids]}
+
+
+def _holding(job: Job, node: str) -> dict[str, Any]:
+    """What the job holds on ``node``: the limits of its cgroup there, which is the step's
+    own where the batch script runs elsewhere (agentd/step_tasks.py)."""
+    alloc = next(a for a in job.allocation if a.node == node)
+    return {"cpus": alloc.cpus, "memory_mb": alloc.memory_mb, "gpus": list(alloc.gpus),
+            "cpu_ids": list(alloc.cpu_ids)}
 
 
 TERMINAL_ONE_TASK = "srun --pty runs one task (use -n 1 -N 1)"

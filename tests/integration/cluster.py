@@ -32,6 +32,7 @@ class Cluster:
     db_url: str
     nodes: int = 1
     fake_gpus: str = "8xH100-80GB"
+    cpus: int = 0  # CPUs each node offers (kiln up --cpus); 0 = kiln up's default
     kill_wait: int = 30
     extra_env: dict[str, str] = field(default_factory=dict)
     min_job_age: int = 300  # MinJobAge, seconds
@@ -42,6 +43,8 @@ class Cluster:
     schedd_extra: str = ""  # more lines for the [schedd] table (HA peers, ...)
     preempt_exempt_time: int = 0  # PreemptExemptTime: tests preempt jobs that just started
     socket_subdir: bool = False  # the commands' socket in KILN_HOME/sock/, not KILN_HOME
+    agent_extra: str = ""  # more lines for the [agent] table (fake GPU affinity, ...)
+    config_extra: str = ""  # more tables at the end of kiln.toml (a [[partition]], ...)
     # what the daemons may log and do without failing the test (expect_log, expect_exit)
     allowed_logs: list[re.Pattern[str]] = field(default_factory=list)
     expected_exits: set[str] = field(default_factory=set)
@@ -131,12 +134,14 @@ interval = 0.5
 preempt_exempt_time = {self.preempt_exempt_time}
 [agent]
 fake_gpus = "{self.fake_gpus}"
+{self.agent_extra}
 [[partition]]
 name = "gpu"
 default = true
 [[partition]]
 name = "short"
 max_time = 3600
+{self.config_extra}
 """
         )
 
@@ -156,7 +161,8 @@ max_time = 3600
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.write_config(port)
-        res = self.run("kiln", "up", "--nodes", str(self.nodes), "--fake-gpus", self.fake_gpus)
+        res = self.run("kiln", "up", "--nodes", str(self.nodes), "--fake-gpus", self.fake_gpus,
+                       *(["--cpus", str(self.cpus)] if self.cpus else []))
         assert res.returncode == 0, res.stderr + res.stdout
         if self not in Cluster.live:
             Cluster.live.append(self)

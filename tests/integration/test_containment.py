@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agentd.cgroups import Cgroups, detect
 from tests.integration.cluster import Cluster, until
+from tests.integration.conftest import _cluster
 
 
 def _writable() -> bool:
@@ -96,3 +99,78 @@ def test_two_one_cpu_jobs_get_different_cpus_and_their_affinity_says_so(
         (workdir / "release").touch()
     for job_id in jobs:
         assert cluster.wait(job_id, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+
+
+# --- CPUs near the GPUs, on every node of a job ------------------------------------------------
+
+HOST_CPUS = sorted(os.sched_getaffinity(0))  # a node's CPU id i is the host's HOST_CPUS[i % n]
+
+
+@pytest.fixture(scope="module")
+def near(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Two nodes of two CPUs with two fake H100s each, one per island, whose affinity the
+    agents declare crossed (``gpu_island_cpus``): GPU 0 near CPU 1, GPU 1 near CPU 0. So a CPU
+    chosen near its GPU is never the one the lowest-id choice would have taken. (SQLite only:
+    the path under test is agent -> schedd's memory -> scheduler -> agent.)"""
+    if len(HOST_CPUS) < 2:
+        pytest.skip("needs two CPUs")
+    yield from _cluster(request, "sqlite", nodes=2, fake_gpus="2xH100-80GB", cpus=2,
+                        kill_wait=3, agent_extra='gpu_island_cpus = ["1", "0"]')
+
+
+NEAR = ("python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))'; "
+        "echo $SLURM_CPUS_ON_NODE $CUDA_VISIBLE_DEVICES; "
+        "while [ ! -e release ]; do sleep 0.1; done")
+
+
+def _printed(path: Path, lines: int) -> list[str]:
+    return until(lambda: path.exists() and path.read_text().count("\n") >= lines and
+                 path.read_text().splitlines(), f"{path.name} printed")
+
+
+def _detail(cluster: Cluster, job_id: int) -> dict[str, tuple[str, str]]:
+    """scontrol show job -d: node -> (CPU_IDs, GRES IDX)."""
+    text = cluster.run("scontrol", "-d", "show", "job", str(job_id)).stdout
+    return {m[1]: (m[2], m[3]) for m in
+            re.finditer(r"Nodes=(\S+) CPU_IDs=(\S+) Mem=\d+ GRES=gpu:(?:\w+:)?1\(IDX:(\d+)\)", text)}
+
+
+def test_a_jobs_cpus_are_the_ones_near_its_gpu(near: Cluster, workdir: Path) -> None:
+    """The node's declared affinity reaches schedd with the registration (scontrol show
+    node's Gres=...(S:...)), the scheduler picks the CPU near the job's GPU, and the job's
+    cpuset, SLURM_CPUS_ON_NODE and scontrol show job -d's CPU_IDs all say that CPU."""
+    show = near.run("scontrol", "show", "node", "node1").stdout
+    assert "   Gres=gpu:h100:2(S:0-1)\n" in show, show
+    jobs = [near.sbatch("-w", "node1", "--gres=gpu:1", "-c", "1", "-o", f"near-{i}.out",
+                        "--wrap", NEAR, cwd=workdir) for i in range(2)]
+    try:
+        for i, job_id in enumerate(jobs):
+            cpus, env = _printed(workdir / f"near-{i}.out", 2)[:2]
+            gpu = int(env.split()[1])  # CUDA_VISIBLE_DEVICES
+            want = 1 - gpu  # crossed: GPU 0 near CPU 1, GPU 1 near CPU 0
+            assert _detail(near, job_id) == {"node1": (str(want), str(gpu))}
+            assert ast.literal_eval(cpus) == [HOST_CPUS[want]]
+            assert env.split()[0] == "1"  # SLURM_CPUS_ON_NODE
+        assert sorted(_detail(near, j)["node1"][1] for j in jobs) == ["0", "1"]
+    finally:
+        (workdir / "release").touch()
+    for job_id in jobs:
+        assert near.wait(job_id, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+
+
+def test_srun_tasks_on_every_node_get_the_jobs_cpus_there(near: Cluster, workdir: Path) -> None:
+    """A two-node job's srun tasks: on the batch host in the job's cgroup, on the other node
+    in the cgroup made there from what the job holds there: each sees exactly the job's CPU
+    on its node (the one near its GPU), not the whole node."""
+    step = ("srun -l bash -c 'echo $SLURMD_NODENAME $(python3 -c "
+            "\"import os; print(min(os.sched_getaffinity(0)), len(os.sched_getaffinity(0)))\")'")
+    job_id = near.sbatch("-N", "2", "--ntasks-per-node=1", "-c", "1", "--gres=gpu:1",
+                         "-o", "steps.out", "--wrap", step, cwd=workdir)
+    assert near.wait(job_id, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    detail = _detail(near, job_id)
+    assert set(detail) == {"node1", "node2"}
+    seen = {}
+    for line in (workdir / "steps.out").read_text().splitlines():
+        _rank, node, first, count = line.split()
+        seen[node] = (int(first), int(count))
+    assert seen == {node: (HOST_CPUS[int(cpu)], 1) for node, (cpu, _gpu) in detail.items()}

@@ -2,7 +2,9 @@
 veth pair whose link the test cuts. A short cut: the agent keeps time alone, ends a job at its
 walltime, and the TIMEOUT report reaches schedd once the link is back. A long cut: the job's
 supervisor fences it after fence_timeout; then node DOWN, its job NODE_FAIL and requeued
-elsewhere: the old run is gone before its requeued copy starts."""
+elsewhere: the old run is gone before its requeued copy starts. A long cut under a partition
+with on_isolation = "keep": the job runs on, overlaps its requeued copy, and is killed as a
+stale run once the node is heard again."""
 
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ from tests.integration.netns import Netns, namespace
 
 NODE_TIMEOUT = 12.0  # SlurmdTimeout: longer than a short cut plus TCP's retransmit backoff
 FENCE_TIMEOUT = 8.0  # the default (two thirds of node_timeout), named for the reader
+KEEP_PARTITION = """[[partition]]
+name = "keep"
+on_isolation = "keep"
+"""
 
 
 @dataclass
@@ -40,7 +46,8 @@ def split(request: pytest.FixtureRequest) -> Iterator[Split]:
         ns = stack.enter_context(namespace())
         gen = _cluster(request, request.param, nodes=1, fake_gpus="4xA100", kill_wait=2,
                        node_timeout=NODE_TIMEOUT, agent_host=ns.host_addr,
-                       schedd_extra=f"fence_timeout = {FENCE_TIMEOUT}")
+                       schedd_extra=f"fence_timeout = {FENCE_TIMEOUT}",
+                       config_extra=KEEP_PARTITION)
         cluster = next(gen)
         stack.callback(next, gen, None)
         keys.generate_cluster(cluster.home / "keys", ["node2"])
@@ -145,5 +152,48 @@ def test_long_cut_fences_the_job_before_it_is_requeued_elsewhere(split: Split) -
         cluster.run("scancel", str(victim))
         cluster.wait(victim, {"CANCELLED"})
         assert len((workdir / "pids").read_text().split()) == 2  # two runs, one after the other
+    finally:
+        cleanup(workdir)
+
+
+def test_keep_runs_on_when_cut_off_and_its_stale_run_dies_once_heard(split: Split) -> None:
+    """on_isolation = "keep" as docs/robustness.md says: the cut-off node's job of a keep
+    partition is not fenced (it outlives fence_timeout, while a kill partition's job beside it
+    is fenced); schedd requeues it after node_timeout and its copy runs elsewhere beside the
+    old run; once the node is heard again the stale generation is killed."""
+    cluster, ns = split.cluster, split.ns
+    workdir = world_tempdir("kiln-ns-")
+    try:
+        blocker = cluster.sbatch("--gres=gpu:4", "-w", "node1", "--wrap", "sleep 600",
+                                 cwd=workdir)
+        cluster.wait(blocker, {"RUNNING"})
+        kept = cluster.sbatch("-p", "keep", "--gres=gpu:2", "--requeue", "--wrap",
+                              "echo $$ >> kept; sleep 600", cwd=workdir)
+        fenced = cluster.sbatch("--gres=gpu:2", "--no-requeue", "--wrap",
+                                "echo $$ > fenced; sleep 600", cwd=workdir)
+        assert cluster.wait(kept, {"RUNNING"})["node_list"] == "node2"
+        assert cluster.wait(fenced, {"RUNNING"})["node_list"] == "node2"
+        old, other = _pid(workdir / "kept"), _pid(workdir / "fenced")
+        ns.cut()
+        try:
+            _until(lambda: not _alive(other), FENCE_TIMEOUT + 20, "the kill job was not fenced")
+            assert _alive(old), "a keep partition's job was fenced"
+            _until(lambda: cluster.job(kept)["restart_count"] == 1, NODE_TIMEOUT + 20,
+                   "the cut-off node's keep job was never requeued")
+            assert _alive(old)  # schedd cannot stop it: the documented overlap begins
+            cluster.run("scancel", str(blocker))  # room for the copy on node1
+            assert cluster.wait(kept, {"RUNNING"}, timeout=30)["node_list"] == "node1"
+            _until(lambda: len((workdir / "kept").read_text().split()) == 2, 30,
+                   "the requeued copy never started")
+            assert _alive(old), "the two runs should overlap while node2 is cut off"
+        finally:
+            ns.restore()
+        _until(lambda: not _alive(old), 60, "the stale run lived on after node2 was heard")
+        job = cluster.job(kept)
+        assert (job["state"], job["node_list"], job["restart_count"]) == ("RUNNING", "node1", 1)
+        assert _alive(int((workdir / "kept").read_text().split()[1]))  # the copy runs on
+        _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
+        cluster.run("scancel", str(kept))
+        cluster.wait(kept, {"CANCELLED"})
     finally:
         cleanup(workdir)

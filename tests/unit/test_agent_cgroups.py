@@ -372,16 +372,20 @@ def step_spec(who, base: Path, job_id: int, argv: list[str]) -> dict:
 
 
 def step_report(runner: StepRunner) -> dict:
+    return step_reports(runner, 1)[0]
+
+
+def step_reports(runner: StepRunner, count: int) -> list[dict]:
     found: list[dict] = []
 
     def due() -> bool:
         for key, body in runner.poll():
             runner.acknowledged(key)
             found.append(body)
-        return bool(found)
+        return len(found) >= count
 
     wait_until(due, "step_ended")
-    return found[0]
+    return found
 
 
 @real
@@ -396,11 +400,45 @@ def test_step_tasks_join_their_jobs_cgroup_and_leave_nothing(contained, base, us
     assert sleepers(user, 1012) == []
     runner.launch(step_spec(user, base, 13, ["bash", "-c", script.replace("1012", "1013")]))
     assert step_report(runner)["state"] == "COMPLETED"  # no batch job of it here: its own
-    assert f"/kiln/{cgroups.node}/job_13_step_0\n" in \
+    assert f"/kiln/{cgroups.node}/job_13_steps_from_0/step_0\n" in \
         (base / "out" / "step-13.out").read_text()
     assert sleepers(user, 1013) == []
     contained.terminate(12, 1)
     assert wait_for(contained, 12).state == "CANCELLED"
+    runner.close()
+
+
+STEP_HOLDS = "grep Cpus_allowed_list /proc/self/status; while [ ! -e {release} ]; do sleep 0.1; done"
+
+
+@real
+def test_steps_where_the_batch_job_is_not_get_what_the_job_holds_there(contained, base, user,
+                                                                      cgroups):
+    """srun's tasks on a node of the job where its batch script does not run: their cgroup
+    there is the job's, made from what it holds there (the launch's ``allocation``), as on the
+    batch host: its CPU ids the cpuset, its memory the limit; the job's steps share it, and it
+    goes with the last of them."""
+    if len(cgroups.node_cpus) < 2:
+        pytest.skip("needs two CPUs")
+    runner = StepRunner(contained, cgroups.node)
+    release = base / "out" / "release"
+    holding = {"cpus": 1, "memory_mb": 64, "gpus": [], "cpu_ids": [1]}
+    for step_id in (0, 1):
+        step = step_spec(user, base, 15, ["bash", "-c", STEP_HOLDS.format(release=release)])
+        step["tasks"][0]["stdout"] = str(base / "out" / f"step-15.{step_id}.out")
+        runner.launch({**step, "step_id": step_id, "allocation": holding})
+    near = cgroups.node_cpus[1]  # the node's id 1 on this host (i mod n of its cpuset)
+    for step_id in (0, 1):
+        out = base / "out" / f"step-15.{step_id}.out"
+        wait_until(lambda out=out: "Cpus_allowed" in out.read_text(), "the step printed its CPUs")
+        assert f"Cpus_allowed_list:\t{near}\n" in out.read_text()
+    job_dir = cgroups.dirs["memory"] / "job_15_steps_from_0"
+    assert (job_dir / "memory.limit_in_bytes").read_text().strip() == str(64 * 1024 * 1024)
+    assert cgroups.cpus_in_use == {(15, -1): (near,)}
+    release.touch()
+    assert [r["state"] for r in step_reports(runner, 2)] == ["COMPLETED", "COMPLETED"]
+    wait_until(lambda: not job_dir.exists(), "the job's cgroup removed after its last step")
+    assert cgroups.cpus_in_use == {}
     runner.close()
 
 

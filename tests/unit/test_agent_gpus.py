@@ -57,6 +57,26 @@ def test_bad_island_count():
         discover("8xH100", islands=0, seed="n")
 
 
+def test_fake_gpus_take_their_islands_cpus():
+    found = discover("4xH100", islands=2, seed="n", island_cpus=["0-15,32", "16-31"])
+    assert [g.cpus for g in found] == [[*range(16), 32]] * 2 + [list(range(16, 32))] * 2
+    assert all(g.cpus == [] for g in discover("4xH100", islands=2, seed="n"))
+
+
+@pytest.mark.parametrize("island_cpus,says", [
+    (["0-15"], "one CPU list per GPU island (2 here)"),
+    (["0-15", "16-31", "32-47"], "one CPU list per GPU island (2 here)"),
+    ("0-15", "one CPU list per GPU island"),
+    (["0-15", "x"], "invalid CPU list 'x' in gpu_island_cpus"),
+    (["0-15", ""], "invalid CPU list '' in gpu_island_cpus"),
+    (["0-15", 7], "invalid CPU list 7 in gpu_island_cpus"),
+])
+def test_bad_island_cpus_are_a_one_line_value_error(island_cpus, says):
+    with pytest.raises(ValueError) as info:
+        discover("4xH100", islands=2, seed="n", island_cpus=island_cpus)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
 def _nvml_error(code):
     return pynvml.NVMLError(code)
 
@@ -105,6 +125,7 @@ def _install_fake_nvml(monkeypatch, nvlinked, fail_on=None):
         "nvmlDeviceGetMemoryInfo": lambda h: _FakeMemory(),
         "nvmlDeviceGetP2PStatus": p2p,
         "nvmlDeviceGetTopologyCommonAncestor": lambda a, b: pynvml.NVML_TOPOLOGY_HOSTBRIDGE,
+        "nvmlDeviceGetCpuAffinity": lambda h, words: [0] * words,  # an empty mask: none known
     }
     for name, fn in fakes.items():
         monkeypatch.setattr(pynvml, name, fn)
@@ -137,6 +158,34 @@ def test_nvml_topology_not_supported_keeps_the_gpus(monkeypatch):
     monkeypatch.setattr(pynvml, "nvmlDeviceGetP2PStatus", unsupported)
     monkeypatch.setattr(pynvml, "nvmlDeviceGetTopologyCommonAncestor", unsupported)
     assert [g.island for g in discover()] == [0, 1, 2, 3]
+
+
+def test_nvml_cpu_affinity_is_each_gpus_near_cpus(monkeypatch):
+    """nvmlDeviceGetCpuAffinity's mask, 64 CPUs a word: GPUs 0-1 near CPUs 0-3 and 64,
+    GPUs 2-3 near 4-7 (a two-word mask on a host of more than 64 CPUs)."""
+    _install_fake_nvml(monkeypatch, nvlinked=set())
+    monkeypatch.setattr(gpus.os, "cpu_count", lambda: 96)
+    asked = []
+
+    def affinity(handle, words):
+        asked.append(words)
+        return [0x0F, 1] if handle < 2 else [0xF0, 0]
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCpuAffinity", affinity)
+    assert [g.cpus for g in discover()] == [[0, 1, 2, 3, 64]] * 2 + [[4, 5, 6, 7]] * 2
+    assert asked == [2] * 4
+
+
+def test_nvml_without_cpu_affinity_leaves_it_unknown(monkeypatch):
+    """An nvidia-ml-py without the call, a driver without the function, a GPU that does not
+    report it: the GPUs are found, their affinity is unknown ([])."""
+    _install_fake_nvml(monkeypatch, nvlinked=set())
+    monkeypatch.delattr(pynvml, "nvmlDeviceGetCpuAffinity")
+    assert [g.cpus for g in discover()] == [[]] * 4
+    for code in (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_NOT_SUPPORTED):
+        def missing(handle, words, code=code):
+            raise _nvml_error(code)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetCpuAffinity", missing, raising=False)
+        assert [g.cpus for g in discover()] == [[]] * 4
 
 
 def test_nvml_lost_gpu_raises_and_shuts_down(monkeypatch):
@@ -174,7 +223,7 @@ def _nvidia_smi_gpus() -> list[str]:
 def test_unpatched_nvml_discovery_on_this_host():
     """No stand-in: the installed nvidia-ml-py against this host's driver. Without NVIDIA's
     driver (CI) it finds no GPUs and raises nothing; on a GPU host, the GPUs nvidia-smi lists,
-    each with its UUID, model and memory."""
+    each with its UUID, model and memory, and a CPU affinity of this host's CPUs."""
     import os
 
     found = discover()
@@ -186,6 +235,8 @@ def test_unpatched_nvml_discovery_on_this_host():
     for gpu, line in zip(found, listed, strict=True):
         assert gpu.uuid.startswith("GPU-") and gpu.uuid in line, (gpu, line)
         assert gpu.model and gpu.model in line and gpu.memory_mb > 1024, gpu
+        # NVML's affinity, where the driver reports it, names this host's CPUs only
+        assert set(gpu.cpus) <= set(range(os.cpu_count() or 1)), gpu
 
 
 def test_kiln_up_says_when_it_falls_back_to_fake_gpus(capsys):

@@ -207,6 +207,25 @@ def test_show_node_and_partition(fake_schedd, capsys) -> None:  # noqa: F811
     assert "   Nodes=gpu01\n" in out and "TRES=cpu=64,mem=500G,node=1,billing=64,gres/gpu=8\n" in out
 
 
+def test_show_node_gres_names_the_sockets_near_its_gpus() -> None:
+    """Slurm's Gres=gpu:TYPE:N(S:...) where the GPUs' CPU affinity is known: kiln shows each
+    CPU as a socket (Sockets=CPUs, CoresPerSocket=1), so the sockets are the near CPU ids,
+    all GPUs of the type together; ids past the node's CPUs are not its sockets."""
+    def node(*near: list[int]) -> dict[str, Any]:
+        return {"name": "gpu01", "cpus": 64, "memory_mb": 1024, "state": "IDLE",
+                "gpus": [{"index": i, "uuid": f"u{i}", "model": "NVIDIA A100-SXM4-80GB",
+                          "memory_mb": 81920, "island": i, "cpus": cpus}
+                         for i, cpus in enumerate(near)]}
+
+    def gres(n: dict[str, Any]) -> str:
+        return next(line.strip() for line in scontrol.node_lines(n, 0.0) if "Gres=" in line)
+
+    assert gres(node(list(range(32)), list(range(32, 64)))) == "Gres=gpu:a100:2(S:0-63)"
+    assert gres(node([0, 1, 2, 3], [8, 70])) == "Gres=gpu:a100:2(S:0-3,8)"
+    assert gres(node([0, 1], [])) == "Gres=gpu:a100:2(S:0-1)"
+    assert gres(node([], [])) == "Gres=gpu:a100:2"
+
+
 def test_show_job_prints_control_characters_as_question_marks(fake_schedd, monkeypatch,  # noqa: F811
                                                               capsys) -> None:
     """Issue 12: a name or comment stored before schedd refused control characters."""

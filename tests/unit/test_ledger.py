@@ -438,7 +438,10 @@ def test_job_events_in_time_order(store):
 
 
 def test_nodes_and_gpus_upsert(store):
-    gpus = [GPU(i, f"GPU-{i}", "NVIDIA H100 80GB HBM3", 81559, island=i // 4) for i in range(8)]
+    # island 0 near CPUs 0-31, island 1 near 32-63 (gpus.cpus, "0-31"); GPU 7 near none known
+    gpus = [GPU(i, f"GPU-{i}", "NVIDIA H100 80GB HBM3", 81559, island=i // 4,
+                cpus=list(range(32 * (i // 4), 32 * (i // 4 + 1))) if i < 7 else [])
+            for i in range(8)]
     node = Node(
         "node01",
         64,

@@ -106,8 +106,8 @@ def ctx(store):
     job = Job(id=7, name="train", user="alice", uid=1000, gid=1000, state=JobState.RUNNING,
               workdir="/work", num_nodes=2, ntasks_per_node=2, start_time=990.0,
               time_limit=600, batch_host="node1", launched_limit=600, generation=1,
-              allocation=[NodeAllocation("node1", 4, 100, [0, 1]),
-                          NodeAllocation("node2", 4, 100, [2, 3])])
+              allocation=[NodeAllocation("node1", 4, 100, [0, 1], [0, 1, 2, 3]),
+                          NodeAllocation("node2", 4, 100, [2, 3], [8, 9, 10, 11])])
     store.insert_jobs([job])
     c.state.jobs[7] = job
     store.save_steps([StepRecord(job_id=7, step_id="batch", name="batch", node_list="node1",
@@ -143,6 +143,9 @@ def test_step_start_lays_tasks_over_the_nodes_and_commits_a_running_row(ctx) -> 
     assert [t["env"]["SLURM_LOCALID"] for t in node2["tasks"]] == ["0", "1"]
     assert node2["tasks"][0]["stderr"] == node2["tasks"][0]["stdout"]  # no --error: same file
     assert node2["time_limit"] == 600 and node2["job_start"] == 990.0
+    # what the job holds there: its cgroup's limits on a node without its batch script
+    assert node2["allocation"] == {"cpus": 4, "memory_mb": 100, "gpus": [2, 3],
+                                   "cpu_ids": [8, 9, 10, 11]}
     rows = {r.step_id: r for r in ctx.state.store.query_steps([7])}
     assert list(rows) == ["batch", "0"]
     assert (rows["0"].state, rows["0"].num_tasks, rows["0"].node_list, rows["0"].name) == \
