@@ -103,7 +103,9 @@ def child_setup(launch: dict[str, Any]) -> None:
     working directory entered as the user (one the user may not enter gives Slurm's note on
     stderr and /tmp, as Slurm does)."""
     os.setsid()
-    for sig in IGNORED_SIGNALS:  # an ignored signal stays ignored across exec
+    # an ignored signal stays ignored across exec: the supervisor's, and SIGXFSZ, which Python
+    # ignores in every process it starts (a job over its file size limit dies, as under Slurm)
+    for sig in (*IGNORED_SIGNALS, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     _signal.set_wakeup_fd(-1)
@@ -522,28 +524,60 @@ def _ignore_signals() -> int:
     return wake_r
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 4:
-        print("usage: python -m agentd.stepd SPOOL JOB_ID GENERATION CONTROL_FD",
-              file=sys.stderr)
-        return 2
-    spool_root, key = args[0], (int(args[1]), int(args[2]))
-    control_fd = int(args[3])
+def supervise(spool_root: str, key: tuple[int, int], control_fd: int) -> int:
+    """Be the supervisor of job ``key``: claim its launch file, run the job to its end, write
+    the exit file; the process's exit code (0 once the end is written).
+
+    The one body of both ways a supervisor starts: ``main`` (a process of its own, ``python
+    -m agentd.stepd``) and the fork server's child (``agentd.forkserver``), each with the job's
+    files as fds 1 and 2, /dev/null as 0, in a session of its own, the signal dispositions
+    Python starts with, and no other descriptor open but ``control_fd``."""
     os.set_inheritable(control_fd, False)  # the job does not get it
-    launch_path = stepfiles.path(spool_root, *key, "launch")
-    try:
-        with open(launch_path, "rb") as fh:
-            launch = json.loads(fh.read())
-        os.unlink(launch_path)
-    except (OSError, ValueError) as exc:
-        write_fd(2, f"slurmstepd: error: cannot read the job's launch file: {exc}\n")
+    launch = claim_launch(spool_root, key)
+    if launch is None:
         return 1
     wake_fd = _ignore_signals()
     os.set_blocking(control_fd, False)
     result = Supervisor(spool_root, launch, control_fd, wake_fd).run()
     stepfiles.write_durable(stepfiles.path(spool_root, *key, "exit"), json.dumps(result))
     return 0
+
+
+def claim_launch(spool_root: str, key: tuple[int, int]) -> dict[str, Any] | None:
+    """The job's launch, taken from the spool by one rename (``launch`` to ``claimed``): of two
+    supervisors started for one launch (a fork server that forked one but died before it could
+    say so, and the one the agent then started directly) only one gets it, and the other
+    exits without running the job. None (said on stderr) when there is none to take."""
+    launch_path = stepfiles.path(spool_root, *key, "launch")
+    claimed = stepfiles.path(spool_root, *key, "claimed")
+    try:
+        os.rename(launch_path, claimed)
+    except FileNotFoundError:
+        if any(os.path.exists(stepfiles.path(spool_root, *key, kind))
+               for kind in ("claimed", "pid")):
+            return None  # another supervisor took it: the job is its, not ours to speak of
+        write_fd(2, "slurmstepd: error: cannot read the job's launch file: it is gone\n")
+        return None
+    except OSError as exc:
+        write_fd(2, f"slurmstepd: error: cannot read the job's launch file: {exc}\n")
+        return None
+    try:
+        with open(claimed, "rb") as fh:
+            launch = json.loads(fh.read())
+        os.unlink(claimed)
+    except (OSError, ValueError) as exc:
+        write_fd(2, f"slurmstepd: error: cannot read the job's launch file: {exc}\n")
+        return None
+    return launch if isinstance(launch, dict) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4:
+        print("usage: python -m agentd.stepd SPOOL JOB_ID GENERATION CONTROL_FD",
+              file=sys.stderr)
+        return 2
+    return supervise(args[0], (int(args[1]), int(args[2])), int(args[3]))
 
 
 if __name__ == "__main__":
