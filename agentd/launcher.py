@@ -7,7 +7,8 @@ and calls ``poll()`` from its loop; ``poll`` never blocks. Per job:
   *as the user* (the agent switches its effective uid for the ``open`` calls, so a path cannot
   make root clobber a file the user could not write); then the job's supervisor
   (``agentd.stepd``, kiln's slurmstepd) is started in a session of its own with those files as
-  its stdout/stderr and stdin from /dev/null. The supervisor execs the script directly when it
+  its stdout/stderr and stdin from /dev/null: forked by the node's fork server, or started as
+  a process of its own while there is none (``agentd.supervisors``). The supervisor execs the script directly when it
   has a ``#!`` line (else by ``/bin/bash``) in its own session, with exactly the environment
   schedd built, in the job's workdir (or /tmp, with Slurm's note in stderr), as the user with
   their supplementary groups; it enforces the walltime (``agentd.walltime``) and writes the
@@ -484,7 +485,8 @@ class Launcher:
             self.spool.forget(job_id, generation)
 
     def close(self) -> None:
-        """Stop the fork server (the supervisors it forked run on) and let go of them."""
+        """Stop the fork server (the supervisors it forked run on) and let go of them; the
+        launcher is not used after (a later agent re-attaches to the supervisors)."""
         for job in self._jobs.values():
             self._unwatch(job)
         self._starter.close()
