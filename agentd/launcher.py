@@ -8,8 +8,9 @@ and calls ``poll()`` from its loop; ``poll`` never blocks. Per job:
   make root clobber a file the user could not write); then the job's supervisor
   (``agentd.stepd``, kiln's slurmstepd) is started in a session of its own with those files as
   its stdout/stderr and stdin from /dev/null: forked by the node's fork server, or started as
-  a process of its own while there is none (``agentd.supervisors``). The supervisor execs the script directly when it
-  has a ``#!`` line (else by ``/bin/bash``) in its own session, with exactly the environment
+  a process of its own while there is none (``agentd.supervisors``). The supervisor execs the
+  script directly when it has a ``#!`` line (else by ``/bin/bash``) in its own session, with
+  exactly the environment
   schedd built, in the job's workdir (or /tmp, with Slurm's note in stderr), as the user with
   their supplementary groups; it enforces the walltime (``agentd.walltime``) and writes the
   job's end durably to the spool. A script that cannot be exec'd is a job that ends FAILED

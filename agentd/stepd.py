@@ -1,11 +1,14 @@
 """agentd.stepd: the per-job supervisor, kiln's slurmstepd.
 
-The agent starts one per batch job (``Launcher.launch``) as ``python -m agentd.stepd SPOOL JOB
-GENERATION CONTROL_FD``, in a session of its own: it is no member of the agent's process group,
-so neither ``kill -9`` of the agent nor its exit touches it. The supervisor
+The agent starts one per batch job (``Launcher.launch``, ``agentd.supervisors``): forked by the
+node's fork server (``agentd.forkserver``), or as ``python -m agentd.stepd SPOOL JOB GENERATION
+CONTROL_FD`` while there is none; either way ``supervise`` below, in a session of its own: it
+is no member of the agent's process group, so neither ``kill -9`` of the agent (nor of the fork
+server) nor its exit touches it. The supervisor
 
-1. reads the job's launch file from the spool (``stepd/<job>.<gen>.launch``, written by the
-   agent, removed here once read): argv, environment, working directory, the user, the limit;
+1. takes the job's launch file from the spool (``stepd/<job>.<gen>.launch``, written by the
+   agent, claimed by a rename, read and removed here: ``claim_launch``): argv, environment,
+   working directory, the user, the limit;
 2. starts the job: fork, then in the child ``before_exec`` (the hooks of ``BEFORE_EXEC``, run as
    root: where the cgroup join goes), the switch to the user, umask and working directory,
    then exec. The job is a session and process group of its own, whose leader is the batch
@@ -29,10 +32,11 @@ The agent reaps it when it is the agent's child, or, after an agent restart, fin
 (pid and create time in the job's spool record) and re-attaches, or finds its exit file:
 every job whose supervisor lived ends with its true state and exit code.
 
-One is started per job, so it starts light (docs/benchmarks.md, "Launch"): Python without
-``site`` (``-S``), and only ``os``-level modules: no subprocess (its own fork and exec), no
-pathlib or dataclasses (``agentd.stepfiles``, ``agentd.walltime``); the agent parses signal
-names, so Slurm's signal vocabulary is not loaded here either.
+One runs per job, and may be started as a Python process of its own, so it starts light
+(docs/benchmarks.md, "Launch"; the fork server, which imports it once, makes that the rare
+case): Python without ``site`` (``-S``), and only ``os``-level modules: no subprocess (its own
+fork and exec), no pathlib or dataclasses (``agentd.stepfiles``, ``agentd.walltime``); the
+agent parses signal names, so Slurm's signal vocabulary is not loaded here either.
 """
 
 from __future__ import annotations
