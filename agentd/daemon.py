@@ -427,6 +427,7 @@ class Agent:
                 self.relay.server.ready({}, time.monotonic())  # clients that stopped reading
         if self.relay is not None:
             self.relay.close()
+        self.launcher.close()  # its supervisor fork server; the supervisors run on
         if self.cgroups is not None:
             self.cgroups.close()  # this node's directories, once no job is left in them
         self.sock.close(0)

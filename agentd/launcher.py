@@ -7,8 +7,10 @@ and calls ``poll()`` from its loop; ``poll`` never blocks. Per job:
   *as the user* (the agent switches its effective uid for the ``open`` calls, so a path cannot
   make root clobber a file the user could not write); then the job's supervisor
   (``agentd.stepd``, kiln's slurmstepd) is started in a session of its own with those files as
-  its stdout/stderr and stdin from /dev/null. The supervisor execs the script directly when it
-  has a ``#!`` line (else by ``/bin/bash``) in its own session, with exactly the environment
+  its stdout/stderr and stdin from /dev/null: forked by the node's fork server, or started as
+  a process of its own while there is none (``agentd.supervisors``). The supervisor execs the
+  script directly when it has a ``#!`` line (else by ``/bin/bash``) in its own session, with
+  exactly the environment
   schedd built, in the job's workdir (or /tmp, with Slurm's note in stderr), as the user with
   their supplementary groups; it enforces the walltime (``agentd.walltime``) and writes the
   job's end durably to the spool. A script that cannot be exec'd is a job that ends FAILED
@@ -47,10 +49,10 @@ import json
 import logging
 import os
 import pwd
+import select
 import signal as _signal
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,6 +65,7 @@ import psutil
 from agentd import stepd
 from agentd.cgroups import CgroupError, Cgroups, JobCgroup, join_fds
 from agentd.spool import Spool
+from agentd.supervisors import Started, SupervisorStarter
 from agentd.walltime import SignalSpec, SignalSpecError, parse_signal
 from schedd import protocol
 
@@ -73,9 +76,6 @@ MAX_ENDED = 10_000  # ended jobs kept for re-reporting when the daemon never cal
 IDENTITY_TTL = 60.0  # seconds a user's groups are cached (NSS can be slow: LDAP, sssd)
 FULL_REAP_INTERVAL = 1.0  # seconds: look at every supervisor even when no child seemed to exit
 _RECORD_DROP = ("script", "environment")  # not kept in the spool record: bulky, not needed
-# the supervisor finds the agentd package where this agent found it, whatever the job's
-# environment says (the job's environment is applied only at the job's own exec)
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 # process helpers shared with the supervisor and step_tasks (one copy, in agentd.stepd)
 reap, _exit_of, _kill, _killpg = stepd.reap, stepd.exit_of, stepd.kill, stepd.killpg
@@ -139,7 +139,8 @@ class Identity:
 
 @dataclass(slots=True)
 class _Job:
-    """A job whose supervisor runs (``proc``: ours; ``adopted``: re-attached after a restart)."""
+    """A job whose supervisor runs: forked by the fork server (``pidfd``), started by this
+    agent directly (``proc``, its child), or re-attached after a restart (``adopted``)."""
 
     job_id: int
     generation: int
@@ -147,7 +148,8 @@ class _Job:
     stepd_pid: int
     start_time: float
     record: dict[str, Any]
-    proc: subprocess.Popen | None = None  # the supervisor, when this agent started it
+    proc: subprocess.Popen | None = None  # the supervisor, when this agent started it directly
+    pidfd: int = -1  # the supervisor's pidfd, when the fork server forked it (readable: ended)
     adopted: psutil.Process | None = None
     pid: int = 0  # the batch shell, once the supervisor has said (0: not yet)
     asked: str = ""  # the state the agent asked the supervisor to end the job as
@@ -165,7 +167,8 @@ class Launcher:
     gives a negative one; schedd normally sends its own with every launch."""
 
     def __init__(self, spool_dir: Path, node_name: str, kill_wait: int = 30,
-                 allow_root: bool = False, cgroups: Cgroups | None = None):
+                 allow_root: bool = False, cgroups: Cgroups | None = None,
+                 starter: SupervisorStarter | None = None):
         self.spool = Spool(Path(spool_dir))
         self.cgroups = cgroups if cgroups is not None and cgroups.active else None
         self.unkillable: list[str] = []  # jobs that outlived UnkillableStepTimeout (drain)
@@ -176,7 +179,9 @@ class Launcher:
         self._ended: dict[tuple[int, int], Finished] = {}
         self._identities: dict[tuple[str, int, int], tuple[float, Identity]] = {}
         self._full_reap = 0.0
-        self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        # the supervisors' fork server (agentd.forkserver) starts with the first launch
+        self._starter = starter if starter is not None else SupervisorStarter()
+        self._exits = select.poll()  # the pidfds of the supervisors the fork server forked
 
     # --- launch ----------------------------------------------------------------------------
 
@@ -268,12 +273,7 @@ class Launcher:
             raise LaunchError(f"cannot spool the job's supervisor files: "
                               f"{exc.strerror or exc}") from None
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-S", "-m", "agentd.stepd", str(self.spool.root),
-                 str(key[0]), str(key[1]), str(ctl_fd)],
-                stdin=self._devnull, stdout=out_fd, stderr=err_fd, pass_fds=(ctl_fd,),
-                cwd="/", env={"PYTHONPATH": _PACKAGE_ROOT, "PATH": os.defpath},
-                start_new_session=True, close_fds=True)
+            started = self._starter.start(str(self.spool.root), key, out_fd, err_fd, ctl_fd)
         except OSError as exc:
             self.spool.remove_stepd_files(*key)
             self._drop_cgroup(key, cgroup)
@@ -285,12 +285,30 @@ class Launcher:
             if err_fd != out_fd:
                 os.close(err_fd)
         record = {k: v for k, v in spec.items() if k not in _RECORD_DROP}
-        record.update(stepd_pid=proc.pid, stepd_create_time=_create_time(proc.pid),
+        record.update(stepd_pid=started.pid, stepd_create_time=_create_time(started.pid),
                       launch_time=start, stderr_path=err_path, kill_wait=kill_wait,
                       oom_kills=_oom_kills())
         if cgroup is not None:
             record["cgroup"] = cgroup.to_record(key)
-        return _Job(key[0], key[1], ident, proc.pid, start, record, proc=proc, cgroup=cgroup)
+        job = _Job(key[0], key[1], ident, started.pid, start, record, cgroup=cgroup)
+        self._watch(job, started)
+        return job
+
+    def _watch(self, job: _Job, started: Started) -> None:
+        """Keep what tells that the job's supervisor has ended: its process (ours to reap),
+        its pidfd, or, where the kernel gave none, its pid and create time."""
+        job.proc = started.proc
+        if started.pidfd >= 0:
+            job.pidfd = started.pidfd
+            self._exits.register(job.pidfd, select.POLLIN)
+        elif started.proc is None:
+            job.adopted = _same_process(started.pid, job.record["stepd_create_time"])
+
+    def _unwatch(self, job: _Job) -> None:
+        if job.pidfd >= 0:
+            self._exits.unregister(job.pidfd)
+            os.close(job.pidfd)
+            job.pidfd = -1
 
     # --- cgroup hooks (agentd.cgroups) -----------------------------------------------------
 
@@ -468,7 +486,16 @@ class Launcher:
             self.spool.forget(job_id, generation)
 
     def close(self) -> None:
-        os.close(self._devnull)
+        """Stop the fork server (the supervisors it forked run on) and let go of them; the
+        launcher is not used after (a later agent re-attaches to the supervisors)."""
+        for job in self._jobs.values():
+            self._unwatch(job)
+        self._starter.close()
+
+    @property
+    def fork_server_pid(self) -> int:
+        """The pid of this node's supervisor fork server; 0 while none runs."""
+        return self._starter.server_pid
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -476,12 +503,17 @@ class Launcher:
         """Reap the supervisors that exited and return their jobs' ends. Never blocks; one
         waitpid per job when a child exited, and at least every ``FULL_REAP_INTERVAL``."""
         now = time.time() if now is None else now
-        if not (_child_exited() or now - self._full_reap >= FULL_REAP_INTERVAL):
+        ended = {fd for fd, _ in self._exits.poll(0)}
+        child = _child_exited()
+        if child:
+            self._starter.reap()  # the fork server, if it was the child that exited
+        if not (child or ended or now - self._full_reap >= FULL_REAP_INTERVAL):
             return []
         self._full_reap = now
         finished = []
         for job in list(self._jobs.values()):
-            if (job.emptying_since or self._supervisor_gone(job)) and self._emptied(job, now):
+            if (job.emptying_since or self._supervisor_gone(job, ended)) and \
+                    self._emptied(job, now):
                 finished.append(self._finish(job, now))
         return finished
 
@@ -507,7 +539,13 @@ class Launcher:
             self.unkillable.append(reason)
         return False
 
-    def _supervisor_gone(self, job: _Job) -> bool:
+    def _supervisor_gone(self, job: _Job, ended: set[int]) -> bool:
+        """Has the job's supervisor exited? ``ended``: the pidfds that said so just now."""
+        if job.pidfd >= 0:
+            if job.pidfd not in ended:
+                return False
+            self._unwatch(job)
+            return True
         if job.proc is not None:
             pid, status, _ = reap(job.stepd_pid)
             if pid == 0:

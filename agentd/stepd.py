@@ -1,11 +1,14 @@
 """agentd.stepd: the per-job supervisor, kiln's slurmstepd.
 
-The agent starts one per batch job (``Launcher.launch``) as ``python -m agentd.stepd SPOOL JOB
-GENERATION CONTROL_FD``, in a session of its own: it is no member of the agent's process group,
-so neither ``kill -9`` of the agent nor its exit touches it. The supervisor
+The agent starts one per batch job (``Launcher.launch``, ``agentd.supervisors``): forked by the
+node's fork server (``agentd.forkserver``), or as ``python -m agentd.stepd SPOOL JOB GENERATION
+CONTROL_FD`` while there is none; either way ``supervise`` below, in a session of its own: it
+is no member of the agent's process group, so neither ``kill -9`` of the agent (nor of the fork
+server) nor its exit touches it. The supervisor
 
-1. reads the job's launch file from the spool (``stepd/<job>.<gen>.launch``, written by the
-   agent, removed here once read): argv, environment, working directory, the user, the limit;
+1. takes the job's launch file from the spool (``stepd/<job>.<gen>.launch``, written by the
+   agent, claimed by a rename, read and removed here: ``claim_launch``): argv, environment,
+   working directory, the user, the limit;
 2. starts the job: fork, then in the child ``before_exec`` (the hooks of ``BEFORE_EXEC``, run as
    root: where the cgroup join goes), the switch to the user, umask and working directory,
    then exec. The job is a session and process group of its own, whose leader is the batch
@@ -29,10 +32,11 @@ The agent reaps it when it is the agent's child, or, after an agent restart, fin
 (pid and create time in the job's spool record) and re-attaches, or finds its exit file:
 every job whose supervisor lived ends with its true state and exit code.
 
-One is started per job, so it starts light (docs/benchmarks.md, "Launch"): Python without
-``site`` (``-S``), and only ``os``-level modules: no subprocess (its own fork and exec), no
-pathlib or dataclasses (``agentd.stepfiles``, ``agentd.walltime``); the agent parses signal
-names, so Slurm's signal vocabulary is not loaded here either.
+One runs per job, and may be started as a Python process of its own, so it starts light
+(docs/benchmarks.md, "Launch"; the fork server, which imports it once, makes that the rare
+case): Python without ``site`` (``-S``), and only ``os``-level modules: no subprocess (its own
+fork and exec), no pathlib or dataclasses (``agentd.stepfiles``, ``agentd.walltime``); the
+agent parses signal names, so Slurm's signal vocabulary is not loaded here either.
 """
 
 from __future__ import annotations
@@ -103,7 +107,9 @@ def child_setup(launch: dict[str, Any]) -> None:
     working directory entered as the user (one the user may not enter gives Slurm's note on
     stderr and /tmp, as Slurm does)."""
     os.setsid()
-    for sig in IGNORED_SIGNALS:  # an ignored signal stays ignored across exec
+    # an ignored signal stays ignored across exec: the supervisor's, and SIGXFSZ, which Python
+    # ignores in every process it starts (a job over its file size limit dies, as under Slurm)
+    for sig in (*IGNORED_SIGNALS, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     _signal.set_wakeup_fd(-1)
@@ -522,28 +528,60 @@ def _ignore_signals() -> int:
     return wake_r
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 4:
-        print("usage: python -m agentd.stepd SPOOL JOB_ID GENERATION CONTROL_FD",
-              file=sys.stderr)
-        return 2
-    spool_root, key = args[0], (int(args[1]), int(args[2]))
-    control_fd = int(args[3])
+def supervise(spool_root: str, key: tuple[int, int], control_fd: int) -> int:
+    """Be the supervisor of job ``key``: claim its launch file, run the job to its end, write
+    the exit file; the process's exit code (0 once the end is written).
+
+    The one body of both ways a supervisor starts: ``main`` (a process of its own, ``python
+    -m agentd.stepd``) and the fork server's child (``agentd.forkserver``), each with the job's
+    files as fds 1 and 2, /dev/null as 0, in a session of its own, the signal dispositions
+    Python starts with, and no other descriptor open but ``control_fd``."""
     os.set_inheritable(control_fd, False)  # the job does not get it
-    launch_path = stepfiles.path(spool_root, *key, "launch")
-    try:
-        with open(launch_path, "rb") as fh:
-            launch = json.loads(fh.read())
-        os.unlink(launch_path)
-    except (OSError, ValueError) as exc:
-        write_fd(2, f"slurmstepd: error: cannot read the job's launch file: {exc}\n")
+    launch = claim_launch(spool_root, key)
+    if launch is None:
         return 1
     wake_fd = _ignore_signals()
     os.set_blocking(control_fd, False)
     result = Supervisor(spool_root, launch, control_fd, wake_fd).run()
     stepfiles.write_durable(stepfiles.path(spool_root, *key, "exit"), json.dumps(result))
     return 0
+
+
+def claim_launch(spool_root: str, key: tuple[int, int]) -> dict[str, Any] | None:
+    """The job's launch, taken from the spool by one rename (``launch`` to ``claimed``): of two
+    supervisors started for one launch (a fork server that forked one but died before it could
+    say so, and the one the agent then started directly) only one gets it, and the other
+    exits without running the job. None (said on stderr) when there is none to take."""
+    launch_path = stepfiles.path(spool_root, *key, "launch")
+    claimed = stepfiles.path(spool_root, *key, "claimed")
+    try:
+        os.rename(launch_path, claimed)
+    except FileNotFoundError:
+        if any(os.path.exists(stepfiles.path(spool_root, *key, kind))
+               for kind in ("claimed", "pid")):
+            return None  # another supervisor took it: the job is its, not ours to speak of
+        write_fd(2, "slurmstepd: error: cannot read the job's launch file: it is gone\n")
+        return None
+    except OSError as exc:
+        write_fd(2, f"slurmstepd: error: cannot read the job's launch file: {exc}\n")
+        return None
+    try:
+        with open(claimed, "rb") as fh:
+            launch = json.loads(fh.read())
+        os.unlink(claimed)
+    except (OSError, ValueError) as exc:
+        write_fd(2, f"slurmstepd: error: cannot read the job's launch file: {exc}\n")
+        return None
+    return launch if isinstance(launch, dict) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4:
+        print("usage: python -m agentd.stepd SPOOL JOB_ID GENERATION CONTROL_FD",
+              file=sys.stderr)
+        return 2
+    return supervise(args[0], (int(args[1]), int(args[2])), int(args[3]))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ Shared by the agent (``Spool``) and the supervisor (``agentd.stepd``, one starte
 so this module imports ``os`` and ``json`` only (no pathlib or dataclasses), and paths are
 strings. Per job, ``stepd/<job>.<generation>.<kind>``:
 
-- ``launch``: what to run (argv, environment, user, limit), written by the agent, read and
-  removed by the supervisor;
+- ``launch``: what to run (argv, environment, user, limit), written by the agent, taken by
+  the supervisor (renamed to ``claimed``, read and removed: one supervisor per launch);
 - ``ctl``: the FIFO of the agent's commands, one JSON line each;
 - ``pid``: the batch shell's pid, written by the supervisor once it has started it;
 - ``exit``: how the job ended, written durably by the supervisor (``write_durable``).
@@ -23,7 +23,7 @@ TYPE_CHECKING = False  # typing is not imported at run time (see agentd/stepd.py
 if TYPE_CHECKING:
     from typing import Any
 
-KINDS = ("launch", "ctl", "pid", "exit")
+KINDS = ("launch", "claimed", "ctl", "pid", "exit")
 HEARD = "schedd-heard"
 
 

@@ -657,7 +657,9 @@ def test_a_job_that_ended_unwatched_ends_when_it_last_wrote_not_when_the_agent_r
     first = Launcher(base / "spool", "node7", kill_wait=2)
     first.launch(spec(user, base, 33, "#!/bin/sh\necho started\nsleep 1\necho done\n"))
     pid = job_pid(first)
+    supervisor = json.loads(first.spool.record_path(33, 1).read_text())["stepd_pid"]
     wait_until(lambda: gone(pid) or _zombie(pid), "the job ended, its agent not polling")
+    wait_until(lambda: _zombie(supervisor), "its supervisor wrote the end and exited")
     ended_by = time.time()
     later = ended_by + 3600
     [done] = Launcher(base / "spool", "node7").recover(now=later)
