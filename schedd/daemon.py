@@ -14,7 +14,6 @@ One thread owns all state; the scheduler core is a pure function called from ste
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
 import signal
@@ -28,6 +27,7 @@ import zmq
 
 from schedd import config as kconfig
 from schedd import keys, leader, protocol, slicing, statedir
+from schedd.collector import Collector
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
 from schedd.identity import Caller, set_admin_lookup
@@ -79,12 +79,14 @@ class Daemon:
         self._cycle_due = True
         self._last_cycle = 0.0
         self._last_cycle_seconds = 0.0
+        self.collector = Collector(self.now())  # the cyclic GC's pauses (schedd/collector.py)
         self.diag = SchedulerDiag(since=time.time())  # sdiag's figures (schedd/reports/diag.py)
         # named timers of the loop: (name, seconds between runs, what runs)
         self.timers: list[tuple[str, float, Callable[[float], None]]] = [
             ("preemption", 0.0, lambda now: preemption.tick(self, self.preemption, now)),
             ("health", 1.0, self._health),
             ("purge", 5.0, self.state.purge),
+            ("collector", 1.0, lambda now: self.collector.tick(now)),
         ]
         if self.keyring is not None and self.keyring.refusals is not None:
             refusals = self.keyring.refusals  # the count of refusals a peer repeated
@@ -206,6 +208,7 @@ class Daemon:
         self._stopping = True
 
     def close(self) -> None:
+        self.collector.close()
         if self.keyring is not None:
             self._auth.stop()
         self.state.usage.save(self.state.store, self.now(), force=True)
@@ -464,11 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     signal.signal(signal.SIGTERM, daemon.stop)
     signal.signal(signal.SIGINT, daemon.stop)
-    # What start-up made (modules, the config, the jobs loaded from the ledger) lives as long
-    # as schedd: moved out of the cyclic collector's way, so that a full collection scans only
-    # what came since; without this one took 55 ms of the loop at 2,000 jobs, 200 ms beside a
-    # long sacct (docs/benchmarks.md, issue 12)
-    gc.freeze()
+    daemon.collector.start()  # full collections scan only what is new (schedd/collector.py)
     daemon.run()
     log.info("schedd stopped (pid %d)", os.getpid())  # a clean exit, status 0
     return 0

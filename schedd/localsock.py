@@ -42,6 +42,9 @@ MAX_PER_UID = 64
 STALL_SECONDS = 30.0
 READ_CHUNK = 256 * 1024
 PER_USER_TURN = 2  # requests of one user answered per turn of the loop
+# seconds of long requests' slices per turn: then the loop polls again, so a quick request
+# that came meanwhile waits this long (and one slice, schedd/slicing.py) at the most
+WORK_BUDGET = 0.005
 POLLIN, POLLOUT = 1, 2  # zmq.POLLIN, zmq.POLLOUT (the same values as poll(2)'s)
 
 Dispatch = Callable[[bytes, Caller], Any]  # -> the reply, or a long request's Work
@@ -208,7 +211,7 @@ class LocalServer:
     def working(self) -> bool:
         return any(c.work is not None for c in self.conns.values())
 
-    def step_work(self, budget: float = 0.02) -> None:
+    def step_work(self, budget: float = WORK_BUDGET) -> None:
         """Advance the long requests for about ``budget`` seconds: one slice per user in
         turn (fair share between users, whatever their number of connections)."""
         started = time.monotonic()
