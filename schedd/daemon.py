@@ -36,7 +36,7 @@ from schedd.ledger.store import Store
 from schedd.lifecycle import enforcement, health, mail, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
-from schedd.localsock import LocalServer, Work
+from schedd.localsock import LocalServer, Reply, Work
 from schedd.logs import setup_logging
 from schedd.loopwatch import LoopWatch
 from schedd.relay import Pending, RelayError, Relays
@@ -380,10 +380,10 @@ class Slices(Work):
     def __init__(self, msg_id: Any, gen: Generator[None, None, dict[str, Any]],
                  watch: LoopWatch | None = None, name: str = "slice"):
         self.msg_id, self.gen = msg_id, gen
-        self.encoding: Generator[None, None, bytes] | None = None
+        self.encoding: Generator[None, None, list[bytes]] | None = None
         self.watch, self.name = watch or LoopWatch(None), name
 
-    def step(self) -> bytes | None:
+    def step(self) -> Reply | None:
         since = time.perf_counter()
         try:
             if self.encoding is not None:
@@ -394,7 +394,7 @@ class Slices(Work):
                 except StopIteration as done:  # the body: encoded in the next slices
                     self.encoding = slicing.encode_reply(self.msg_id, done.value)
             return None
-        except StopIteration as encoded:  # the reply's bytes
+        except StopIteration as encoded:  # the reply, in pieces
             return encoded.value
         except (protocol.ProtocolError, RequestError) as exc:
             return protocol.reply_error(self.msg_id, exc.code, exc.message)

@@ -30,7 +30,7 @@ from typing import Any
 
 from schedd import protocol
 from schedd.identity import Caller
-from schedd.localsock import WORK_BUDGET, Work
+from schedd.localsock import WORK_BUDGET, Work, joined
 
 log = logging.getLogger("schedd.relay")
 
@@ -161,4 +161,4 @@ class Relays:
             reply = item.work.step()
             if reply is not None:
                 self.pending.remove(item)
-                self.answer(item.route, item.msg_id, item.node, reply)
+                self.answer(item.route, item.msg_id, item.node, joined(reply))

@@ -42,9 +42,15 @@ def each(items: Iterable[T], fn: Callable[[T], object],
             started = time.perf_counter()
 
 
-def encode_reply(msg_id: Any, body: dict[str, Any]) -> Generator[None, None, bytes]:
-    """``protocol.reply_ok(msg_id, body)``, byte for byte, yielding between pieces: the body's
-    lists of more than ``ENCODE_ITEMS`` items go a piece at a time, the rest at once."""
+def encode_reply(msg_id: Any, body: dict[str, Any]) -> Generator[None, None, list[bytes]]:
+    """``protocol.reply_ok(msg_id, body)``, byte for byte once joined, yielding between
+    pieces: the body's lists of more than ``ENCODE_ITEMS`` items go a piece at a time, the
+    rest at once. The pieces are not joined here: the socket takes them one after the other
+    (``localsock.Reply``), where one 60 MB buffer cost 90 ms of CPU to fill.
+
+    The body is the request's own and its long lists are consumed: each piece's items are let
+    go (set to None) once encoded, so that freeing 60,000 sacct rows is spread over the
+    slices too (at the end, in one go, it took 38 ms)."""
     parts = [b'{"v":', _dump(protocol.VERSION), b',"id":', _dump(msg_id),
              b',"ok":true,"body":{']
     for n, (key, value) in enumerate((body or {}).items()):
@@ -54,12 +60,15 @@ def encode_reply(msg_id: Any, body: dict[str, Any]) -> Generator[None, None, byt
             continue
         parts.append(b"[")
         for i in range(0, len(value), ENCODE_ITEMS):
-            text = _dump(value[i:i + ENCODE_ITEMS])
+            piece = value[i:i + ENCODE_ITEMS]
+            text = _dump(piece)
             parts.append(text[1:-1] if not i else b"," + text[1:-1])
+            value[i:i + ENCODE_ITEMS] = [None] * len(piece)
+            del piece  # the last reference to these items: freed in this slice
             yield
         parts.append(b"]")
     parts.append(b"}}")
-    return b"".join(parts)
+    return parts
 
 
 def _dump(value: Any) -> bytes:
