@@ -10,7 +10,8 @@ Parts are the loop's phases (``agents``, ``clients``, ``long requests``, ``cycle
 and, inside them, each request's handler (``op NAME uid N``), each slice of a long one (``slice
 NAME uid N``), the encoding of replies (``encode``) and the cyclic garbage collector's
 pauses (``gc`` and its generation, 2 being a full collection); a phase's own figure includes
-the requests and collections that ran in it. Unset (the default), the watch does nothing beyond one check per turn.
+the requests and collections that ran in it. Unset (the default), the watch does nothing but a
+few clock reads per turn.
 """
 
 from __future__ import annotations
