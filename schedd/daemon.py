@@ -375,7 +375,8 @@ class Daemon:
 class Slices(Work):
     """A handler written as a generator: it yields after each bounded slice of its work and
     returns its reply body (schedd/handlers/sacct.py); the reply is then encoded in slices
-    too (``slicing.encode_reply``). Errors end it as _dispatch's would."""
+    too (``slicing.encode_reply``, which consumes the body's long lists: a body must be the
+    request's own, never state's). Errors end it as _dispatch's would."""
 
     def __init__(self, msg_id: Any, gen: Generator[None, None, dict[str, Any]],
                  watch: LoopWatch | None = None, name: str = "slice"):

@@ -94,6 +94,11 @@ class Connection:
         return self.sock.fileno()
 
     @property
+    def sending(self) -> bool:
+        """Is a reply waiting for the client to take it?"""
+        return bool(self.outbox or self.later)
+
+    @property
     def unsent(self) -> int:
         """Bytes of the reply not yet taken by the client."""
         return len(self.outbox) + sum(map(len, self.later))
@@ -199,7 +204,7 @@ class LocalServer:
 
     def _serve(self, conn: Connection) -> None:
         """Answer the next whole request, if there is one and no reply is waiting."""
-        while (not conn.unsent and not conn.closing and conn.work is None
+        while (not conn.sending and not conn.closing and conn.work is None
                and len(conn.inbox) >= HEADER.size):
             (size,) = HEADER.unpack_from(conn.inbox)
             if size > protocol.MAX_MESSAGE_BYTES:
@@ -299,7 +304,7 @@ class LocalServer:
     def _drop_stalled(self, now: float) -> None:
         clock = time.monotonic()
         for conn in list(self.conns.values()):
-            if conn.unsent and clock - conn.stalled_since > STALL_SECONDS:
+            if conn.sending and clock - conn.stalled_since > STALL_SECONDS:
                 log.warning("dropping client uid %d pid %d: it stopped reading its reply "
                             "(%d bytes waiting)", conn.caller.uid, conn.caller.pid,
                             conn.unsent)
