@@ -26,7 +26,8 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import keys, leader, protocol, statedir
+from schedd import keys, leader, protocol, slicing, statedir
+from schedd.collector import Collector
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
 from schedd.identity import Caller, set_admin_lookup
@@ -35,8 +36,9 @@ from schedd.ledger.store import Store
 from schedd.lifecycle import enforcement, health, mail, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
-from schedd.localsock import LocalServer, Work
+from schedd.localsock import LocalServer, Reply, Work
 from schedd.logs import setup_logging
+from schedd.loopwatch import LoopWatch
 from schedd.relay import Pending, RelayError, Relays
 from schedd.reports import forecast, metrics
 from schedd.reports.diag import SchedulerDiag
@@ -77,18 +79,21 @@ class Daemon:
         self._cycle_due = True
         self._last_cycle = 0.0
         self._last_cycle_seconds = 0.0
+        self.collector = Collector(self.now())  # the cyclic GC's pauses (schedd/collector.py)
         self.diag = SchedulerDiag(since=time.time())  # sdiag's figures (schedd/reports/diag.py)
         # named timers of the loop: (name, seconds between runs, what runs)
         self.timers: list[tuple[str, float, Callable[[float], None]]] = [
             ("preemption", 0.0, lambda now: preemption.tick(self, self.preemption, now)),
             ("health", 1.0, self._health),
             ("purge", 5.0, self.state.purge),
+            ("collector", 1.0, lambda now: self.collector.tick(now)),
         ]
         if self.keyring is not None and self.keyring.refusals is not None:
             refusals = self.keyring.refusals  # the count of refusals a peer repeated
             self.timers.append(("log_summaries", 10.0, lambda now: refusals.flush()))
         self._timer_last = {name: 0.0 for name, _, _ in self.timers}
         self._stopping = False
+        self.watch = LoopWatch.from_env()  # KILN_SLOW_TURN_MS: log what held a slow turn
         self.lease: leader.LeaderLease | None = None  # held while this schedd leads (HA)
 
     def _start_curve(self) -> keys.AgentKeyring:
@@ -146,19 +151,36 @@ class Daemon:
             busy = self.local.working or self.relays.working
             timeout = 0 if busy else self._until_next_cycle(self.now()) * 1000
             ready = dict(poller.poll(timeout))
-            if self.agent_sock in ready:
-                self._drain(self.agent_sock, self._handle_agent)
-            self.local.ready(ready, self.now())  # each ready client: one request answered
-            self.local.step_work()  # long requests, a slice per user in turn
-            self.relays.step_work()  # and those relayed from other nodes
-            now = self.now()
-            if self._until_next_cycle(now) <= 0:
-                self.run_cycle(now)
-            for name, every, fn in self.timers:
-                if now - self._timer_last[name] >= every:
-                    self._timer_last[name] = now
-                    fn(now)
+            self._turn(ready)
         self.close()
+
+    def _turn(self, ready: dict[Any, int]) -> None:
+        """One turn of the loop, after the poll: what is ready, then the cycle and timers."""
+        watch, clock = self.watch, time.perf_counter
+        watch.begin()
+        if self.agent_sock in ready:
+            since = clock()
+            self._drain(self.agent_sock, self._handle_agent)
+            watch.add("agents", since)
+        since = clock()
+        self.local.ready(ready, self.now())  # each ready client: one request answered
+        watch.add("clients", since)
+        since = clock()
+        self.local.step_work()  # long requests, a slice per user in turn
+        self.relays.step_work()  # and those relayed from other nodes
+        watch.add("long requests", since)
+        now = self.now()
+        if self._until_next_cycle(now) <= 0:
+            since = clock()
+            self.run_cycle(now)
+            watch.add("cycle", since)
+        for name, every, fn in self.timers:
+            if now - self._timer_last[name] >= every:
+                self._timer_last[name] = now
+                since = clock()
+                fn(now)
+                watch.add(name, since)
+        watch.end()
 
     def _health(self, now: float) -> None:
         """Every second: the leader lease, silent nodes, what schedd enforces itself."""
@@ -186,6 +208,7 @@ class Daemon:
         self._stopping = True
 
     def close(self) -> None:
+        self.collector.close()
         if self.keyring is not None:
             self._auth.stop()
         self.state.usage.save(self.state.store, self.now(), force=True)
@@ -261,10 +284,16 @@ class Daemon:
             if op not in handlers:  # in the wire contract, not (yet) served by this schedd
                 raise protocol.ProtocolError(protocol.E_UNKNOWN_OP,
                                              f"operation {op!r} is not supported by this schedd")
+            since = time.perf_counter()
             answer = handlers[op](self, caller, body)
+            if self.watch.on:
+                self.watch.add(f"op {op} {_who(caller)}", since)
             if isinstance(answer, GeneratorType):  # a long request: in slices (localsock.Work)
-                return Slices(msg_id, answer)
-            return protocol.reply_ok(msg_id, answer)
+                return Slices(msg_id, answer, self.watch, f"slice {op} {_who(caller)}")
+            since = time.perf_counter()
+            reply = protocol.reply_ok(msg_id, answer)
+            self.watch.add("encode", since)
+            return reply
         except protocol.ProtocolError as exc:
             return protocol.reply_error(msg_id, exc.code, exc.message)
         except RequestError as exc:
@@ -345,23 +374,37 @@ class Daemon:
 
 class Slices(Work):
     """A handler written as a generator: it yields after each bounded slice of its work and
-    returns its reply body (schedd/handlers/sacct.py). Errors end it as _dispatch's would."""
+    returns its reply body (schedd/handlers/sacct.py); the reply is then encoded in slices
+    too (``slicing.encode_reply``, which consumes the body's long lists: a body must be the
+    request's own, never state's). Errors end it as _dispatch's would."""
 
-    def __init__(self, msg_id: Any, gen: Generator[None, None, dict[str, Any]]):
+    def __init__(self, msg_id: Any, gen: Generator[None, None, dict[str, Any]],
+                 watch: LoopWatch | None = None, name: str = "slice"):
         self.msg_id, self.gen = msg_id, gen
+        self.encoding: Generator[None, None, list[bytes]] | None = None
+        self.watch, self.name = watch or LoopWatch(None), name
 
-    def step(self) -> bytes | None:
+    def step(self) -> Reply | None:
+        since = time.perf_counter()
         try:
-            next(self.gen)
+            if self.encoding is not None:
+                next(self.encoding)
+            else:
+                try:
+                    next(self.gen)
+                except StopIteration as done:  # the body: encoded in the next slices
+                    self.encoding = slicing.encode_reply(self.msg_id, done.value)
             return None
-        except StopIteration as done:
-            return protocol.reply_ok(self.msg_id, done.value)
+        except StopIteration as encoded:  # the reply, in pieces
+            return encoded.value
         except (protocol.ProtocolError, RequestError) as exc:
             return protocol.reply_error(self.msg_id, exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - no request may take the daemon down
             log.exception("request failed")
             return protocol.reply_error(self.msg_id, protocol.E_INTERNAL,
                                         f"internal error: {type(exc).__name__}")
+        finally:
+            self.watch.add("encode" if self.encoding is not None else self.name, since)
 
 
 def _lead(cfg: kconfig.Config) -> leader.LeaderLease | None:
@@ -375,6 +418,12 @@ def _lead(cfg: kconfig.Config) -> leader.LeaderLease | None:
         return None
     log.info("leader lease taken after %.1f s: this schedd leads", time.time() - started)
     return lease
+
+
+def _who(caller: Any) -> str:
+    """A caller, for the loop watch: a client's uid, an agent's node."""
+    uid = getattr(caller, "uid", None)
+    return f"uid {uid}" if uid is not None else f"node {caller}"
 
 
 def _peek_id(frame: bytes) -> Any:
@@ -419,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     signal.signal(signal.SIGTERM, daemon.stop)
     signal.signal(signal.SIGINT, daemon.stop)
+    daemon.collector.start()  # full collections scan only what is new (schedd/collector.py)
     daemon.run()
     log.info("schedd stopped (pid %d)", os.getpid())  # a clean exit, status 0
     return 0

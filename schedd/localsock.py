@@ -26,6 +26,7 @@ import os
 import socket
 import struct
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,9 +43,20 @@ MAX_PER_UID = 64
 STALL_SECONDS = 30.0
 READ_CHUNK = 256 * 1024
 PER_USER_TURN = 2  # requests of one user answered per turn of the loop
+# seconds of long requests' slices per turn: then the loop polls again, so a quick request
+# that came meanwhile waits this long (and one slice, schedd/slicing.py) at the most
+WORK_BUDGET = 0.005
 POLLIN, POLLOUT = 1, 2  # zmq.POLLIN, zmq.POLLOUT (the same values as poll(2)'s)
 
 Dispatch = Callable[[bytes, Caller], Any]  # -> the reply, or a long request's Work
+# a reply: one frame's payload, whole or in pieces (a long request's: schedd/slicing.py), so
+# that tens of MB are never copied into one buffer at once
+Reply = bytes | bytearray | list[bytes]
+
+
+def joined(reply: Reply) -> bytes | bytearray:
+    """A reply in one piece (the relay's chunking needs one)."""
+    return b"".join(reply) if isinstance(reply, list) else reply
 
 
 class Work:
@@ -53,7 +65,7 @@ class Work:
     slices of every client's long request, one user at a time in turn, with everything else
     the daemon does, so one user's big query never stalls another's squeue."""
 
-    def step(self) -> bytes | None:  # pragma: no cover - an interface
+    def step(self) -> Reply | None:  # pragma: no cover - an interface
         raise NotImplementedError
 
 
@@ -72,6 +84,7 @@ class Connection:
     caller: Caller
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytearray = field(default_factory=bytearray)
+    later: deque[bytes] = field(default_factory=deque)  # a reply's pieces not yet in outbox
     stalled_since: float = 0.0  # when the pending reply was queued (0: nothing pending)
     closing: bool = False  # close once the outbox is written
     work: Any = None  # a long request in progress (Work); nothing more is read meanwhile
@@ -79,6 +92,16 @@ class Connection:
     @property
     def fd(self) -> int:
         return self.sock.fileno()
+
+    @property
+    def sending(self) -> bool:
+        """Is a reply waiting for the client to take it?"""
+        return bool(self.outbox or self.later)
+
+    @property
+    def unsent(self) -> int:
+        """Bytes of the reply not yet taken by the client."""
+        return len(self.outbox) + sum(map(len, self.later))
 
 
 class LocalServer:
@@ -181,7 +204,7 @@ class LocalServer:
 
     def _serve(self, conn: Connection) -> None:
         """Answer the next whole request, if there is one and no reply is waiting."""
-        while (not conn.outbox and not conn.closing and conn.work is None
+        while (not conn.sending and not conn.closing and conn.work is None
                and len(conn.inbox) >= HEADER.size):
             (size,) = HEADER.unpack_from(conn.inbox)
             if size > protocol.MAX_MESSAGE_BYTES:
@@ -208,7 +231,7 @@ class LocalServer:
     def working(self) -> bool:
         return any(c.work is not None for c in self.conns.values())
 
-    def step_work(self, budget: float = 0.02) -> None:
+    def step_work(self, budget: float = WORK_BUDGET) -> None:
         """Advance the long requests for about ``budget`` seconds: one slice per user in
         turn (fair share between users, whatever their number of connections)."""
         started = time.monotonic()
@@ -233,7 +256,7 @@ class LocalServer:
         """Is a client still waiting for this long request?"""
         return any(c.work is work for c in self.conns.values())
 
-    def complete(self, work: Work, reply: bytes | bytearray) -> None:
+    def complete(self, work: Work, reply: Reply) -> None:
         """Answer a long request finished elsewhere (agentd's relay: schedd's reply came);
         dropped if its client went away meanwhile."""
         for conn in self.conns.values():
@@ -243,16 +266,22 @@ class LocalServer:
                 self._reply(conn, reply)
                 return
 
-    def _reply(self, conn: Connection, payload: bytes | bytearray) -> None:
+    def _reply(self, conn: Connection, payload: Reply) -> None:
         """Queue a reply; nothing more is read from this client until it has taken it (so it
         holds one reply and one request in schedd at the most)."""
-        conn.outbox += HEADER.pack(len(payload))
-        conn.outbox += payload  # no concatenated copy of a large reply
+        if isinstance(payload, list):  # in pieces: moved to the outbox as it drains
+            conn.outbox += HEADER.pack(sum(map(len, payload)))
+            conn.later.extend(payload)
+        else:
+            conn.outbox += HEADER.pack(len(payload))
+            conn.outbox += payload  # no concatenated copy of a large reply
         conn.stalled_since = time.monotonic()
         self._write(conn)
 
     def _write(self, conn: Connection) -> None:
-        while conn.outbox:
+        while conn.outbox or conn.later:
+            while conn.later and len(conn.outbox) < READ_CHUNK:
+                conn.outbox += conn.later.popleft()
             try:
                 sent = conn.sock.send(conn.outbox)
             except (BlockingIOError, InterruptedError):
@@ -275,10 +304,10 @@ class LocalServer:
     def _drop_stalled(self, now: float) -> None:
         clock = time.monotonic()
         for conn in list(self.conns.values()):
-            if conn.outbox and clock - conn.stalled_since > STALL_SECONDS:
+            if conn.sending and clock - conn.stalled_since > STALL_SECONDS:
                 log.warning("dropping client uid %d pid %d: it stopped reading its reply "
                             "(%d bytes waiting)", conn.caller.uid, conn.caller.pid,
-                            len(conn.outbox))
+                            conn.unsent)
                 self._close(conn)
 
     def _close(self, conn: Connection) -> None:
@@ -292,4 +321,4 @@ class LocalServer:
     @property
     def buffered(self) -> int:
         """Bytes schedd holds for clients (replies not yet taken, requests not yet read)."""
-        return sum(len(c.outbox) + len(c.inbox) for c in self.conns.values())
+        return sum(c.unsent + len(c.inbox) for c in self.conns.values())

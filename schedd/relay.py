@@ -30,7 +30,7 @@ from typing import Any
 
 from schedd import protocol
 from schedd.identity import Caller
-from schedd.localsock import Work
+from schedd.localsock import WORK_BUDGET, Work, joined
 
 log = logging.getLogger("schedd.relay")
 
@@ -152,7 +152,7 @@ class Relays:
     def working(self) -> bool:
         return bool(self.pending)
 
-    def step_work(self, budget: float = 0.02) -> None:
+    def step_work(self, budget: float = WORK_BUDGET) -> None:
         """Advance relayed long requests, one slice each in turn, for about ``budget``."""
         started = time.monotonic()
         while self.pending and time.monotonic() - started < budget:
@@ -161,4 +161,4 @@ class Relays:
             reply = item.work.step()
             if reply is not None:
                 self.pending.remove(item)
-                self.answer(item.route, item.msg_id, item.node, reply)
+                self.answer(item.route, item.msg_id, item.node, joined(reply))

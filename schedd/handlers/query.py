@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 from schedd.context import Context, RequestError
@@ -13,6 +14,7 @@ from schedd.handlers.selection import (
 )
 from schedd.identity import Caller, is_operator
 from schedd.model import ROW_FIELDS, Job, job_columns
+from schedd.slicing import each
 from schedd.slurm.stats import merge_usage
 from schedd.state import RUNNING_STATES
 
@@ -45,10 +47,12 @@ def column_reply(jobs: list[Job], names: list[str]) -> dict[str, Any]:
     return reply
 
 
-def query_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
-    """Without ``fields``: a wire dictionary per job. With ``fields`` (squeue): only those
-    attributes, column by column (column_reply); 10,000 full dictionaries cost a tenth of a
-    second to build and as much again to encode and to decode.
+def query_jobs(ctx: Context, caller: Caller,
+               body: dict[str, Any]) -> dict[str, Any] | Generator[None, None, dict[str, Any]]:
+    """Without ``fields``: a wire dictionary per job, built and encoded in slices (a long
+    request: ``wire_listing``). With ``fields`` (squeue): only those attributes, column by
+    column (column_reply), at once; 10,000 full dictionaries cost a tenth of a second to
+    build and as much again to encode and to decode.
 
     What a job carries (``PRIVATE_FIELDS``: environment, export values, script, arguments)
     goes to its owner and operators only; ``fields`` can never name it (``ROW_FIELDS``)."""
@@ -58,11 +62,19 @@ def query_jobs(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
         raise RequestError(INVALID_JOB_ID, "invalid_job_id")  # not even that it exists
     if body.get("fields") is not None:
         return {**column_reply(jobs, row_columns(body["fields"])), "now": ctx.now()}
-    with_script = bool(body.get("with_script"))
+    return wire_listing(ctx, caller, jobs, bool(body.get("with_script")))
+
+
+def wire_listing(ctx: Context, caller: Caller, jobs: list[Job],
+                 with_script: bool) -> Generator[None, None, dict[str, Any]]:
+    """{"jobs": [each job's wire dictionary], "now": ...}, in slices (``slicing.each``): a
+    user listing every job of a full queue holds the loop a few ms at a time, not the tenth
+    of a second the whole takes. Each job is read as it is when its turn comes."""
     operator = is_operator(caller)
-    return {"jobs": [j.to_wire(with_script=with_script, private=operator or j.uid == caller.uid)
-                     for j in jobs],
-            "now": ctx.now()}
+    wire: list[dict[str, Any]] = []
+    yield from each(jobs, lambda j: wire.append(
+        j.to_wire(with_script=with_script, private=operator or j.uid == caller.uid)))
+    return {"jobs": wire, "now": ctx.now()}
 
 
 def job_stat(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:

@@ -25,10 +25,10 @@ from schedd.identity import Caller
 from schedd.ledger.records import JobEvent
 from schedd.model import Job, JobState
 from schedd.reports import accounting
+from schedd.slicing import each
 
 STEP_QUERY_CHUNK = 500  # ids per IN (...) list: far below SQLite's bound-parameter limit
-PAGE = 1000  # jobs per ledger read of a long query (one slice)
-ROWS = 500  # jobs' rows built per slice
+PAGE = 50  # jobs per ledger read of a long query (one slice: ~5 ms on an idle host)
 ROW_IDENTITY = frozenset({"kind", "job_id", "job_id_raw", "step"})  # always sent
 
 
@@ -57,8 +57,9 @@ def _window(body: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _select(ctx: Context, body: dict[str, Any], out: list[Job]) -> Iterator[None]:
-    """The jobs the query names, into ``out``, a ledger page at a time (yielding between)."""
+def _pages(ctx: Context, body: dict[str, Any]) -> Iterator[list[Job]]:
+    """The jobs the query names, a ledger page at a time (each page one slice), each as
+    schedd holds it in memory if it still does."""
     refs = RefSet(parse_job_refs(body.get("job_ids") or [], ctx.cfg.max_array_size))
     states = parse_states(body["states"]) if body.get("states") else None
     users = _user_names(body.get("users") or []) or None
@@ -76,6 +77,7 @@ def _select(ctx: Context, body: dict[str, Any], out: list[Job]) -> Iterator[None
     qos = {str(q) for q in body.get("qos") or []}
     nodes = {str(n) for n in body.get("nodes") or []}
     for page in pages:
+        out = []
         for stored in page:
             job = ctx.state.jobs.get(stored.id) or stored
             if refs and not refs.matches(job):
@@ -87,18 +89,22 @@ def _select(ctx: Context, body: dict[str, Any], out: list[Job]) -> Iterator[None
             if nodes and not nodes.intersection(a.node for a in job.allocation):
                 continue
             out.append(job)
-        yield
-    out.sort(key=lambda j: (j.array_job_id if j.array_job_id is not None else j.id,
-                            -1 if j.array_task_id is None else j.array_task_id))
+        yield out
 
 
-def _steps_of(ctx: Context, jobs: list[Job],
-              steps: dict[int, list[dict[str, Any]]]) -> Iterator[None]:
+def _order(job: Job) -> tuple[int, int]:
+    """sacct's order: by job, an array's tasks together under the array's id."""
+    return (job.array_job_id if job.array_job_id is not None else job.id,
+            -1 if job.array_task_id is None else job.array_task_id)
+
+
+def _steps_of(ctx: Context, jobs: list[Job]) -> dict[int, list[dict[str, Any]]]:
+    steps: dict[int, list[dict[str, Any]]] = {}
     ids = [j.id for j in jobs if j.start_time]
     for i in range(0, len(ids), STEP_QUERY_CHUNK):
         for record in ctx.state.store.query_steps(ids[i:i + STEP_QUERY_CHUNK]):
             steps.setdefault(record.job_id, []).append(dataclasses.asdict(record))
-        yield
+    return steps
 
 
 # job-row fields made from the job's steps (accounting.job_row): sacct -X still reads the steps
@@ -115,29 +121,40 @@ def acct_jobs(ctx: Context, caller: Caller,
               body: dict[str, Any]) -> Generator[None, None, dict[str, Any]]:
     """sacct's records: one row per job (array task), followed by its steps' rows.
 
-    A long request: it goes in slices (a ledger page, a batch of steps, ``ROWS`` rows), and
-    the daemon runs other work — other users' squeue above all — between them."""
+    A long request: it goes in slices (a ledger page, its jobs' steps, their rows for
+    ``slicing.SLICE_SECONDS`` at a time, then the reply's encoding), and the daemon runs
+    other work — other users' squeue above all — between them. A page's jobs are turned into
+    rows and let go at once: rows hold plain values only, which the cyclic garbage collector
+    does not track, where 20,000 jobs held to the end made each of its full collections scan
+    a few hundred thousand more objects (issue 12's bystander)."""
     now = ctx.now()
-    selected: list[Job] = []
-    yield from _select(ctx, body, selected)
-    jobs = visible_jobs(ctx, caller, selected)  # PrivateData=jobs: own jobs only
     with_steps = body.get("steps", True) is not False
-    steps: dict[int, list[dict[str, Any]]] = {}
-    if with_steps or _job_row_needs_steps(body):
-        yield from _steps_of(ctx, jobs, steps)
+    need_steps = with_steps or _job_row_needs_steps(body)
     rc = accounting.RowContext(now, _policy(ctx), ctx.state.gpu_types(), ctx.cfg.cluster_name)
-    rows: list[dict[str, Any]] = []
-    for n, job in enumerate(jobs, 1):
+    # only what the fields asked for travel (a tenth of the bytes)
+    keep = ROW_IDENTITY | {str(f) for f in body["fields"]} if body.get("fields") else None
+    made: list[tuple[tuple[int, int], list[dict[str, Any]]]] = []  # (order, a job's rows)
+
+    def job_rows(job: Job, steps: dict[int, list[dict[str, Any]]]) -> None:
+        rows: list[dict[str, Any]] = []
         if body.get("duplicates") and job.restart_count:
             for run in earlier_runs(job, ctx.state.store.job_events(job.id)):
                 rows.extend(accounting.sacct_rows(run, [], rc, False))
         rows.extend(accounting.sacct_rows(job, steps.get(job.id, []), rc, with_steps))
-        if n % ROWS == 0:
-            yield
-    if body.get("fields"):  # only what the fields asked for travel (a tenth of the bytes)
-        keep = ROW_IDENTITY | {str(f) for f in body["fields"]}
-        rows = [{k: v for k, v in row.items() if k in keep} for row in rows]
-    return {"rows": rows, "now": now, "cluster": ctx.cfg.cluster_name}
+        if keep is not None:
+            rows = [{k: v for k, v in row.items() if k in keep} for row in rows]
+        made.append((_order(job), rows))
+
+    for page in _pages(ctx, body):
+        yield
+        jobs = visible_jobs(ctx, caller, page)  # PrivateData=jobs: own jobs only
+        steps = _steps_of(ctx, jobs) if need_steps and jobs else {}
+        yield
+        yield from each(jobs, lambda job, steps=steps: job_rows(job, steps))
+    made.sort(key=lambda item: item[0])  # stable: a job's earlier runs stay before it
+    yield
+    return {"rows": [row for _, rows in made for row in rows], "now": now,
+            "cluster": ctx.cfg.cluster_name}
 
 
 def earlier_runs(job: Job, events: list[JobEvent]) -> list[Job]:

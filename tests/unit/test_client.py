@@ -262,3 +262,33 @@ def test_a_quick_request_is_answered_while_a_long_one_runs(tmp_path: Path) -> No
         slow.close()
     finally:
         served.close()
+
+
+class Pieces(Work):
+    """A long request whose reply comes in pieces (schedd/slicing.py's encode_reply)."""
+
+    def __init__(self, msg_id: int, rows: int):
+        self.parts = [b'{"v":1,"id":%d,"ok":true,"body":{"rows":[' % msg_id]
+        self.parts += [b'%s"%s"' % (b"," if i else b"", b"r" * 50_000) for i in range(rows)]
+        self.parts.append(b"]}}")
+
+    def step(self) -> list[bytes]:
+        return self.parts
+
+
+def test_a_reply_in_pieces_reaches_the_client_whole(tmp_path: Path) -> None:
+    """3 MB in 60 pieces, far more than the socket holds: the client gets one frame, whole,
+    and schedd never held it in one buffer."""
+
+    def dispatch(frame: bytes, caller: Caller):
+        msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+        return Pieces(msg_id, 60) if op == "acct_jobs" else protocol.reply_ok(msg_id, {})
+
+    served = Served(tmp_path / "s.sock", dispatch)
+    try:
+        with Client(endpoint=f"ipc://{served.server.path}", timeout=60) as client:
+            rows = client.call("acct_jobs", {})["rows"]
+            assert len(rows) == 60 and rows[-1] == "r" * 50_000
+            assert client.call("ping") == {}  # the next request on the same connection
+    finally:
+        served.close()
