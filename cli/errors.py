@@ -72,6 +72,20 @@ def run_command(prog: str, body: Callable[[Sequence[str]], int],
         return 1
 
 
+def exit_now(code: int | None) -> NoReturn:
+    """End a short command (its script's last line): flush what it printed, then leave with
+    ``os._exit``. The interpreter's own exit frees every module and object one by one, which
+    costs a command some 2-3 ms of CPU (a sixth of Python's start) for nothing. If a flush
+    fails (the reader of a pipe left), the ordinary exit takes over, as before."""
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except Exception:  # noqa: BLE001 - the interpreter's exit says what it always said
+        sys.exit(code)
+    os._exit(code or 0)
+
+
 NODE_CONFIG = "Requested node configuration is not available"
 
 

@@ -10,7 +10,6 @@ from that Table a whole column at a time (the end of this module).
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 
@@ -465,11 +464,16 @@ def _cluster_name(job: dict[str, Any], ctx: Ctx) -> str:
     return _this_cluster()
 
 
-@functools.cache
-def _this_cluster() -> str:
-    from schedd.config import load
+_CLUSTER: list[str] = []  # the config's cluster name, read once (not functools.cache: importing
+# functools pulls in collections, 2 ms of every squeue's start)
 
-    return load().cluster_name
+
+def _this_cluster() -> str:
+    if not _CLUSTER:
+        from schedd.config import load
+
+        _CLUSTER.append(load().cluster_name)
+    return _CLUSTER[0]
 
 
 # Fields of squeue -O that kiln fills from the job (key -> header, getter, right-justified is

@@ -274,11 +274,17 @@ class Daemon:
     def _dispatch(self, frame: bytes, ops: dict, handlers: dict, caller: Any,
                   denied: str = "caller identity unknown",
                   route: list[bytes] | None = None) -> Any:
-        msg_id = _peek_id(frame)  # so a refused request's error reply carries its id
+        try:  # decoded once: its id goes on a refusal's error reply too
+            msg: dict[str, Any] | None = protocol.decode(frame)
+        except protocol.ProtocolError as exc:
+            msg, malformed = None, exc
+        msg_id = _sane_id(msg)
         try:
             if caller is None:
                 raise protocol.ProtocolError(protocol.E_PERMISSION, denied)
-            msg_id, op, body = protocol.decode_request(frame, ops)
+            if msg is None:
+                raise malformed
+            msg_id, op, body = protocol.check_request(msg, ops)
             if route is not None and op in RELAY_OPS:
                 return self._relay(route, msg_id, op, body, caller)
             if op not in handlers:  # in the wire contract, not (yet) served by this schedd
@@ -426,12 +432,9 @@ def _who(caller: Any) -> str:
     return f"uid {uid}" if uid is not None else f"node {caller}"
 
 
-def _peek_id(frame: bytes) -> Any:
-    """The id of a request, if it has a readable one (for a refusal's reply)."""
-    try:
-        msg_id = protocol.decode(frame).get("id")
-    except protocol.ProtocolError:
-        return None
+def _sane_id(msg: dict[str, Any] | None) -> Any:
+    """The id of a request, if it has a usable one (for a refusal's reply)."""
+    msg_id = msg.get("id") if msg is not None else None
     return msg_id if isinstance(msg_id, (int, str)) else None
 
 

@@ -130,9 +130,12 @@ class LocalServer:
         ``PER_USER_TURN`` requests of each user per turn, so one user with many connections
         never makes another wait behind all of them (the rest stay readable: the poller
         reports them again at once, in the next turn)."""
-        if events.get(self.listener.fileno()):
-            self._accept()
         readable: dict[int, list[Connection]] = {}
+        if events.get(self.listener.fileno()):
+            # a command sends its request right after connecting: read it in this turn (under
+            # the same per-user turns), rather than one turn of the loop later
+            for conn in self._accept():
+                readable.setdefault(conn.caller.uid, []).append(conn)
         for fd, flags in list(events.items()):
             conn = self.conns.get(fd) if isinstance(fd, int) else None
             if conn is None:
@@ -161,15 +164,17 @@ class LocalServer:
 
     # --- connections ------------------------------------------------------------------------
 
-    def _accept(self) -> None:
+    def _accept(self) -> list[Connection]:
+        """Accept the clients waiting (64 at most a turn); the new connections that may ask."""
+        accepted: list[Connection] = []
         for _ in range(64):
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except OSError as exc:  # EMFILE and friends: try again at the next turn
                 log.warning("cannot accept a client: %s", exc.strerror)
-                return
+                break
             sock.setblocking(False)
             pid, uid, gid = PEERCRED.unpack(
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
@@ -180,6 +185,9 @@ class LocalServer:
             if problem:
                 conn.closing = True
                 self._reply(conn, protocol.reply_error(None, protocol.E_PERMISSION, problem))
+            else:
+                accepted.append(conn)
+        return accepted
 
     def _over_limit(self, uid: int) -> str:
         if len(self.conns) >= MAX_CONNECTIONS:

@@ -472,7 +472,11 @@ def decode(frame: bytes) -> dict[str, Any]:
 
 def decode_request(frame: bytes, ops: dict[str, Schema]) -> tuple[Any, str, dict[str, Any]]:
     """Check envelope and body of a request; returns (id, op, body)."""
-    msg = decode(frame)
+    return check_request(decode(frame), ops)
+
+
+def check_request(msg: dict[str, Any], ops: dict[str, Schema]) -> tuple[Any, str, dict[str, Any]]:
+    """decode_request for a frame already decoded (``decode``): envelope and body checked."""
     msg_id = msg.get("id")
     if msg.get("v") != VERSION:
         raise ProtocolError(E_BAD_REQUEST, f"unsupported protocol version {msg.get('v')!r}")

@@ -3,6 +3,7 @@ schedd has no field for are applied by the command (sbatch, squeue, scancel)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +133,19 @@ def test_compatibility_page_lists_every_sbatch_and_srun_option() -> None:
         missing = [e.split(":")[0] for e in names.split()
                    if f"| `--{e.split(':')[0]}`" not in text]
         assert missing == []
+
+
+def test_a_short_command_ends_with_its_output_flushed_and_its_status(tmp_path) -> None:
+    """The scripts of the short commands end through ``exit_now`` (os._exit, no interpreter
+    teardown): what was printed but still buffered comes out, the status is main's."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom cli.errors import exit_now\n"
+            "sys.stdout.write('out'); sys.stderr.write('err')\nexit_now(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out", "err")
+    for script in ("sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct"):
+        text = (Path(__file__).parents[2] / "scripts" / script).read_text()
+        assert text.rstrip().endswith("exit_now(main())"), script

@@ -159,6 +159,26 @@ def test_header_is_four_bytes_big_endian() -> None:
     assert HEADER.pack(258) == struct.pack(">I", 258) == b"\x00\x00\x01\x02"
 
 
+def test_a_request_sent_with_the_connect_is_answered_in_the_turn_that_accepts_it(
+        tmp_path: Path) -> None:
+    """A command connects and sends at once: the turn of the loop that accepts it also reads
+    and answers it, instead of leaving it to the next turn (a scheduling cycle may run in
+    between)."""
+    server = LocalServer(f"ipc://{tmp_path}/t.sock", lambda f, c: protocol.reply_ok(1, {}))
+    poller = zmq.Poller()
+    server.register(poller)
+    request = protocol.request("ping", {}, 1)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(server.path)
+    client.sendall(HEADER.pack(len(request)) + request)
+    server.ready({server.listener.fileno(): zmq.POLLIN}, 0.0)  # one turn
+    client.settimeout(0)  # the reply is there already, or this raises
+    (size,) = HEADER.unpack(client.recv(HEADER.size))
+    assert protocol.decode(client.recv(size))["ok"] is True
+    client.close()
+    server.close()
+
+
 def test_one_turn_answers_a_few_requests_of_each_user(tmp_path: Path) -> None:
     """A user with many connections cannot make another wait behind all of them: a turn of
     the loop answers at most PER_USER_TURN requests of each user."""
