@@ -84,6 +84,9 @@ class Daemon:
             ("health", 1.0, self._health),
             ("purge", 5.0, self.state.purge),
         ]
+        if cfg.scheduler.forecast_interval > 0:  # p50/p90 starts for kiln stats
+            self.timers.append(("forecast", cfg.scheduler.forecast_interval,
+                                self.publish_quantiles))
         if self.keyring is not None and self.keyring.refusals is not None:
             refusals = self.keyring.refusals  # the count of refusals a peer repeated
             self.timers.append(("log_summaries", 10.0, lambda now: refusals.flush()))
@@ -305,6 +308,23 @@ class Daemon:
         if decisions.preemptions:
             preemption.start(self, self.preemption, decisions.preemptions, now)
         return decisions
+
+    def publish_quantiles(self, now: float) -> None:
+        """Every ``forecast_interval``: each waiting job's p50 and p90 start under predicted
+        run times, kept as its first published band until it starts (``kiln stats``)."""
+        snapshot, _ = self.planner.snapshot(now)
+        if not snapshot.pending:
+            return
+        try:
+            bands = self.planner.quantiles(snapshot)
+        except Exception:  # noqa: BLE001 - a forecast must never stop the loop
+            log.exception("start forecast failed")
+            return
+        jobs = self.state.jobs
+        for job_id, q in bands.items():
+            if job_id in jobs:
+                forecast.publish_band(jobs[job_id], q.p50, q.p90, q.plan.p50 or q.p50,
+                                      q.plan.p90 or q.p90, now)
 
     def _set_aside_culprits(self, snapshot: Any, now: float) -> None:
         """The core raised: schedule each pending job alone to find those it cannot take, and

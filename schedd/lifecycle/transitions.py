@@ -121,6 +121,7 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
             "stop": None, "preempt": None, "expected_start": 0.0, "sched_nodes": "",
             # the forecasts published while it waited go to the ledger with the start
             "forecast_first": job.forecast_first, "forecast_last": job.forecast_last,
+            "forecast_band": job.forecast_band,
         }))
         events.append(JobEvent(job.id, now, JobState.RUNNING.value, detail=nodes))
         rows.append(_first_step(job, allocation, "RUNNING", now))

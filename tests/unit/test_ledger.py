@@ -144,7 +144,8 @@ def full_job(job_id: int = 42) -> Job:
         stop=StopMark(2, "requeue", "REQUEUED", True, True, 0, (7, 0)),
         preempt=PreemptMark(2, 9, 100.0, 130.0, "requeue", "qos"),
         stats={"samples": 3.0, "rss_max_kb": 2048.0}, expected_start=5.0, sched_nodes="node01",
-        forecast_first=[1.0, 2.0], forecast_last=[3.0, 4.0], set_aside="held for a test",
+        forecast_first=[1.0, 2.0], forecast_last=[3.0, 4.0],
+        forecast_band=[5.0, 6.0, 1.0, 4.0, 5.0], set_aside="held for a test",
         node_list="node[01-02]",
         allocation=[
             NodeAllocation("node01", 32, 64000, [0, 1, 2, 3, 4, 5, 6, 7]),
