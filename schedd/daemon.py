@@ -322,9 +322,12 @@ class Daemon:
             return
         jobs = self.state.jobs
         for job_id, q in bands.items():
-            if job_id in jobs:
-                forecast.publish_band(jobs[job_id], q.p50, q.p90, q.plan.p50 or q.p50,
-                                      q.plan.p90 or q.p90, now)
+            job = jobs.get(job_id)
+            if job is None or job.forecast_band is not None:
+                continue  # the first publication is the one checked
+            plan_p50, plan_p90 = q.plan.p50 or q.p50, q.plan.p90 or q.p90
+            forecast.publish_band(job, q.p50, q.p90, plan_p50, plan_p90, now)
+            self.state.leads.published(job_id, now, plan_p50, plan_p90, q.p90)
 
     def _set_aside_culprits(self, snapshot: Any, now: float) -> None:
         """The core raised: schedule each pending job alone to find those it cannot take, and

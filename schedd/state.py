@@ -42,6 +42,7 @@ RUNNING_STATES = frozenset({JobState.RUNNING, JobState.COMPLETING})
 RUN_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT,
                       JobState.CANCELLED, JobState.OUT_OF_MEMORY})
 RUNS_LOADED = 20_000  # recent runs read into the run-time history at start-up
+LEADS_LOADED = 2_000  # recent starts with a published band, to calibrate the next ones
 
 
 @dataclass(slots=True)
@@ -117,8 +118,11 @@ class State:
         """The run-time history and the forecasts' record, from the ledger's recent jobs."""
         for job in self.store.recent_runs([s.value for s in RUN_ENDS], RUNS_LOADED):
             self._record_run(job)
-        for job in reversed(self.store.started_since(0.0, 200)):
-            self._record_lead(job)
+        for job in reversed(self.store.started_since(0.0, LEADS_LOADED)):
+            band = job.forecast_band
+            if band:
+                self.leads.published(job.id, band[2], band[3], band[4], band[1])
+                self._record_lead(job)
 
     def _record_run(self, job: Job) -> None:
         if job.start_time and job.end_time >= job.start_time:
@@ -126,9 +130,8 @@ class State:
                                  job.end_time - job.start_time)
 
     def _record_lead(self, job: Job) -> None:
-        band = job.forecast_band
-        if band and job.start_time:
-            self.leads.record(band[2], band[3], band[4], job.start_time)
+        if job.forecast_band and job.start_time:
+            self.leads.started(job.id, job.start_time)
 
     def gpu_types(self) -> dict[str, str]:
         """Node -> its GPU model, for the typed TRES (``gres/gpu:<type>``) of allocations."""

@@ -181,6 +181,7 @@ def forecast_stats(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[s
         "last": forecast.summarise([e.last for e in errors], tolerance).to_wire(),
         "lead_median": forecast.quantile([e.lead for e in errors], 0.5),
         "pending_with_forecast": len(waiting),
+        "pending_with_band": sum(1 for j in ctx.state.pending() if j.forecast_band),
         "quantiles": forecast.calibration(jobs, tolerance).to_wire(),
         "running": sum(1 for j in ctx.state.jobs.values() if j.state in RUNNING_STATES),
     }
