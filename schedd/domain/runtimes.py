@@ -132,8 +132,8 @@ def predictions(history: RuntimeHistory, snapshot: Snapshot,
 def km_quantile(events: Iterable[float], censored: Iterable[float], q: float) -> float | None:
     """The q-quantile of values some of which are only known to exceed what was seen
     (``censored``: right-censored), by Kaplan-Meier, with the finite-sample rank correction
-    (q (n + 1) / n); None without events, or when the censored mass hides the quantile (then
-    the largest value seen is returned, a lower bound)."""
+    (q (n + 1) / n). None without any event; where the censored values hide the quantile
+    (too many still unknown above the last event), the largest value seen: a lower bound."""
     points = sorted([(v, 1) for v in events] + [(v, 0) for v in censored],
                     key=lambda p: (p[0], -p[1]))  # events before censorings at one value
     n = len(points)

@@ -18,12 +18,15 @@ and whose MaxTime allows the job's limit.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from schedd.model import Job, Partition
 from schedd.scheduler.snapshot import PendingJob, Snapshot
+
+log = logging.getLogger("schedd.advisor")
 
 MIN_LIMIT = 60  # seconds: no --time shorter than a minute is offered
 
@@ -120,11 +123,16 @@ def outlook(planner: Forecaster, snapshot: Snapshot, job: Job, view: PendingJob,
             partitions: Mapping[str, Partition], resolution: float) -> dict[str, Any]:
     """What ``kiln why`` and ``sbatch --test-only`` add for a job of ``snapshot``: its p50
     and p90 start (``forecast``, None when the plan does not reach it) and the nearby shapes
-    that start sooner (``advice``)."""
-    q = planner.quantiles(snapshot, [view.job_id]).get(view.job_id)
-    asked = q.p50 if q is not None else None
-    found = advise(snapshot, nearby(job, view, partitions), asked, planner.p50_start,
-                   float(resolution))
+    that start sooner (``advice``). A forecast that fails is logged and left out: Slurm's
+    answer (``--test-only``'s first line, ``kiln why``'s reason) never depends on it."""
+    try:
+        q = planner.quantiles(snapshot, [view.job_id]).get(view.job_id)
+        asked = q.p50 if q is not None else None
+        found = advise(snapshot, nearby(job, view, partitions), asked, planner.p50_start,
+                       float(resolution))
+    except Exception:  # noqa: BLE001 - an extra, never the reason a request fails
+        log.exception("forecast of job %s failed", view.job_id)
+        return {"forecast": None, "advice": []}
     return {"forecast": None if q is None else {"p50": q.p50, "p90": q.p90},
             "advice": [a.to_wire() for a in found]}
 

@@ -24,10 +24,10 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from schedd.config import SchedulerConfig
-from schedd.scheduler.cycle import schedule
+from schedd.scheduler.cycle import ranked_order, schedule
 from schedd.scheduler.snapshot import Snapshot
 
-DEPTH = 500  # jobs a forecast reserves in turn; those further back get no forecast
+DEPTH = 200  # jobs a forecast reserves in turn; those further back get no forecast
 P50, P90 = 0, 1  # the two quantiles, as indices into the prediction pairs
 
 
@@ -73,9 +73,24 @@ def starts_in(snapshot: Snapshot, config: SchedulerConfig) -> dict[int, float]:
     return out
 
 
+def depth_for(snapshot: Snapshot, config: SchedulerConfig, wanted: Collection[int],
+              depth: int = DEPTH) -> int:
+    """How many reservations reach the ``wanted`` jobs: their last place in the walk's order
+    (``cycle.ranked_order``), at most ``depth``. A job's plan depends only on the jobs planned
+    before it, so reserving for the jobs behind it would cost without changing its start."""
+    if snapshot.preemption is not None:  # preemption reorders the walk: plan the whole depth
+        return depth
+    order, _ = ranked_order(dataclasses.replace(snapshot, explain=False), config)
+    want = set(wanted)
+    last = max((i for i, job in enumerate(order) if job.job_id in want), default=depth)
+    return min(last + 1, depth)
+
+
 def forecasts(snapshot: Snapshot, config: SchedulerConfig, predictions: Predictions,
               wanted: Collection[int] | None = None, depth: int = DEPTH) -> dict[int, Forecast]:
     """The p50 and p90 start of each pending job (of ``wanted`` only, when given)."""
+    if wanted is not None:
+        depth = depth_for(snapshot, config, wanted, depth)
     planning = forecast_config(config, depth)
     p50 = starts_in(under(snapshot, predictions, P50), planning)
     p90 = starts_in(under(snapshot, predictions, P90), planning)
@@ -95,4 +110,5 @@ def _band(p50: float | None, p90: float | None) -> Forecast:
 def p50_start(snapshot: Snapshot, config: SchedulerConfig, predictions: Predictions,
               job_id: int, depth: int = DEPTH) -> float | None:
     """One job's p50 start alone (the shape advisor compares shapes by it)."""
+    depth = depth_for(snapshot, config, [job_id], depth)
     return starts_in(under(snapshot, predictions, P50), forecast_config(config, depth)).get(job_id)
