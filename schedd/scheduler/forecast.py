@@ -76,8 +76,9 @@ def starts_in(snapshot: Snapshot, config: SchedulerConfig) -> dict[int, float]:
 def depth_for(snapshot: Snapshot, config: SchedulerConfig, wanted: Collection[int],
               depth: int = DEPTH) -> int:
     """How many reservations reach the ``wanted`` jobs: their last place in the walk's order
-    (``cycle.ranked_order``), at most ``depth``. A job's plan depends only on the jobs planned
-    before it, so reserving for the jobs behind it would cost without changing its start."""
+    (``cycle.ranked_order``), at most ``depth``. Reservations are made in walk order, so the
+    jobs behind a job are reserved after it: planning them would cost much and could change
+    only what the fill rule gathers (jobs that start now, if at all)."""
     if snapshot.preemption is not None:  # preemption reorders the walk: plan the whole depth
         return depth
     order, _ = ranked_order(dataclasses.replace(snapshot, explain=False), config)
