@@ -129,6 +129,10 @@ def test_the_adaptive_level_rises_with_misses_and_holds_the_target() -> None:
     cal.published(1, 0.0, 100.0, 100.0, shown=100.0)
     cal.factors(200.0, 100.0)  # its p90 passed while it waits: a miss, known now
     assert cal.level > level
+    for job in range(1000, 1100):  # a long run of p90s that held: back down to 0.9, not below
+        cal.published(job, 300.0, 400.0, 400.0, shown=400.0)
+        cal.started(job, 350.0)
+    assert cal.level == LeadCalibration.TARGET
     rng = random.Random(7)
     misses = shown = 0
     t = 0.0
