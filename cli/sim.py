@@ -2,7 +2,7 @@
 
     kiln sim TRACE.swf[.gz] [--policy fcfs|easy|conservative|kiln]
              [--nodes N] [--gpus-per-node G] [--config kiln.toml] [--out schedule.csv]
-             [--by-user users.csv] [--from JOB|TIME] [--to JOB|TIME]
+             [--by-user users.csv] [--from JOB|TIME] [--to JOB|TIME] [--forecasts]
 
 Prints the trace, the machine, the policy, the figures of ``schedd.sim.metrics`` and how fast
 the replay ran (jobs/s, and the share of that time spent inside the scheduler core). Every bad
@@ -11,6 +11,10 @@ input is one line on stderr and exit status 1.
 ``--from``/``--to`` cut the figures (not the replay: every job is still scheduled) to a slice:
 plain numbers are job numbers (inclusive), numbers with a unit (``s``, ``m``, ``h``, ``d``) are
 submit times on the trace's clock (``--from 30d --to 60d``: submitted in [30 d, 60 d)).
+
+``--forecasts`` publishes, for each job that does not start at its arrival, the p50 and p90
+start ``kiln why`` would show (``schedd/sim/forecasts.py``) and reports how they turned out:
+the share of jobs that started by their p90 and the median absolute errors.
 """
 
 from __future__ import annotations
@@ -66,10 +70,13 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
               help="figures from this job number, or submit time with a unit (30d, 12h)")
 @click.option("--to", "last", default=None, metavar="JOB|TIME",
               help="figures up to this job number (inclusive) or submit time (exclusive)")
+@click.option("--forecasts", "forecasts", is_flag=True,
+              help="publish each waiting job's p50/p90 start at arrival and report their "
+                   "calibration (slower: two more plans per arrival)")
 @click.pass_context
 def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
         gpus_per_node: int | None, config_file: str | None, out: str | None,
-        by_user: str | None, first: str | None, last: str | None) -> None:
+        by_user: str | None, first: str | None, last: str | None, forecasts: bool) -> None:
     """Replay an SWF trace through the scheduler core on a virtual clock."""
     from cli.progress import progress
     from schedd.sim import machine as machines
@@ -92,7 +99,8 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
         else:
             machine = machines.gpu_cluster(data.max_procs, nodes, gpus_per_node)
         with progress(f"replaying {len(data.jobs):,} jobs", len(data.jobs)) as update:
-            result = replay(data, machine, config, progress=lambda done, total: update(done))
+            result = replay(data, machine, config, progress=lambda done, total: update(done),
+                            forecasts=forecasts)
     except (SwfError, SimError, ConfigError) as exc:
         _fail(ctx, str(exc))
     if not result.records:
@@ -109,7 +117,8 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
                 write(path)
             except OSError as exc:
                 _fail(ctx, f"cannot write {path}: {exc.strerror or exc}")
-    _report(data, machine, policy, result, metrics, out, window)
+    extra = figures.forecast_figures(result, window).rows() if forecasts else []
+    _report(data, machine, policy, result, metrics, out, window, extra)
 
 
 def _slice(ctx: click.Context, first: str | None, last: str | None) -> Slice | None:
@@ -144,7 +153,8 @@ def _bound(ctx: click.Context, name: str, value: str | None) -> tuple[str, float
 
 
 def _report(data: Trace, machine: Machine, policy: str, result: Replay, metrics: Metrics,
-            out: str | None, window: Slice | None = None) -> None:
+            out: str | None, window: Slice | None = None,
+            extra: list[tuple[str, str]] | None = None) -> None:
     dropped = ", ".join(f"{n:,} {why}" for why, n in sorted(data.dropped.items()))
     lines = [
         ("trace", f"{data.name} ({len(data.jobs):,} jobs kept"
@@ -153,6 +163,7 @@ def _report(data: Trace, machine: Machine, policy: str, result: Replay, metrics:
         ("policy", policy),
         *([("slice", window.describe())] if window is not None else []),
         *metrics.rows(),
+        *(extra or []),
         ("replay", _speed_line(result)),
     ]
     if out:

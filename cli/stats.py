@@ -51,7 +51,7 @@ def stats_lines(reply: dict[str, Any]) -> list[str]:
              f"  pending jobs with a forecast now: {reply['pending_with_forecast']}"]
     if not first["count"]:
         lines.append("  no forecast has been checked against a start yet")
-        return lines
+        return lines + quantile_lines(reply.get("quantiles"))
     tol = fmt_duration(reply["tolerance"])
     lines.append(f"  {'forecast':<8} {'jobs':>6} {'median |err|':>13} {'p90 |err|':>13} "
                  f"{'mean err':>12} {'late>' + tol:>15} {'early>' + tol:>15}")
@@ -63,4 +63,17 @@ def stats_lines(reply: dict[str, Any]) -> list[str]:
     lines.append(f"  median lead time (first forecast to start): "
                  f"{fmt_duration(reply['lead_median'])}")
     lines.append("  err = actual start - expected start; + means later than promised")
-    return lines
+    return lines + quantile_lines(reply.get("quantiles"))
+
+
+def quantile_lines(q: dict[str, Any] | None) -> list[str]:
+    """The calibration of the p50/p90 starts (kiln why, sbatch --test-only)."""
+    if not q:
+        return []
+    if not q["count"]:
+        return ["p50/p90 starts (kiln why, sbatch --test-only): none checked against a start "
+                "yet"]
+    return [f"p50/p90 starts (kiln why, sbatch --test-only), first published, {q['count']} jobs:",
+            f"  started by their p90: {q['within_p90']:.1%} (target 90 %)",
+            f"  median |err|: p50 {fmt_duration(q['p50_median_abs'])}, "
+            f"p90 {fmt_duration(q['p90_median_abs'])}"]

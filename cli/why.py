@@ -14,6 +14,7 @@ import click
 
 from cli.client import Client, ClientError
 from cli.formats import fmt_duration, fmt_time
+from cli.outlook import outlook_lines
 from schedd.reports.explain import FACTORS
 
 FACTOR_HEADERS = {"age": "AGE", "fairshare": "FAIRSHARE", "job_size": "JOBSIZE",
@@ -57,6 +58,7 @@ def explain_lines(reply: dict[str, Any], stats: dict[str, Any] | None) -> list[s
         lines.append("  Position: not in the queue yet; the scheduler does not consider it "
                      "until the reason above is cleared.")
     lines += _expected(job, now, stats)
+    lines += ["  " + line[0].upper() + line[1:] + "." for line in outlook_lines(reply)]
     factors = reply.get("factors") or {}
     if reply.get("ahead"):
         lines.append("  Jobs just ahead of it, then itself, with their weighted priority factors:")

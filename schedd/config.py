@@ -38,7 +38,10 @@ class SchedulerConfig:
     # "hole_area": jobs that end before the first reservation first, each class by area
     bf_short_job: int = 600  # seconds
     bf_due_wait: int = 0  # seconds: a job waiting this long is due (backfill.py); 0 = never
-    predict_runtime: bool = False
+    predict_runtime: bool = False  # plan holes on predicted median run times (docs/scheduler.md)
+    # seconds between two publications of every waiting job's p50/p90 start (kiln stats
+    # checks them against the starts); 0 = never published (kiln why still computes its own)
+    forecast_interval: float = 10.0
     default_time_limit: int = 365 * 86400  # planning horizon for UNLIMITED jobs, seconds
     # multifactor priority (Slurm's PriorityWeight*)
     weight_age: int = 1000

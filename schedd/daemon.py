@@ -88,6 +88,9 @@ class Daemon:
             ("purge", 5.0, self.state.purge),
             ("collector", 1.0, lambda now: self.collector.tick(now)),
         ]
+        if cfg.scheduler.forecast_interval > 0:  # p50/p90 starts for kiln stats
+            self.timers.append(("forecast", cfg.scheduler.forecast_interval,
+                                self.publish_quantiles))
         if self.keyring is not None and self.keyring.refusals is not None:
             refusals = self.keyring.refusals  # the count of refusals a peer repeated
             self.timers.append(("log_summaries", 10.0, lambda now: refusals.flush()))
@@ -340,6 +343,26 @@ class Daemon:
         if decisions.preemptions:
             preemption.start(self, self.preemption, decisions.preemptions, now)
         return decisions
+
+    def publish_quantiles(self, now: float) -> None:
+        """Every ``forecast_interval``: each waiting job's p50 and p90 start under predicted
+        run times, kept as its first published band until it starts (``kiln stats``)."""
+        snapshot, _ = self.planner.snapshot(now)
+        if not snapshot.pending:
+            return
+        try:
+            bands = self.planner.quantiles(snapshot)
+        except Exception:  # noqa: BLE001 - a forecast must never stop the loop
+            log.exception("start forecast failed")
+            return
+        jobs = self.state.jobs
+        for job_id, q in bands.items():
+            job = jobs.get(job_id)
+            if job is None or job.forecast_band is not None:
+                continue  # the first publication is the one checked
+            plan_p50, plan_p90 = q.plan.p50 or q.p50, q.plan.p90 or q.p90
+            forecast.publish_band(job, q.p50, q.p90, plan_p50, plan_p90, now)
+            self.state.leads.published(job_id, now, plan_p50, plan_p90, q.p90)
 
     def _set_aside_culprits(self, snapshot: Any, now: float) -> None:
         """The core raised: schedule each pending job alone to find those it cannot take, and

@@ -287,6 +287,8 @@ class Job:
     sched_nodes: str = ""  # ... and the nodes it was planned on
     forecast_first: list[float] | None = None  # [expected start, when first published]
     forecast_last: list[float] | None = None  # [expected start, when last published]
+    # the first p50/p90 start published (reports/forecast.py): [p50, p90, when, plan p50, plan p90]
+    forecast_band: list[float] | None = None
     set_aside: str = ""  # why schedd could not load or schedule this job (held for an admin)
     # the time-limit notices (--mail-type TIME_LIMIT_50/80/90, TIME_LIMIT) mailed for this run,
     # comma-separated in the order sent; cleared at each start (lifecycle/mail.py)

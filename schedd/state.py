@@ -19,6 +19,7 @@ from typing import Any
 from schedd.config import Config
 from schedd.domain.accounts import Accounts
 from schedd.domain.reservation import Reservation
+from schedd.domain.runtimes import LeadCalibration, RuntimeHistory, shape_of
 from schedd.domain.usage import UsageMeter
 from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepRecord
 from schedd.ledger.store import Store
@@ -36,6 +37,12 @@ from schedd.slurm import dependency
 log = logging.getLogger("schedd.state")
 
 RUNNING_STATES = frozenset({JobState.RUNNING, JobState.COMPLETING})
+# the ends whose run time says how long the job's kind runs (a preempted, requeued or
+# node-failed run was cut by something else): schedd/domain/runtimes.py
+RUN_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT,
+                      JobState.CANCELLED, JobState.OUT_OF_MEMORY})
+RUNS_LOADED = 20_000  # recent runs read into the run-time history at start-up
+LEADS_LOADED = 2_000  # recent starts with a published band, to calibrate the next ones
 
 
 @dataclass(slots=True)
@@ -69,6 +76,10 @@ class State:
         self.accounts = Accounts()  # associations, QOS, limits (schedd/domain/accounts.py)
         self.usage = UsageMeter(cfg.scheduler)  # fair-share and GrpTRESMins usage
         self.reservations: dict[str, Reservation] = {}  # advance reservations by name
+        # how long jobs really ran, and how the forecasts' waits turned out (kiln why,
+        # sbatch --test-only, kiln stats: schedd/domain/runtimes.py)
+        self.runtimes = RuntimeHistory()
+        self.leads = LeadCalibration(floor=float(cfg.scheduler.bf_resolution or 1))
         # how many times jobs entered each state (and "submitted") since schedd started: sdiag
         self.state_counts: Counter[str] = Counter()
 
@@ -91,6 +102,7 @@ class State:
         for row in self.store.load_reservations():
             resv = Reservation.from_row(row)
             self.reservations[resv.name] = resv
+        self.load_history(now)
         log.info("loaded %d jobs, %d nodes; next job id %d",
                  len(self.jobs), len(self.nodes), self.next_job_id)
 
@@ -101,6 +113,25 @@ class State:
         if defaults.accounts or defaults.users or defaults.associations or defaults.qos:
             self.store.write_accounting(defaults)
         self.usage.load(self.store, self.accounts, now)
+
+    def load_history(self, now: float) -> None:
+        """The run-time history and the forecasts' record, from the ledger's recent jobs."""
+        for job in self.store.recent_runs([s.value for s in RUN_ENDS], RUNS_LOADED):
+            self._record_run(job)
+        for job in reversed(self.store.started_since(0.0, LEADS_LOADED)):
+            band = job.forecast_band
+            if band:
+                self.leads.published(job.id, band[2], band[3], band[4], band[1])
+                self._record_lead(job)
+
+    def _record_run(self, job: Job) -> None:
+        if job.start_time and job.end_time >= job.start_time:
+            self.runtimes.record(job.user, shape_of(self.pending_view(job)),
+                                 job.end_time - job.start_time)
+
+    def _record_lead(self, job: Job) -> None:
+        if job.forecast_band and job.start_time:
+            self.leads.started(job.id, job.start_time)
 
     def gpu_types(self) -> dict[str, str]:
         """Node -> its GPU model, for the typed TRES (``gres/gpu:<type>``) of allocations."""
@@ -162,6 +193,10 @@ class State:
             if "state" in fields:
                 self._state_changed(job)
                 self.state_counts[getattr(job.state, "value", str(job.state))] += 1
+                if job.state in RUN_ENDS:
+                    self._record_run(job)
+                elif job.state == JobState.RUNNING and "start_time" in fields:
+                    self._record_lead(job)
             if "dependency" in fields:
                 self._verdicts.pop(job.id, None)
             if "name" in fields:

@@ -23,7 +23,7 @@ from schedd.handlers.selection import (
 )
 from schedd.identity import Caller
 from schedd.model import Job, JobState
-from schedd.reports import explain, forecast
+from schedd.reports import advisor, explain, forecast
 from schedd.scheduler import limits
 from schedd.scheduler.snapshot import NodeView, PendingJob
 from schedd.state import RUNNING_STATES
@@ -82,12 +82,24 @@ def job_why(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any
     reply["ahead"] = [_summary(j) for j in ahead[-AHEAD_SHOWN:]]
     reply["factors"] = _factors(ctx, shown, considered, now)
     reply["ending"] = _ending(ctx, job, now)
+    reply.update(_outlook(ctx, job, now))
     if not sees_all(ctx, caller, "jobs"):  # the place in the queue, but no one else's jobs
         others = {j.display_id for j in ahead if j.uid != caller.uid}
         reply["ahead"] = [a for a in reply["ahead"] if a["job_id"] not in others]
         reply["factors"] = {k: v for k, v in reply["factors"].items() if k not in others}
         reply["ending"] = [e for e in reply["ending"] if e["user"] == caller.user]
     return reply
+
+
+def _outlook(ctx: Context, job: Job, now: float) -> dict[str, Any]:
+    """The job's p50/p90 start and the nearby shapes that start sooner (``advisor``), from
+    the plan of the current snapshot; nothing for a job the scheduler does not consider."""
+    snapshot, _ = ctx.planner.snapshot(now)
+    view = next((p for p in snapshot.pending if p.job_id == job.id), None)
+    if view is None:
+        return {"forecast": None, "advice": []}
+    return advisor.outlook(ctx.planner, snapshot, job, view, ctx.state.partitions,
+                           ctx.cfg.scheduler.bf_resolution)
 
 
 def _factors(ctx: Context, shown: list[Job], considered: list[Job],
@@ -169,6 +181,8 @@ def forecast_stats(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[s
         "last": forecast.summarise([e.last for e in errors], tolerance).to_wire(),
         "lead_median": forecast.quantile([e.lead for e in errors], 0.5),
         "pending_with_forecast": len(waiting),
+        "pending_with_band": sum(1 for j in ctx.state.pending() if j.forecast_band),
+        "quantiles": forecast.calibration(jobs, tolerance).to_wire(),
         "running": sum(1 for j in ctx.state.jobs.values() if j.state in RUNNING_STATES),
     }
 

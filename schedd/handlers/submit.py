@@ -16,6 +16,7 @@ from schedd.handlers.selection import DENIED
 from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
 from schedd.model import Job
+from schedd.reports import advisor
 from schedd.slurm.hostlist import compress
 
 
@@ -43,7 +44,8 @@ def submit(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
 def test_only(ctx: Context, job: Job, now: float) -> dict[str, Any]:
     """sbatch --test-only: where and when the job would start, without submitting it. The
     snapshot is the cycle's own (``planner``), promises included: the answer never offers a
-    slot already promised to a waiting job."""
+    slot already promised to a waiting job. Beside Slurm's answer: the p50 and p90 start
+    under predicted run times, and the nearby shapes that start sooner (``reports/advisor``)."""
     job.id = ctx.state.next_job_id
     view = ctx.state.pending_view(job)
     snapshot, _ = ctx.planner.snapshot(now, probes=[view])
@@ -56,5 +58,8 @@ def test_only(ctx: Context, job: Job, now: float) -> dict[str, Any]:
         when = decisions.expected_start.get(job.id, 0.0)
         nodes = decisions.reserved_nodes.get(job.id, [])
         cpus = view.cpus_per_node * max(job.num_nodes, 1)
-    return {"job_id": job.id, "start_time": when, "nodes": compress(nodes),
-            "partition": job.partition, "cpus": cpus}
+    reply = {"job_id": job.id, "start_time": when, "nodes": compress(nodes),
+             "partition": job.partition, "cpus": cpus, "now": now}
+    reply.update(advisor.outlook(ctx.planner, snapshot, job, view, ctx.state.partitions,
+                                 ctx.cfg.scheduler.bf_resolution))
+    return reply

@@ -198,6 +198,12 @@ def _load_field(name: str, value: Any) -> Any:
         if not isinstance(value, list) or len(value) != 2 or not all(map(_is_num, value)):
             raise ValueError(name)
         return [float(v) for v in value]
+    if name == "forecast_band":
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) != 5 or not all(map(_is_num, value)):
+            raise ValueError(name)
+        return [float(v) for v in value]
     if name == "stop":
         return None if value is None else StopMark.from_wire(value)
     if name == "preempt":
@@ -482,7 +488,7 @@ class Store:
         thread, so it reads a bounded sample (about 80 ms for 5,000 jobs on SQLite) rather
         than a busy week's tens of thousands of rows."""
         c = t.jobs.c
-        stmt = (select(c.id, c.start_time, c.forecast_first, c.forecast_last)
+        stmt = (select(c.id, c.start_time, c.forecast_first, c.forecast_last, c.forecast_band)
                 .where(c.start_time >= since, c.start_time > 0)
                 .order_by(c.start_time.desc()).limit(limit))
         out = []
@@ -493,9 +499,32 @@ class Store:
                     last = _load_field("forecast_last", row.forecast_last)
                 except ValueError:
                     first = last = None
+                try:
+                    band = _load_field("forecast_band", row.forecast_band)
+                except ValueError:
+                    band = None
                 out.append(Job(id=row.id, start_time=row.start_time, forecast_first=first,
-                               forecast_last=last))
+                               forecast_last=last, forecast_band=band))
         return out
+
+    def recent_runs(self, states: Iterable[str], limit: int) -> list[Job]:
+        """The last ``limit`` runs that ended in one of ``states``, with only what a run-time
+        prediction needs (user, request, limit, start and end): schedd's history of how long
+        jobs really ran (``schedd/domain/runtimes.py``), read once at start-up."""
+        c = t.jobs.c
+        cols = (c.id, c.user, c.partition, c.num_nodes, c.num_tasks, c.ntasks_per_node,
+                c.cpus_per_task, c.gpus, c.gpus_per_node, c.gpus_per_task, c.time_limit,
+                c.start_time, c.end_time)
+        stmt = (select(*cols).where(c.state.in_(list(states)), c.start_time > 0,
+                                    c.end_time >= c.start_time)
+                .order_by(c.end_time.desc()).limit(limit))
+        with self._read("reading recent runs") as conn:
+            rows = list(conn.execute(stmt))
+        return [Job(id=r.id, user=r.user, partition=r.partition, num_nodes=r.num_nodes,
+                    num_tasks=r.num_tasks, ntasks_per_node=r.ntasks_per_node,
+                    cpus_per_task=r.cpus_per_task, gpus=r.gpus, gpus_per_node=r.gpus_per_node,
+                    gpus_per_task=r.gpus_per_task, time_limit=r.time_limit,
+                    start_time=r.start_time, end_time=r.end_time) for r in reversed(rows)]
 
     def job_events(self, job_id: int) -> list[JobEvent]:
         """A job's history, oldest first."""

@@ -137,6 +137,7 @@ class JobRow(Base):
     sched_nodes: Mapped[str] = mapped_column(String, default="")
     forecast_first: Mapped[list[Any] | None] = mapped_column(JSON)
     forecast_last: Mapped[list[Any] | None] = mapped_column(JSON)
+    forecast_band: Mapped[list[Any] | None] = mapped_column(JSON)
     set_aside: Mapped[str] = mapped_column(String, default="")
     mail_sent: Mapped[str] = mapped_column(String, default="")
 

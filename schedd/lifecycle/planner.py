@@ -10,16 +10,29 @@ first, on its nodes, so a newcomer — or a ``--test-only`` probe — never take
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 from schedd.config import Config
+from schedd.domain import runtimes
 from schedd.lifecycle import preemption
 from schedd.lifecycle.agents import AgentRegistry
+from schedd.scheduler import forecast
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot
 from schedd.state import State
 
 log = logging.getLogger("schedd.planner")
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    """A job's published p50 and p90 start (the plan's, stretched by how recent waits
+    turned out: ``runtimes.LeadCalibration``) and the plan's own, which the record checks."""
+
+    p50: float
+    p90: float
+    plan: forecast.Forecast
 
 
 class Planner:
@@ -43,7 +56,36 @@ class Planner:
         pending = {p.job_id for p in snapshot.pending}
         snapshot.promised = {j: t for j, t in self.promised.items() if j in pending}
         snapshot.promised_nodes = {j: n for j, n in self.promised_nodes.items() if j in pending}
+        if self.cfg.scheduler.predict_runtime:  # the cycle plans holes on median run times
+            explain = snapshot.explain
+            snapshot = forecast.under(snapshot, self.predictions(snapshot), forecast.P50)
+            snapshot.explain = explain
         return snapshot, blocked
+
+    def predictions(self, snapshot: Snapshot) -> forecast.Predictions:
+        """Run times predicted from the ledger's history for the snapshot's jobs."""
+        requests = {j.id: self.state.pending_view(j) for j in self.state.running()}
+        return runtimes.predictions(self.state.runtimes, snapshot, requests)
+
+    def quantiles(self, snapshot: Snapshot,
+                  wanted: Collection[int] | None = None) -> dict[int, Quantiles]:
+        """The p50 and p90 start of the pending jobs (``wanted`` only, when given): the core
+        re-run under predicted run times (``scheduler/forecast.py``), then calibrated."""
+        plans = forecast.forecasts(snapshot, self.cfg.scheduler, self.predictions(snapshot),
+                                   wanted)
+        out = {}
+        for job_id, plan in plans.items():
+            if plan.p50 is None or plan.p90 is None:
+                continue
+            p50, p90 = self.state.leads.stretch(snapshot.now, plan.p50, plan.p90)
+            out[job_id] = Quantiles(p50, p90, plan)
+        return out
+
+    def p50_start(self, snapshot: Snapshot, job_id: int) -> float | None:
+        """One job's published p50 start alone (the shape advisor's figure)."""
+        plan = forecast.p50_start(snapshot, self.cfg.scheduler, self.predictions(snapshot),
+                                  job_id)
+        return None if plan is None else self.state.leads.stretch(snapshot.now, plan, plan)[0]
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Run the core on a snapshot (nothing remembered: a probe's plan promises nothing)."""

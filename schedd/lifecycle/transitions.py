@@ -122,6 +122,7 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
             "mail_sent": "",  # a new run: its time-limit notices are still to send
             # the forecasts published while it waited go to the ledger with the start
             "forecast_first": job.forecast_first, "forecast_last": job.forecast_last,
+            "forecast_band": job.forecast_band,
         }))
         events.append(JobEvent(job.id, now, JobState.RUNNING.value, detail=nodes))
         rows.append(_first_step(job, allocation, "RUNNING", now))

@@ -31,6 +31,41 @@ def publish(job: Job, when: float, now: float) -> None:
     job.forecast_last = [when, now]
 
 
+def publish_band(job: Job, p50: float, p90: float, plan_p50: float, plan_p90: float,
+                 now: float) -> None:
+    """Record a pending job's first published p50/p90 start (``Job.forecast_band``), with
+    the plan's own starts, which recalibrate later forecasts once the job starts."""
+    if job.forecast_band is None:
+        job.forecast_band = [p50, p90, now, plan_p50, plan_p90]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """How the first published p50/p90 starts turned out (``kiln stats``)."""
+
+    count: int
+    within_p90: float  # share that started no later than their p90 (target >= 0.9)
+    p50_median_abs: float  # seconds
+    p90_median_abs: float  # seconds
+
+    def to_wire(self) -> dict:
+        return {"count": self.count, "within_p90": self.within_p90,
+                "p50_median_abs": self.p50_median_abs, "p90_median_abs": self.p90_median_abs}
+
+
+def calibration(jobs: Iterable[Job], tolerance: float = 0.0) -> Calibration:
+    """Over the started jobs that had a published band: the share that started by their p90
+    (``tolerance`` seconds of grace: the planning grid), and the median absolute errors."""
+    checked = [(job.start_time, job.forecast_band) for job in jobs
+               if job.start_time and job.forecast_band]
+    if not checked:
+        return Calibration(0, 0.0, 0.0, 0.0)
+    within = sum(1 for start, band in checked if start <= band[1] + tolerance)
+    return Calibration(len(checked), within / len(checked),
+                       quantile([abs(start - band[0]) for start, band in checked], 0.5),
+                       quantile([abs(start - band[1]) for start, band in checked], 0.5))
+
+
 @dataclass(frozen=True, slots=True)
 class ForecastError:
     job_id: int

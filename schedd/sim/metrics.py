@@ -229,3 +229,37 @@ def write_user_csv(users: Iterable[UserFigures], path: str | Path) -> None:
 
 def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+@dataclass(slots=True, frozen=True)
+class ForecastFigures:
+    """How the p50 and p90 starts published at arrival (``kiln sim --forecasts``) turned out:
+    the figures ``kiln stats`` gives for the daemon's."""
+
+    jobs: int  # waiting jobs that got a forecast
+    within_p90: float  # share that started no later than their p90 start (target >= 0.9)
+    p50_median_abs: float  # seconds: median |start - p50 start|
+    p90_median_abs: float  # seconds: median |start - p90 start|
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [("forecasts", f"{self.jobs:,} waiting jobs: {self.within_p90:.1%} started by "
+                              f"their p90; median |err| p50 {self.p50_median_abs:,.0f} s, "
+                              f"p90 {self.p90_median_abs:,.0f} s")]
+
+
+def forecast_figures(result: Replay, window: Slice | None = None) -> ForecastFigures:
+    """The calibration of the forecasts of the jobs in ``window`` (all when None)."""
+    starts = {r.job_id: r.start for r in result.records if window is None or r in window}
+    checked = [(starts[j], f) for j, f in result.forecasts.items()
+               if j in starts and f.p50 is not None and f.p90 is not None]
+    if not checked:
+        return ForecastFigures(0, 0.0, 0.0, 0.0)
+    within = sum(1 for start, f in checked if start <= f.p90 + LATE)  # type: ignore[operator]
+    p50 = sorted(abs(start - f.p50) for start, f in checked)  # type: ignore[operator]
+    p90 = sorted(abs(start - f.p90) for start, f in checked)  # type: ignore[operator]
+    return ForecastFigures(len(checked), within / len(checked), _median(p50), _median(p90))
+
+
+def _median(ordered: Sequence[float]) -> float:
+    n = len(ordered)
+    return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2

@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from schedd.config import SchedulerConfig
+from schedd.scheduler.forecast import Forecast
 from schedd.scheduler.snapshot import Decisions, PendingJob, RunningJob, Snapshot, Start
+from schedd.sim.forecasts import SimForecaster
 from schedd.sim.machine import Machine, Shape
 from schedd.sim.swf import Trace, TraceJob
 from schedd.sim.usage import UsageLedger
@@ -67,6 +69,8 @@ class Replay:
     core_seconds: float  # inside schedule()
     wall_seconds: float  # the whole loop, core included
     not_fitting: int = 0  # trace jobs larger than the simulated cluster, dropped
+    # job -> its p50 and p90 start, published when it arrived (``forecasts=True`` only)
+    forecasts: dict[int, Forecast] = field(default_factory=dict)
 
     @property
     def jobs_per_second(self) -> float:
@@ -87,6 +91,7 @@ class _State:
     ends: list[tuple[float, int]] = field(default_factory=list)  # heap of (end, job id)
     records: list[JobRecord] = field(default_factory=list)
     usage: UsageLedger | None = None  # only when the policy weighs fair share
+    predictor: SimForecaster | None = None  # predictions or forecasts (sim/forecasts.py)
 
     def __post_init__(self) -> None:
         for node in self.machine.nodes:
@@ -119,13 +124,17 @@ PROGRESS_EVERY = 256  # cycles between two calls of replay's ``progress``
 
 def replay(
     trace: Trace, machine: Machine, config: SchedulerConfig, schedule: Scheduler | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, forecasts: bool = False,
 ) -> Replay:
     """Replay ``trace`` on ``machine`` under ``config``; ``schedule`` defaults to kiln's core.
-    ``progress`` (kiln sim's bar) is told (jobs arrived, jobs in all) every few cycles."""
+    ``progress`` (kiln sim's bar) is told (jobs arrived, jobs in all) every few cycles.
+    ``forecasts``: publish each waiting job's p50 and p90 start at its arrival
+    (``sim/forecasts.py``); with the policy's ``predict_runtime`` the plan uses predictions."""
     if schedule is None:
         from schedd.scheduler.cycle import schedule
     state = _State(machine, usage=UsageLedger(config) if config.weight_fairshare else None)
+    if forecasts or config.predict_runtime:
+        state.predictor = SimForecaster(config, publish=forecasts)
     arrivals = [(job, shape) for job in trace.jobs if (shape := machine.shape(job.procs))]
     promises = _Promises()
     plain = _in_order(arrivals)
@@ -137,11 +146,14 @@ def replay(
         now = min(arrivals[i][0].submit if i < n else inf, state.ends[0][0] if state.ends else inf)
         while state.ends and state.ends[0][0] == now:
             _finish(state, heapq.heappop(state.ends)[1], now)
+        arrived = i
         while i < n and arrivals[i][0].submit == now:
             _arrive(state, *arrivals[i])
             i += 1
         if not state.pending:
             continue
+        if state.predictor is not None:
+            state.predictor.refresh(now, state.running)
         snapshot = Snapshot(now, machine.nodes, list(state.running.values()),
                             list(state.pending.values()),
                             state.usage.views(now) if state.usage else [],
@@ -155,6 +167,9 @@ def replay(
             progress(i, n)
         for start in decisions.starts:
             _start(state, start, now)
+        if state.predictor is not None and i > arrived:
+            state.predictor.forecast(snapshot, [a.job_id for a, _ in arrivals[arrived:i]],
+                                     {s.job_id for s in decisions.starts})
         promises.update(decisions, state.pending)
     if state.pending:
         raise SimError(
@@ -164,7 +179,8 @@ def replay(
     wall = time.perf_counter() - began
     state.records.sort(key=lambda r: (r.submit, r.job_id))
     return Replay(state.records, promises.first, promises.last, cycles, core, wall,
-                  len(trace.jobs) - n)
+                  len(trace.jobs) - n,
+                  state.predictor.published if state.predictor is not None else {})
 
 
 def _in_order(arrivals: list[tuple[TraceJob, Shape]]) -> bool:
@@ -177,6 +193,8 @@ def _in_order(arrivals: list[tuple[TraceJob, Shape]]) -> bool:
 def _arrive(state: _State, job: TraceJob, shape: Shape) -> None:
     state.jobs[job.job_id] = (job, shape)
     state.pending[job.job_id] = state.machine.pending(job, shape)
+    if state.predictor is not None:
+        state.predictor.arrive(state.pending[job.job_id])
 
 
 def _start(state: _State, start: Start, now: float) -> None:
@@ -200,6 +218,8 @@ def _start(state: _State, start: Start, now: float) -> None:
         account=pending.account,
     )
     state.started[start.job_id] = now
+    if state.predictor is not None:
+        state.predictor.started(pending, state.running[start.job_id])
     if state.usage:
         state.usage.start(pending, now)
     heapq.heappush(state.ends, (now + job.run, start.job_id))
@@ -214,6 +234,8 @@ def _finish(state: _State, job_id: int, now: float) -> None:
         state.free_gpus[alloc.node] += len(alloc.gpus)
     job, shape = state.jobs.pop(job_id)
     start = state.started.pop(job_id)
+    if state.predictor is not None:
+        state.predictor.finished(job_id, now - start)
     state.records.append(
         JobRecord(job.job_id, job.submit, start, now, job.procs, shape.units, job.run, job.user)
     )

@@ -41,6 +41,7 @@ class Cluster:
     allow_root_jobs: bool = True
     agent_host: str = "127.0.0.1"  # where schedd listens for agents (a veth address in netns)
     schedd_extra: str = ""  # more lines for the [schedd] table (HA peers, ...)
+    scheduler_extra: str = ""  # more lines for the [scheduler] table (forecast_interval, ...)
     preempt_exempt_time: int = 0  # PreemptExemptTime: tests preempt jobs that just started
     socket_subdir: bool = False  # the commands' socket in KILN_HOME/sock/, not KILN_HOME
     agent_extra: str = ""  # more lines for the [agent] table (fake GPU affinity, ...)
@@ -132,6 +133,7 @@ curve = true
 [scheduler]
 interval = 0.5
 preempt_exempt_time = {self.preempt_exempt_time}
+{self.scheduler_extra}
 [agent]
 fake_gpus = "{self.fake_gpus}"
 {self.agent_extra}

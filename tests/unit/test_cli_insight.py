@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cli import seff, stats, why
+from cli import outlook, seff, stats, why
 from cli.sinfo_json import json_node, json_partition
 
 ROW = {"job_id": "5", "job_id_raw": "5", "cluster": "kiln", "user": "alice", "gid": -1,
@@ -105,3 +105,38 @@ def test_sinfo_json_uses_slurms_keys() -> None:
                            "default_time": None}, [node])
     assert (part["nodes"], part["flags"], part["max_time_limit"], part["total_gpus"]) == \
         ("n1", ["default"], 60, 1)
+
+
+def test_why_adds_the_p50_p90_start_and_the_shapes_that_start_sooner() -> None:
+    job = {"job_id": "7", "user": "bob", "account": "ml", "partition": "gpu", "priority": 900,
+           "state": "PENDING", "reason": "Resources", "expected_start": 1000.0 + 4 * 3600}
+    reply = {"now": 1000.0, "job": job, "reason_text": "waiting for resources", "position": 1,
+             "queue_length": 1, "forecast": {"p50": 1000.0 + 3 * 3600, "p90": 1000.0 + 5 * 3600},
+             "advice": [{"change": "--gres=gpu:4 instead of 8", "start": 1000.0 + 25 * 60},
+                        {"change": "-p big instead of gpu", "start": 900.0}]}
+    lines = why.explain_lines(reply, None)
+    assert (f"  Forecast from recent run times: p50 start {why.fmt_time(1000.0 + 3 * 3600)} "
+            f"(in ~3.0 h), p90 start {why.fmt_time(1000.0 + 5 * 3600)} (in ~5.0 h).") in lines
+    assert "  With --gres=gpu:4 instead of 8: starts in ~25 min, not in ~3.0 h." in lines
+    assert "  With -p big instead of gpu: starts now, not in ~3.0 h." in lines
+
+
+def test_outlook_lines_without_a_forecast_and_rough_durations() -> None:
+    assert outlook.outlook_lines({"now": 0.0}) == []
+    assert outlook.outlook_lines({"now": 0.0, "forecast": None, "advice": [
+        {"change": "-N 1 instead of 2", "start": 120.0}]}) == [
+        "with -N 1 instead of 2: starts in ~2 min, not planned yet as asked"]
+    assert [outlook.about(s) for s in (10, 3000, 5400, 40_000, 200_000)] == [
+        "~1 min", "~50 min", "~1.5 h", "~11 h", "~2.3 d"]
+
+
+def test_stats_report_the_calibration_of_the_p90() -> None:
+    empty = {"count": 0, "median_abs": 0.0, "p90_abs": 0.0, "mean": 0.0, "late": 0, "early": 0}
+    reply = {"since": 0.0, "started": 4, "pending_with_forecast": 1, "first": empty,
+             "last": empty, "tolerance": 60.0, "lead_median": 0.0,
+             "quantiles": {"count": 20, "within_p90": 0.95, "p50_median_abs": 90.0,
+                           "p90_median_abs": 600.0}}
+    assert stats.stats_lines(reply)[-3:] == [
+        "p50/p90 starts (kiln why, sbatch --test-only), first published, 20 jobs:",
+        "  started by their p90: 95.0% (target 90 %)",
+        "  median |err|: p50 00:01:30, p90 00:10:00"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -308,3 +309,22 @@ def test_shape_refusal_keeps_slurms_line_first(fake_schedd, capsys) -> None:  # 
     assert err == ("sbatch: error: Batch job submission failed: Requested node configuration "
                    "is not available\n"
                    "sbatch: error: no node has 32768 MB of memory (largest: 24105 MB, node1)\n")
+
+
+def test_test_only_adds_kilns_lines_after_slurms(fake_schedd, capsys) -> None:  # noqa: F811
+    def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"job_id": 42, "start_time": 1.0e9 + 3 * 3600, "nodes": "gpu01",
+                "partition": "gpu", "cpus": 4, "now": 1.0e9,
+                "forecast": {"p50": 1.0e9 + 3 * 3600, "p90": 1.0e9 + 4 * 3600},
+                "advice": [{"change": "--gres=gpu:4 instead of 8", "start": 1.0e9 + 1500}]}
+    fake_schedd(handler)
+    assert sbatch.main(["--test-only", "--wrap", "true"]) == 0
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and len(lines) == 3
+    assert lines[0].startswith("sbatch: Job 42 to start at ")  # Slurm's, first
+    assert lines[1].startswith("sbatch: forecast from recent run times: p50 start ")
+    assert lines[1].endswith("(in ~3.0 h), p90 start "
+                             f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(1.0e9 + 4 * 3600))}"
+                             " (in ~4.0 h)")
+    assert lines[2] == "sbatch: with --gres=gpu:4 instead of 8: starts in ~25 min, not in ~3.0 h"

@@ -43,3 +43,22 @@ def test_summary_of_signed_errors() -> None:
     assert (s.late, s.early) == (2, 1)
     assert forecast.summarise([]).to_wire() == {"count": 0, "median_abs": 0.0, "p90_abs": 0.0,
                                                 "mean": 0.0, "late": 0, "early": 0}
+
+
+def test_calibration_of_the_published_bands() -> None:
+    from schedd.reports.forecast import calibration, publish_band
+
+    jobs = []
+    for i, start in enumerate((100.0, 200.0, 400.0)):  # p50 150, p90 300 for each
+        job = Job(id=i + 1)
+        publish_band(job, 150.0, 300.0, 140.0, 250.0, now=0.0)
+        publish_band(job, 999.0, 999.0, 999.0, 999.0, now=50.0)  # only the first is kept
+        job.start_time = start
+        jobs.append(job)
+    jobs.append(Job(id=9, start_time=50.0))  # no band: not counted
+    got = calibration(jobs)
+    assert got.count == 3
+    assert got.within_p90 == pytest.approx(2 / 3)
+    assert got.p50_median_abs == 50.0  # |100-150|, |200-150|, |400-150|
+    assert got.p90_median_abs == 100.0
+    assert calibration([]).count == 0

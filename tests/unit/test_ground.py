@@ -138,7 +138,8 @@ def test_submit_fields_are_job_fields() -> None:
     owned_by_schedd = {"id", "user", "uid", "gid", "state", "generation", "allocation",
                        "admin_priority", "launched_limit", "stop", "preempt", "stats",
                        "restart_count", "cancelled_by", "priority", "expected_start",
-                       "sched_nodes", "forecast_first", "forecast_last", "set_aside",
+                       "sched_nodes", "forecast_first", "forecast_last", "forecast_band",
+                       "set_aside",
                        "reason", "exit_code", "exit_signal", "start_time", "end_time"}
     assert not protocol.SUBMIT_FIELDS & owned_by_schedd
 

@@ -144,7 +144,8 @@ def full_job(job_id: int = 42) -> Job:
         stop=StopMark(2, "requeue", "REQUEUED", True, True, 0, (7, 0)),
         preempt=PreemptMark(2, 9, 100.0, 130.0, "requeue", "qos"),
         stats={"samples": 3.0, "rss_max_kb": 2048.0}, expected_start=5.0, sched_nodes="node01",
-        forecast_first=[1.0, 2.0], forecast_last=[3.0, 4.0], set_aside="held for a test",
+        forecast_first=[1.0, 2.0], forecast_last=[3.0, 4.0],
+        forecast_band=[5.0, 6.0, 1.0, 4.0, 5.0], set_aside="held for a test",
         mail_sent="TIME_LIMIT_50",
         node_list="node[01-02]",
         allocation=[
@@ -590,3 +591,21 @@ def _migration_revisions() -> list[str]:
 
     folder = Path(next(iter(migrations.__path__))) / "versions"
     return [p.name.split("_")[0] for p in folder.glob("[0-9]*_*.py")]
+
+
+def test_recent_runs_for_the_runtime_history(store):
+    """What schedd reads at start-up to predict run times: the last runs that ended as asked,
+    oldest first, with the request and the run's start and end."""
+    rows = [Job(id=1, state=JobState.COMPLETED, user="ann", gpus_per_node=8, time_limit=600,
+                start_time=100.0, end_time=400.0),
+            Job(id=2, state=JobState.TIMEOUT, user="ann", start_time=100.0, end_time=700.0),
+            Job(id=3, state=JobState.PREEMPTED, user="ann", start_time=100.0, end_time=200.0),
+            Job(id=4, state=JobState.CANCELLED, user="bob", start_time=0.0, end_time=50.0),
+            Job(id=5, state=JobState.FAILED, user="bob", start_time=10.0, end_time=20.0)]
+    store.insert_jobs(rows)
+    states = ["COMPLETED", "TIMEOUT", "FAILED", "CANCELLED"]
+    got = store.recent_runs(states, 10)
+    assert [j.id for j in got] == [5, 1, 2]  # by end; never started (4) and preempted (3) out
+    assert (got[1].user, got[1].gpus_per_node, got[1].time_limit) == ("ann", 8, 600)
+    assert got[1].end_time - got[1].start_time == 300.0
+    assert [j.id for j in store.recent_runs(states, 2)] == [1, 2]  # the most recent two

@@ -78,3 +78,14 @@ def test_a_cluster_too_small_for_every_job(tmp_path):
     result = run(path, "--nodes", 1, "--gpus-per-node", 2)
     assert result.exit_code == 1
     assert result.stderr == f"kiln sim: error: no job of {path} fits on 1 node(s) of 2 GPUs\n"
+
+
+def test_forecasts_report_their_calibration(trace_gz):
+    """Jobs 2 and 3 wait. Without backfill the plan reaches only the blocked head (job 2,
+    when it arrives; job 3 comes behind it); with exact estimates the plan at its arrival is
+    exactly when it starts."""
+    result = run(trace_gz, "--policy", "fcfs", "--forecasts")
+    assert result.exit_code == 0, result.output
+    assert ("forecasts                 1 waiting jobs: 100.0% started by their p90; median "
+            "|err| p50 0 s, p90 0 s") in result.stdout
+    assert "\nforecasts " not in run(trace_gz, "--policy", "fcfs").stdout
