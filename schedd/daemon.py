@@ -348,14 +348,18 @@ class Daemon:
         """Every ``forecast_interval``: each waiting job's p50 and p90 start under predicted
         run times, kept as its first published band until it starts (``kiln stats``)."""
         snapshot, _ = self.planner.snapshot(now)
-        if not snapshot.pending:
+        jobs = self.state.jobs
+        # Only the first publication is checked: plan only as deep as the jobs that have none
+        # (a queue whose jobs all have theirs costs nothing; the loop is not held for them).
+        wanted = [p.job_id for p in snapshot.pending
+                  if (job := jobs.get(p.job_id)) is not None and job.forecast_band is None]
+        if not wanted:
             return
         try:
-            bands = self.planner.quantiles(snapshot)
+            bands = self.planner.quantiles(snapshot, wanted)
         except Exception:  # noqa: BLE001 - a forecast must never stop the loop
             log.exception("start forecast failed")
             return
-        jobs = self.state.jobs
         for job_id, q in bands.items():
             job = jobs.get(job_id)
             if job is None or job.forecast_band is not None:
