@@ -28,14 +28,14 @@ looked at; the rest wait with ``Priority``. With ``explain`` off (nobody reads t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
 from schedd.config import SchedulerConfig
 from schedd.model import NodeAllocation
 from schedd.scheduler import placement
-from schedd.scheduler.profile import NodeTimeline, round_up
+from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline, round_up
 from schedd.scheduler.snapshot import PendingJob
 
 FILL_RULES = ("priority", "area", "short_area", "hole_area")
@@ -54,6 +54,16 @@ def check_config(config: SchedulerConfig) -> None:
                  "bf_short_job", "bf_due_wait", "max_age"):
         if getattr(config, name) < 0:
             raise ValueError(f"scheduler {name} must not be negative")
+
+
+@dataclass(slots=True, frozen=True)
+class Held:
+    """One reservation of the plan: the job, its slot and what it takes on each node."""
+
+    job: PendingJob
+    start: float
+    end: float
+    on: tuple[tuple[int, Demand], ...]  # (node index, demand there)
 
 
 @dataclass(slots=True)
@@ -77,7 +87,7 @@ class Walk:
     def __init__(self, timelines: list[NodeTimeline], now: float, config: SchedulerConfig,
                  promised: Collection[int] = (),
                  promised_nodes: Mapping[int, Sequence[str]] | None = None,
-                 explain: bool = True) -> None:
+                 explain: bool = True, record: bool = False) -> None:
         self.timelines = timelines
         self.now = now
         self.config = config
@@ -92,6 +102,10 @@ class Walk:
         self.deferred: list[PendingJob] = []
         self.shadow: float | None = None  # the earliest reservation's start, once the fill asks
         self.candidates = placement.CandidateCache(timelines).get
+        # with ``record``: every reservation and start as made, in walk order, for the next
+        # cycle's re-plan (``replan.PlanMemo``)
+        self.held: dict[int, Held] | None = {} if record else None  # job id -> its slot
+        self.began: list[tuple[int, float, list[NodeAllocation]]] = []
 
     def end_of(self, job: PendingJob, start: float) -> float:
         return round_up(start + self.duration(job), self.config.bf_resolution)
@@ -103,11 +117,12 @@ class Walk:
             return min(max(int(job.predicted_runtime), 1), limit)
         return limit
 
-    def run(self, order: Iterable[PendingJob]) -> Plan:
+    def run(self, order: Iterable[PendingJob], tested: int = 0) -> Plan:
+        """Walk ``order``; ``tested``: jobs already looked at this cycle (a walk resumed after
+        its first part was taken from the last cycle's plan, ``replan``)."""
         limit = max(self.config.bf_max_job_test, 1)
         reasons = self.plan.reasons
         jobs = iter(order)
-        tested = 0
         for job in jobs:
             if tested >= limit or (self.blocked and not self.config.backfill):
                 reasons[job.job_id] = "Priority"
@@ -125,12 +140,26 @@ class Walk:
             self.name_the_rest(jobs)
             self.plan.depth = tested
             return self.finish()
-        # A job that cannot fit now waits for the same reason as every job of its shape until
-        # something starts: that verdict is kept per shape (a key built in C), so a long tail
-        # of like jobs costs a lookup each; a visit that starts a job forgets them.
+        return self.tail(jobs, tested, limit)
+
+    def tail(self, jobs: Iterator[PendingJob], tested: int, limit: int) -> Plan:
+        """The queue behind the plan, with backfill: each job starts now or waits.
+
+        A job that cannot fit now waits for the same reason as every job of its shape until
+        something starts: that verdict is kept per shape (a key built in C), so a long tail of
+        like jobs costs a lookup each. A job that may fit is walked, but for a plain job (not
+        promised, not due) under a fill rule that gathers (``fill`` other than ``priority``),
+        whether it fits now for its whole run depends on its shape and its length alone, and
+        monotonically: a shape that fits for d seconds fits for less, one that does not, not
+        for more. So the longest run known to fit and the shortest known not to are kept per
+        shape, and a job inside either bound is gathered or left waiting without a walk.
+        A visit that starts a job forgets all of them (the profile changed)."""
+        reasons = self.plan.reasons
         may_fit, candidates, visit = self.free.may_fit, self.candidates, self.visit
-        starts = self.plan.starts
+        starts, deferred = self.plan.starts, self.deferred
         verdicts: dict[tuple, str] = {}
+        spans: dict[tuple, list[float]] = {}  # shape -> [longest fitting, shortest not]
+        gathers = self.config.fill != "priority"
         for job in jobs:
             if tested >= limit:
                 reasons[job.job_id] = "Priority"
@@ -139,17 +168,42 @@ class Walk:
             tested += 1
             shape = _SHAPE(job)
             reason = verdicts.get(shape)
-            if reason is None:
-                if may_fit(job):
-                    started = len(starts)
-                    visit(job)
-                    if len(starts) != started:
-                        verdicts.clear()
+            if reason is not None:
+                reasons[job.job_id] = reason
+                continue
+            if not may_fit(job):
+                reasons[job.job_id] = verdicts[shape] = candidates(job).reason or "Priority"
+                continue
+            plain = gathers and self.plain(job)
+            if plain:
+                duration = self.duration(job)
+                span = spans.get(shape)
+                if span is None:
+                    span = spans[shape] = [0, INFINITY]
+                elif duration <= span[0]:
+                    deferred.append(job)
+                    reasons[job.job_id] = "Priority"
                     continue
-                reason = verdicts[shape] = candidates(job).reason or "Priority"
-            reasons[job.job_id] = reason
+                elif duration >= span[1]:
+                    reasons[job.job_id] = "Priority"
+                    continue
+            started = len(starts)
+            visit(job)
+            if len(starts) != started:
+                verdicts.clear()
+                spans.clear()
+            elif plain and not candidates(job).reason:
+                if deferred and deferred[-1] is job:
+                    span[0] = max(span[0], duration)
+                else:
+                    span[1] = min(span[1], duration)
         self.plan.depth = tested
         return self.finish()
+
+    def plain(self, job: PendingJob) -> bool:
+        """Neither promised (kept to its nodes, never gathered) nor due (never gathered)."""
+        return job.job_id not in self.promised and job.job_id not in self.promised_nodes \
+            and not self.due(job)
 
     def name_the_rest(self, jobs: Iterable[PendingJob]) -> None:
         """``Priority`` for the jobs the walk will not look at, when reasons are wanted."""
@@ -161,13 +215,18 @@ class Walk:
             self.fill_hole()
         return self.plan
 
-    def visit(self, job: PendingJob) -> None:
+    def nodes_for(self, job: PendingJob) -> placement.Candidates:
+        """The nodes the job may use: those that pass its filters, kept to its promise's."""
         cands = self.candidates(job)
+        if not cands.reason and job.job_id in self.promised_nodes:
+            cands = placement.keep_to(cands, self.promised_nodes[job.job_id], job.num_nodes)
+        return cands
+
+    def visit(self, job: PendingJob) -> None:
+        cands = self.nodes_for(job)
         if cands.reason:
             self.plan.reasons[job.job_id] = cands.reason
             return
-        if job.job_id in self.promised_nodes:
-            cands = placement.keep_to(cands, self.promised_nodes[job.job_id], job.num_nodes)
         if self.free.may_fit(job):
             chosen = placement.place_now(job, cands, self.now, self.end_of(job, self.now),
                                          self.free)
@@ -209,15 +268,15 @@ class Walk:
         for tl in chosen:
             self.free.after_change(tl)
         self.plan.starts.append((job.job_id, allocation))
+        if self.held is not None:
+            self.began.append((job.job_id, end, allocation))
         self.plan.reasons.pop(job.job_id, None)
         if self.blocked:
             self.plan.backfilled += 1
 
     def reserve(self, job: PendingJob, nodes: list[NodeTimeline]) -> None:
         """Plan the job at its earliest start; hold the resources there (with backfill)."""
-        duration = self.end_of(job, self.now) - self.now
-        horizon = self.now + self.config.bf_window
-        found = placement.earliest_start(job, nodes, self.now, duration, horizon)
+        found = self.earliest(job, nodes)
         if found is None:
             return
         t, chosen = found
@@ -226,10 +285,21 @@ class Walk:
         if not self.config.backfill:
             return  # FCFS: nothing may start behind the head, so nothing need be held
         end = self.end_of(job, t)
-        for tl in chosen:
-            tl.hold(placement.demand_on(job, tl.view), t, end)
+        demands = [placement.demand_on(job, tl.view) for tl in chosen]
+        for tl, demand in zip(chosen, demands, strict=True):
+            tl.hold(demand, t, end)
+        if self.held is not None:
+            self.held[job.job_id] = Held(job, t, end, tuple(
+                (tl.index, demand) for tl, demand in zip(chosen, demands, strict=True)))
         self.reservations += 1
         self.planned_all = self.reservations >= self.config.bf_max_reservations
+
+    def earliest(self, job: PendingJob, nodes: list[NodeTimeline],
+                 ) -> tuple[float, list[NodeTimeline]] | None:
+        """The job's earliest start within ``bf_window`` on ``nodes``, and the nodes then."""
+        duration = self.end_of(job, self.now) - self.now
+        horizon = self.now + self.config.bf_window
+        return placement.earliest_start(job, nodes, self.now, duration, horizon)
 
     def fill_hole(self) -> None:
         """Start the gathered jobs that still fit, in the order of the fill rule."""

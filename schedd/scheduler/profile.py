@@ -22,10 +22,13 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse, islice
 
 from schedd.scheduler.snapshot import NodeView, RunningJob
 
 INFINITY = math.inf
+# a node's step function: breakpoints, free CPUs, memory and GPUs per segment, and monotone
+Steps = tuple[list[float], list[int], list[int], list[int], bool]
 
 
 @dataclass(slots=True, frozen=True)
@@ -237,6 +240,32 @@ class NodeTimeline:
             self.mem[k] -= d.mem
             self.gpus[k] -= d.gpus
 
+    def agrees(self, future: Steps) -> bool:
+        """Whether ``future`` (the last cycle's final step function of this node) has free
+        now what this node has: then ``adopt`` may take it."""
+        times, cpus, mem, gpus, _monotone = future
+        k = bisect_right(times, self.times[0]) - 1
+        return k >= 0 and (cpus[k], mem[k], gpus[k]) == (self.cpus[0], self.mem[0], self.gpus[0])
+
+    def adopt(self, future: Steps) -> None:
+        """Take ``future`` from now on as this node's step function (``agrees`` first). Its
+        ``monotone`` is kept: a node that carried a future reservation stays non-monotone,
+        which every question answers alike, only slower. The lists are copied."""
+        times, cpus, mem, gpus, monotone = future
+        now = self.times[0]
+        k = bisect_right(times, now) - 1
+        self.times = [now, *times[k + 1:]]
+        self.cpus = cpus[k:]
+        self.mem = mem[k:]
+        self.gpus = gpus[k:]
+        self.monotone = monotone
+        self._memo.clear()
+        self._first.clear()
+
+    def steps(self) -> Steps:
+        """The step function as it stands (for ``adopt`` in the next cycle; not copied)."""
+        return self.times, self.cpus, self.mem, self.gpus, self.monotone
+
     def pick_gpus(self, count: int) -> list[int]:
         """Choose ``count`` free GPU indices now, keeping NVLink islands whole.
 
@@ -284,9 +313,12 @@ class NodeTimeline:
             for g in self.view.gpus:
                 if g.index in wanted:
                     near.update(g.cpus)
+        if not near:  # the lowest free ids: a scan in C that stops once it has them
+            chosen = list(islice(filterfalse(held.__contains__, range(self.view.cpus)), count))
+            held.update(chosen)
+            return chosen
         free = [c for c in range(self.view.cpus) if c not in held]
-        if near:
-            free.sort(key=lambda c: (c not in near, c))
+        free.sort(key=lambda c: (c not in near, c))
         chosen = sorted(free[:count])
         held.update(chosen)
         return chosen
