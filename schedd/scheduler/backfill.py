@@ -30,17 +30,22 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import and_, attrgetter, ge, gt, le, not_
 
 from schedd.config import SchedulerConfig
 from schedd.model import NodeAllocation
 from schedd.scheduler import placement
-from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline, round_up
+from schedd.scheduler.profile import Demand, NodeTimeline, round_up
 from schedd.scheduler.snapshot import PendingJob
 
 FILL_RULES = ("priority", "area", "short_area", "hole_area")
 _JOB_ID = attrgetter("job_id")
 # what decides whether a job may fit now and which nodes it may use (placement.CandidateCache)
+# the filters a job's candidate nodes depend on, besides its size (``FitBounds``)
+_FILTERS = attrgetter("partition", "features", "gpu_type", "exclude", "exclusive")
+_CPUS = attrgetter("cpus_per_node")
+_EXCLUSIVE = attrgetter("exclusive")
 _SHAPE = attrgetter("partition", "features", "gpu_type", "nodelist", "exclude", "cpus_per_node",
                     "mem_per_node_mb", "gpus_per_node", "num_nodes", "exclusive")
 
@@ -74,6 +79,51 @@ class Plan:
     reserved_nodes: dict[int, list[str]] = field(default_factory=dict)
     depth: int = 0  # pending jobs the walk tested (sdiag's depth)
     backfilled: int = 0  # jobs started behind a job that could not start (sdiag)
+
+
+class FitBounds:
+    """What one cycle's walk learnt about which plain jobs fit now for their whole run.
+
+    Whether a job fits now, on nodes that pass its filters, for its whole run without touching
+    the plan depends on its filters, its size (nodes; CPUs, memory and GPUs per node) and its
+    planned length, and monotonically in each of the last: a job that fits, fits with less of
+    any of them; one that does not, not with more (fewer candidate nodes, each asked for more,
+    for longer). So the jobs answered are kept as points (nodes, CPUs, memory, GPUs, seconds)
+    per filter key, on two frontiers: those that fit (a job no larger anywhere fits) and those
+    that do not (a job no smaller anywhere does not). Valid until the profile changes."""
+
+    __slots__ = ("_fits", "_fails")
+
+    def __init__(self) -> None:
+        self._fits: dict[tuple, list[tuple[int, ...]]] = {}
+        self._fails: dict[tuple, list[tuple[int, ...]]] = {}
+
+    @staticmethod
+    def of(job: PendingJob, duration: int) -> tuple[tuple, tuple[int, ...]]:
+        return _FILTERS(job), (job.num_nodes, job.cpus_per_node, job.mem_per_node_mb,
+                               job.gpus_per_node, duration)
+
+    def known(self, key: tuple, point: tuple[int, ...]) -> bool | None:
+        """True: it fits; False: it does not; None: not known."""
+        for p in self._fits.get(key, ()):
+            if all(map(ge, p, point)):
+                return True
+        for p in self._fails.get(key, ()):
+            if all(map(le, p, point)):
+                return False
+        return None
+
+    def learn(self, key: tuple, point: tuple[int, ...], fits: bool) -> None:
+        if fits:  # keep the frontier: drop the points this one covers
+            kept = [p for p in self._fits.get(key, ()) if not all(map(le, p, point))]
+            self._fits[key] = [*kept, point]
+        else:
+            kept = [p for p in self._fails.get(key, ()) if not all(map(ge, p, point))]
+            self._fails[key] = [*kept, point]
+
+    def clear(self) -> None:
+        self._fits.clear()
+        self._fails.clear()
 
 
 def area(job: PendingJob, duration: float) -> tuple[float, float]:
@@ -147,18 +197,18 @@ class Walk:
 
         A job that cannot fit now waits for the same reason as every job of its shape until
         something starts: that verdict is kept per shape (a key built in C), so a long tail of
-        like jobs costs a lookup each. A job that may fit is walked, but for a plain job (not
-        promised, not due) under a fill rule that gathers (``fill`` other than ``priority``),
-        whether it fits now for its whole run depends on its shape and its length alone, and
-        monotonically: a shape that fits for d seconds fits for less, one that does not, not
-        for more. So the longest run known to fit and the shortest known not to are kept per
-        shape, and a job inside either bound is gathered or left waiting without a walk.
-        A visit that starts a job forgets all of them (the profile changed)."""
+        like jobs costs a lookup each. A job that may fit is walked, except a plain one (not
+        promised, not due, no ``-w``) under a fill rule that gathers (``fill`` other than
+        ``priority``) whose answer ``FitBounds`` already knows. A visit that starts a job
+        forgets all of it (the profile changed)."""
         reasons = self.plan.reasons
+        if not self.explain:
+            jobs, tested = self.too_wide_left_out(jobs, tested, limit)
         may_fit, candidates, visit = self.free.may_fit, self.candidates, self.visit
         starts, deferred = self.plan.starts, self.deferred
         verdicts: dict[tuple, str] = {}
-        spans: dict[tuple, list[float]] = {}  # shape -> [longest fitting, shortest not]
+        unfit: dict[tuple, str] = {}  # shape -> why no node can take it ("" = some can)
+        bounds = FitBounds()
         gathers = self.config.fill != "priority"
         for job in jobs:
             if tested >= limit:
@@ -174,31 +224,45 @@ class Walk:
             if not may_fit(job):
                 reasons[job.job_id] = verdicts[shape] = candidates(job).reason or "Priority"
                 continue
-            plain = gathers and self.plain(job)
+            plain = gathers and not job.nodelist and self.plain(job)
             if plain:
-                duration = self.duration(job)
-                span = spans.get(shape)
-                if span is None:
-                    span = spans[shape] = [0, INFINITY]
-                elif duration <= span[0]:
-                    deferred.append(job)
-                    reasons[job.job_id] = "Priority"
-                    continue
-                elif duration >= span[1]:
+                why = unfit.get(shape)
+                if why is None:
+                    why = unfit[shape] = candidates(job).reason
+                plain = not why
+            if plain:
+                key, point = FitBounds.of(job, self.duration(job))
+                known = bounds.known(key, point)
+                if known is not None:
+                    if known:
+                        deferred.append(job)
                     reasons[job.job_id] = "Priority"
                     continue
             started = len(starts)
             visit(job)
             if len(starts) != started:
                 verdicts.clear()
-                spans.clear()
-            elif plain and not candidates(job).reason:
-                if deferred and deferred[-1] is job:
-                    span[0] = max(span[0], duration)
-                else:
-                    span[1] = min(span[1], duration)
+                bounds.clear()
+            elif plain:
+                bounds.learn(key, point, bool(deferred) and deferred[-1] is job)
         self.plan.depth = tested
         return self.finish()
+
+    def too_wide_left_out(self, jobs: Iterator[PendingJob], tested: int, limit: int,
+                          ) -> tuple[Iterator[PendingJob], int]:
+        """The tail without the jobs that ask for more CPUs per node than any node has free now
+        (found by a pass in C), when nobody reads their reasons (``explain`` off): the walk
+        would only name them, since what is free now can only shrink while it walks (it starts
+        jobs; nothing ends), so none of them could fit now when its turn came. The jobs past
+        ``bf_max_job_test`` stay where they are, and the left-out ones count as tested."""
+        rest = list(jobs)
+        room = max(limit - tested, 0)
+        looked, beyond = rest[:room], rest[room:]
+        wide = list(map(gt, map(_CPUS, looked), repeat(self.free.max_cpus)))
+        # an exclusive job's answer is the whole node's: walked, as before
+        wide = list(map(and_, wide, map(not_, map(_EXCLUSIVE, looked))))
+        kept = list(compress(looked, map(not_, wide)))
+        return iter(kept + beyond), tested + len(looked) - len(kept)
 
     def plain(self, job: PendingJob) -> bool:
         """Neither promised (kept to its nodes, never gathered) nor due (never gathered)."""
