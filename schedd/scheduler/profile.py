@@ -19,14 +19,16 @@ earlier than it is surely free.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import filterfalse, islice
+from operator import attrgetter
 
 from schedd.scheduler.snapshot import NodeView, RunningJob
 
 INFINITY = math.inf
+_GPU_INDEX = attrgetter("index")
 # a node's step function: breakpoints, free CPUs, memory and GPUs per segment, and monotone
 Steps = tuple[list[float], list[int], list[int], list[int], bool]
 
@@ -63,8 +65,10 @@ class NodeTimeline:
         self.mem: list[int] = [view.memory_mb]
         self.gpus: list[int] = [len(view.gpus)]
         self.monotone = True
-        self.gpus_free: list[int] = sorted(g.index for g in view.gpus)
-        self.islands: dict[int, int] = {g.index: g.island for g in view.gpus}
+        self.gpus_free: list[int] = sorted(map(_GPU_INDEX, view.gpus))
+        # GPU index -> NVLink island, made when a job first picks GPUs here (most nodes of a
+        # cycle start nothing, and a profile is built every cycle)
+        self.islands: dict[int, int] | None = None
         self.cpus_held: set[int] = set()  # CPU ids held now (by running or just placed jobs)
         # start_intervals answers until the next change: reservations of one shape ask often
         self._memo: dict[tuple, list[tuple[float, float]]] = {}
@@ -97,11 +101,11 @@ class NodeTimeline:
         Returns how many of its GPU indices this node really has (the count to give back)."""
         self.cpus_held.update(cpu_ids)
         taken = 0
-        for i in gpu_indices:
-            pos = bisect_left(self.gpus_free, i)
-            if pos < len(self.gpus_free) and self.gpus_free[pos] == i:
-                del self.gpus_free[pos]
-                taken += 1
+        if gpu_indices:  # set operations in C: a profile is built from every running job
+            left = set(self.gpus_free).difference(gpu_indices)
+            taken = len(self.gpus_free) - len(left)
+            if taken:
+                self.gpus_free = sorted(left)
         self.cpus[0] -= cpus
         self.mem[0] -= mem
         self.gpus[0] -= taken
@@ -275,6 +279,8 @@ class NodeTimeline:
         """
         if count <= 0:
             return []
+        if self.islands is None:
+            self.islands = {g.index: g.island for g in self.view.gpus}
         by_island: dict[int, list[int]] = {}
         for i in self.gpus_free:
             by_island.setdefault(self.islands.get(i, 0), []).append(i)
