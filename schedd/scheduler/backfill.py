@@ -210,6 +210,9 @@ class Walk:
         unfit: dict[tuple, str] = {}  # shape -> why no node can take it ("" = some can)
         bounds = FitBounds()
         gathers = self.config.fill != "priority"
+        promised, promised_nodes = self.promised, self.promised_nodes
+        now, due_wait = self.now, self.config.bf_due_wait
+        duration = self.duration
         for job in jobs:
             if tested >= limit:
                 reasons[job.job_id] = "Priority"
@@ -224,14 +227,17 @@ class Walk:
             if not may_fit(job):
                 reasons[job.job_id] = verdicts[shape] = candidates(job).reason or "Priority"
                 continue
-            plain = gathers and not job.nodelist and self.plain(job)
+            # plain: no -w, neither promised (kept to its nodes, never gathered) nor due
+            plain = gathers and not job.nodelist and job.job_id not in promised \
+                and job.job_id not in promised_nodes \
+                and not (due_wait and now - job.submit_time >= due_wait)  # as ``due``
             if plain:
                 why = unfit.get(shape)
                 if why is None:
                     why = unfit[shape] = candidates(job).reason
                 plain = not why
             if plain:
-                key, point = FitBounds.of(job, self.duration(job))
+                key, point = FitBounds.of(job, duration(job))
                 known = bounds.known(key, point)
                 if known is not None:
                     if known:
@@ -263,11 +269,6 @@ class Walk:
         wide = list(map(and_, wide, map(not_, map(_EXCLUSIVE, looked))))
         kept = list(compress(looked, map(not_, wide)))
         return iter(kept + beyond), tested + len(looked) - len(kept)
-
-    def plain(self, job: PendingJob) -> bool:
-        """Neither promised (kept to its nodes, never gathered) nor due (never gathered)."""
-        return job.job_id not in self.promised and job.job_id not in self.promised_nodes \
-            and not self.due(job)
 
     def name_the_rest(self, jobs: Iterable[PendingJob]) -> None:
         """``Priority`` for the jobs the walk will not look at, when reasons are wanted."""

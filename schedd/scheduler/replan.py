@@ -4,9 +4,9 @@ Conservative backfill gives every waiting job a reservation, and each cycle plan
 again, in promise order (``cycle.ordered``), over a profile rebuilt from the running jobs: on a
 loaded trace that is a hundred or more reservations a cycle, each a scan of a profile as long
 as the plan. Between two cycles little changes (a job or two arrives, one starts), and when the
-running jobs ended as planned the re-plan gives almost every job the slot it had. This module
-gives the walk those slots without planning them, and plans the rest, with decisions that are
-exactly those of the full re-plan.
+running jobs ended as planned the re-plan gives every promised job the slot it had (shown
+below). This module gives the walk those slots without planning them and plans only the rest,
+with decisions that are exactly those of the full re-plan.
 
 The carried state (``PlanMemo``) is what one cycle leaves in ``Decisions.memo``; the caller
 hands it back in ``Snapshot.memo`` (the simulator does; the daemon does not, so it plans in
@@ -31,13 +31,14 @@ its starts, which ended or end as planned), the starters and the promised jobs b
 
 1. ``j`` fits at ``t_j`` in ``Q_now``: every hold there was in last cycle's final plan, where
    ``j`` fit beside all of them.
-2. ``j`` fits at no ``t`` in ``[now, t_j)``: ``Q_now`` holds everything ``Q_last`` held, except
-   the jobs planned before ``j`` last cycle but promised after it now (a job backfilled ahead
-   of an earlier one, as conservative backfill does). Those start at ``t_j`` or later. So before
-   ``t_j``, ``Q_now`` leaves no more free than ``Q_last`` did; from ``t_j`` to ``e_j`` it leaves
-   room for ``j`` (1), and so did ``Q_last`` (``j`` was placed there). Had ``j`` fit at ``t``
-   now, its run ``[t, t + d)`` (ending by ``e_j``) would have fit last cycle too: before ``t_j``
-   by the first fact, from ``t_j`` by the second. It did not, since ``t_j`` was its earliest.
+2. ``j`` fits at no ``t`` in ``[now, t_j)``. From now on ``Q_now`` holds everything ``Q_last``
+   held, except the jobs planned before ``j`` last cycle but promised after it now (a job
+   backfilled ahead of an earlier one, as conservative backfill does), and those start at
+   ``t_j`` or later. So at every instant before ``t_j``, ``Q_now`` leaves no more free than
+   ``Q_last`` did. Had ``j`` fit at ``t`` now, its run from ``t`` (which ends by ``e_j``) would
+   have fit in ``Q_last`` too: before ``t_j`` because ``Q_last`` left at least as much free,
+   from ``t_j`` on because ``j`` itself was placed there in ``Q_last``. It did not: ``t_j`` was
+   its earliest start then.
 
 So ``j`` keeps its slot, and its nodes (the promise keeps it to them; planned at ``t_j`` on
 exactly those, it takes them all). Every promised job's slot is carried, and only the jobs not
