@@ -104,8 +104,14 @@ class Replan:
         self.snapshot = snapshot
         self.config = config
         self.walk = walk
-        self.fingerprint = fingerprint(snapshot.nodes)
+        self._fingerprint: tuple | None = None
         self.releases: dict[int, Release] | None = None  # the running jobs', once checked
+
+    @property
+    def fingerprint(self) -> tuple:
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.snapshot.nodes)
+        return self._fingerprint
 
     def run(self, order: list[PendingJob]) -> Plan:
         """Walk ``order`` as ``Walk.run`` would, planning only what the memo cannot give."""
@@ -213,8 +219,12 @@ class Replan:
 
     # --- what this cycle leaves -------------------------------------------------------------
 
-    def memo(self, expected: dict[int, float], reserved_nodes: dict[int, list[str]]) -> PlanMemo:
-        """The memo for the next cycle, from this cycle's finished walk."""
+    def memo(self, expected: dict[int, float], reserved_nodes: dict[int, list[str]],
+             ) -> PlanMemo | None:
+        """The memo for the next cycle, from this cycle's finished walk; None when the plan
+        holds no reservation (nothing to carry: the next cycle has no promised job)."""
+        if not expected:
+            return None
         walk, snapshot = self.walk, self.snapshot
         releases = self.releases
         if releases is None:
