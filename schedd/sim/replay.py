@@ -6,8 +6,10 @@ The loop, event by event:
 2. apply every event at ``now`` at once: ends free their resources, arrivals join the queue;
 3. run ONE scheduling cycle, ``schedule(Snapshot(now, ...), config)``, over the whole state,
    feeding back the previous cycle's expected starts and their nodes as ``Snapshot.promised``
-   and ``Snapshot.promised_nodes`` (as the daemon does) and, when fair share weighs, the
-   associations' decayed usage (``schedd.sim.usage``);
+   and ``Snapshot.promised_nodes`` (as the daemon does), the plan itself (``Decisions.memo``
+   as ``Snapshot.memo``: conservative backfill then plans only what changed,
+   ``schedd.scheduler.replan``) and, when fair share weighs, the associations' decayed usage
+   (``schedd.sim.usage``);
 4. start the decided jobs at ``now`` (each ends at ``now + run``; the core was told
    ``now + estimate``), and note every reservation the plan made (``Decisions.expected_start``).
 
