@@ -28,19 +28,24 @@ looked at; the rest wait with ``Priority``. With ``explain`` off (nobody reads t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import and_, attrgetter, ge, gt, le, not_
 
 from schedd.config import SchedulerConfig
 from schedd.model import NodeAllocation
 from schedd.scheduler import placement
-from schedd.scheduler.profile import NodeTimeline, round_up
+from schedd.scheduler.profile import Demand, NodeTimeline, round_up
 from schedd.scheduler.snapshot import PendingJob
 
 FILL_RULES = ("priority", "area", "short_area", "hole_area")
 _JOB_ID = attrgetter("job_id")
 # what decides whether a job may fit now and which nodes it may use (placement.CandidateCache)
+# the filters a job's candidate nodes depend on, besides its size (``FitBounds``)
+_FILTERS = attrgetter("partition", "features", "gpu_type", "exclude", "exclusive")
+_CPUS = attrgetter("cpus_per_node")
+_EXCLUSIVE = attrgetter("exclusive")
 _SHAPE = attrgetter("partition", "features", "gpu_type", "nodelist", "exclude", "cpus_per_node",
                     "mem_per_node_mb", "gpus_per_node", "num_nodes", "exclusive")
 
@@ -56,6 +61,16 @@ def check_config(config: SchedulerConfig) -> None:
             raise ValueError(f"scheduler {name} must not be negative")
 
 
+@dataclass(slots=True, frozen=True)
+class Held:
+    """One reservation of the plan: the job, its slot and what it takes on each node."""
+
+    job: PendingJob
+    start: float
+    end: float
+    on: tuple[tuple[int, Demand], ...]  # (node index, demand there)
+
+
 @dataclass(slots=True)
 class Plan:
     starts: list[tuple[int, list[NodeAllocation]]] = field(default_factory=list)
@@ -64,6 +79,51 @@ class Plan:
     reserved_nodes: dict[int, list[str]] = field(default_factory=dict)
     depth: int = 0  # pending jobs the walk tested (sdiag's depth)
     backfilled: int = 0  # jobs started behind a job that could not start (sdiag)
+
+
+class FitBounds:
+    """What one cycle's walk learnt about which plain jobs fit now for their whole run.
+
+    Whether a job fits now, on nodes that pass its filters, for its whole run without touching
+    the plan depends on its filters, its size (nodes; CPUs, memory and GPUs per node) and its
+    planned length, and monotonically in each of the last: a job that fits, fits with less of
+    any of them; one that does not, not with more (fewer candidate nodes, each asked for more,
+    for longer). So the jobs answered are kept as points (nodes, CPUs, memory, GPUs, seconds)
+    per filter key, on two frontiers: those that fit (a job no larger anywhere fits) and those
+    that do not (a job no smaller anywhere does not). Valid until the profile changes."""
+
+    __slots__ = ("_fits", "_fails")
+
+    def __init__(self) -> None:
+        self._fits: dict[tuple, list[tuple[int, ...]]] = {}
+        self._fails: dict[tuple, list[tuple[int, ...]]] = {}
+
+    @staticmethod
+    def of(job: PendingJob, duration: int) -> tuple[tuple, tuple[int, ...]]:
+        return _FILTERS(job), (job.num_nodes, job.cpus_per_node, job.mem_per_node_mb,
+                               job.gpus_per_node, duration)
+
+    def known(self, key: tuple, point: tuple[int, ...]) -> bool | None:
+        """True: it fits; False: it does not; None: not known."""
+        for p in self._fits.get(key, ()):
+            if all(map(ge, p, point)):
+                return True
+        for p in self._fails.get(key, ()):
+            if all(map(le, p, point)):
+                return False
+        return None
+
+    def learn(self, key: tuple, point: tuple[int, ...], fits: bool) -> None:
+        if fits:  # keep the frontier: drop the points this one covers
+            kept = [p for p in self._fits.get(key, ()) if not all(map(le, p, point))]
+            self._fits[key] = [*kept, point]
+        else:
+            kept = [p for p in self._fails.get(key, ()) if not all(map(ge, p, point))]
+            self._fails[key] = [*kept, point]
+
+    def clear(self) -> None:
+        self._fits.clear()
+        self._fails.clear()
 
 
 def area(job: PendingJob, duration: float) -> tuple[float, float]:
@@ -77,7 +137,7 @@ class Walk:
     def __init__(self, timelines: list[NodeTimeline], now: float, config: SchedulerConfig,
                  promised: Collection[int] = (),
                  promised_nodes: Mapping[int, Sequence[str]] | None = None,
-                 explain: bool = True) -> None:
+                 explain: bool = True, record: bool = False) -> None:
         self.timelines = timelines
         self.now = now
         self.config = config
@@ -92,6 +152,10 @@ class Walk:
         self.deferred: list[PendingJob] = []
         self.shadow: float | None = None  # the earliest reservation's start, once the fill asks
         self.candidates = placement.CandidateCache(timelines).get
+        # with ``record``: every reservation and start as made, in walk order, for the next
+        # cycle's re-plan (``replan.PlanMemo``)
+        self.held: dict[int, Held] | None = {} if record else None  # job id -> its slot
+        self.began: list[tuple[int, float, list[NodeAllocation]]] = []
 
     def end_of(self, job: PendingJob, start: float) -> float:
         return round_up(start + self.duration(job), self.config.bf_resolution)
@@ -103,11 +167,12 @@ class Walk:
             return min(max(int(job.predicted_runtime), 1), limit)
         return limit
 
-    def run(self, order: Iterable[PendingJob]) -> Plan:
+    def run(self, order: Iterable[PendingJob], tested: int = 0) -> Plan:
+        """Walk ``order``; ``tested``: jobs already looked at this cycle (a walk resumed after
+        its first part was taken from the last cycle's plan, ``replan``)."""
         limit = max(self.config.bf_max_job_test, 1)
         reasons = self.plan.reasons
         jobs = iter(order)
-        tested = 0
         for job in jobs:
             if tested >= limit or (self.blocked and not self.config.backfill):
                 reasons[job.job_id] = "Priority"
@@ -125,12 +190,29 @@ class Walk:
             self.name_the_rest(jobs)
             self.plan.depth = tested
             return self.finish()
-        # A job that cannot fit now waits for the same reason as every job of its shape until
-        # something starts: that verdict is kept per shape (a key built in C), so a long tail
-        # of like jobs costs a lookup each; a visit that starts a job forgets them.
+        return self.tail(jobs, tested, limit)
+
+    def tail(self, jobs: Iterator[PendingJob], tested: int, limit: int) -> Plan:
+        """The queue behind the plan, with backfill: each job starts now or waits.
+
+        A job that cannot fit now waits for the same reason as every job of its shape until
+        something starts: that verdict is kept per shape (a key built in C), so a long tail of
+        like jobs costs a lookup each. A job that may fit is walked, except a plain one (not
+        promised, not due, no ``-w``) under a fill rule that gathers (``fill`` other than
+        ``priority``) whose answer ``FitBounds`` already knows. A visit that starts a job
+        forgets all of it (the profile changed)."""
+        reasons = self.plan.reasons
+        if not self.explain:
+            jobs, tested = self.too_wide_left_out(jobs, tested, limit)
         may_fit, candidates, visit = self.free.may_fit, self.candidates, self.visit
-        starts = self.plan.starts
+        starts, deferred = self.plan.starts, self.deferred
         verdicts: dict[tuple, str] = {}
+        unfit: dict[tuple, str] = {}  # shape -> why no node can take it ("" = some can)
+        bounds = FitBounds()
+        gathers = self.config.fill != "priority"
+        promised, promised_nodes = self.promised, self.promised_nodes
+        now, due_wait = self.now, self.config.bf_due_wait
+        duration = self.duration
         for job in jobs:
             if tested >= limit:
                 reasons[job.job_id] = "Priority"
@@ -139,17 +221,54 @@ class Walk:
             tested += 1
             shape = _SHAPE(job)
             reason = verdicts.get(shape)
-            if reason is None:
-                if may_fit(job):
-                    started = len(starts)
-                    visit(job)
-                    if len(starts) != started:
-                        verdicts.clear()
+            if reason is not None:
+                reasons[job.job_id] = reason
+                continue
+            if not may_fit(job):
+                reasons[job.job_id] = verdicts[shape] = candidates(job).reason or "Priority"
+                continue
+            # plain: no -w, neither promised (kept to its nodes, never gathered) nor due
+            plain = gathers and not job.nodelist and job.job_id not in promised \
+                and job.job_id not in promised_nodes \
+                and not (due_wait and now - job.submit_time >= due_wait)  # as ``due``
+            if plain:
+                why = unfit.get(shape)
+                if why is None:
+                    why = unfit[shape] = candidates(job).reason
+                plain = not why
+            if plain:
+                key, point = FitBounds.of(job, duration(job))
+                known = bounds.known(key, point)
+                if known is not None:
+                    if known:
+                        deferred.append(job)
+                    reasons[job.job_id] = "Priority"
                     continue
-                reason = verdicts[shape] = candidates(job).reason or "Priority"
-            reasons[job.job_id] = reason
+            started = len(starts)
+            visit(job)
+            if len(starts) != started:
+                verdicts.clear()
+                bounds.clear()
+            elif plain:
+                bounds.learn(key, point, bool(deferred) and deferred[-1] is job)
         self.plan.depth = tested
         return self.finish()
+
+    def too_wide_left_out(self, jobs: Iterator[PendingJob], tested: int, limit: int,
+                          ) -> tuple[Iterator[PendingJob], int]:
+        """The tail without the jobs that ask for more CPUs per node than any node has free now
+        (found by a pass in C), when nobody reads their reasons (``explain`` off): the walk
+        would only name them, since what is free now can only shrink while it walks (it starts
+        jobs; nothing ends), so none of them could fit now when its turn came. The jobs past
+        ``bf_max_job_test`` stay where they are, and the left-out ones count as tested."""
+        rest = list(jobs)
+        room = max(limit - tested, 0)
+        looked, beyond = rest[:room], rest[room:]
+        wide = list(map(gt, map(_CPUS, looked), repeat(self.free.max_cpus)))
+        # an exclusive job's answer is the whole node's: walked, as before
+        wide = list(map(and_, wide, map(not_, map(_EXCLUSIVE, looked))))
+        kept = list(compress(looked, map(not_, wide)))
+        return iter(kept + beyond), tested + len(looked) - len(kept)
 
     def name_the_rest(self, jobs: Iterable[PendingJob]) -> None:
         """``Priority`` for the jobs the walk will not look at, when reasons are wanted."""
@@ -161,13 +280,18 @@ class Walk:
             self.fill_hole()
         return self.plan
 
-    def visit(self, job: PendingJob) -> None:
+    def nodes_for(self, job: PendingJob) -> placement.Candidates:
+        """The nodes the job may use: those that pass its filters, kept to its promise's."""
         cands = self.candidates(job)
+        if not cands.reason and job.job_id in self.promised_nodes:
+            cands = placement.keep_to(cands, self.promised_nodes[job.job_id], job.num_nodes)
+        return cands
+
+    def visit(self, job: PendingJob) -> None:
+        cands = self.nodes_for(job)
         if cands.reason:
             self.plan.reasons[job.job_id] = cands.reason
             return
-        if job.job_id in self.promised_nodes:
-            cands = placement.keep_to(cands, self.promised_nodes[job.job_id], job.num_nodes)
         if self.free.may_fit(job):
             chosen = placement.place_now(job, cands, self.now, self.end_of(job, self.now),
                                          self.free)
@@ -209,15 +333,15 @@ class Walk:
         for tl in chosen:
             self.free.after_change(tl)
         self.plan.starts.append((job.job_id, allocation))
+        if self.held is not None:
+            self.began.append((job.job_id, end, allocation))
         self.plan.reasons.pop(job.job_id, None)
         if self.blocked:
             self.plan.backfilled += 1
 
     def reserve(self, job: PendingJob, nodes: list[NodeTimeline]) -> None:
         """Plan the job at its earliest start; hold the resources there (with backfill)."""
-        duration = self.end_of(job, self.now) - self.now
-        horizon = self.now + self.config.bf_window
-        found = placement.earliest_start(job, nodes, self.now, duration, horizon)
+        found = self.earliest(job, nodes)
         if found is None:
             return
         t, chosen = found
@@ -226,10 +350,21 @@ class Walk:
         if not self.config.backfill:
             return  # FCFS: nothing may start behind the head, so nothing need be held
         end = self.end_of(job, t)
-        for tl in chosen:
-            tl.hold(placement.demand_on(job, tl.view), t, end)
+        demands = [placement.demand_on(job, tl.view) for tl in chosen]
+        for tl, demand in zip(chosen, demands, strict=True):
+            tl.hold(demand, t, end)
+        if self.held is not None:
+            self.held[job.job_id] = Held(job, t, end, tuple(
+                (tl.index, demand) for tl, demand in zip(chosen, demands, strict=True)))
         self.reservations += 1
         self.planned_all = self.reservations >= self.config.bf_max_reservations
+
+    def earliest(self, job: PendingJob, nodes: list[NodeTimeline],
+                 ) -> tuple[float, list[NodeTimeline]] | None:
+        """The job's earliest start within ``bf_window`` on ``nodes``, and the nodes then."""
+        duration = self.end_of(job, self.now) - self.now
+        horizon = self.now + self.config.bf_window
+        return placement.earliest_start(job, nodes, self.now, duration, horizon)
 
     def fill_hole(self) -> None:
         """Start the gathered jobs that still fit, in the order of the fill rule."""

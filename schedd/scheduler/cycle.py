@@ -27,7 +27,7 @@ from itertools import compress
 from operator import attrgetter, indexOf, not_
 
 from schedd.config import SchedulerConfig
-from schedd.scheduler import fairshare, licenses, limits, preempt, priority, profile
+from schedd.scheduler import fairshare, licenses, limits, preempt, priority, profile, replan
 from schedd.scheduler import reserved as reservations
 from schedd.scheduler.backfill import Walk, check_config
 from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot, Start
@@ -55,12 +55,16 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     order, members = resv.split(order) if named else (order, {})
     # preemption picks its preemptors by the reasons, so it needs them even when nobody reads them
     explain = snapshot.explain or snapshot.preemption is not None
+    carry = not named and replan.eligible(snapshot, config)  # the plan goes to the next cycle
     walk = Walk(timelines, snapshot.now, config, snapshot.promised,
-                snapshot.promised_nodes, explain)
+                snapshot.promised_nodes, explain, record=carry)
     gate = licenses.LicenseGate(snapshot.licenses, snapshot.running) \
         if snapshot.licenses else None  # -L: a job waits for its licenses (licenses.py)
     walking = gate.screen(order, walk.plan.starts, walk.plan.reasons) if gate else order
-    if snapshot.limits is None:
+    replanned = replan.Replan(snapshot, config, walk) if carry else None
+    if replanned is not None:  # only what changed since the last cycle's plan (replan.py)
+        plan = replanned.run(walking)
+    elif snapshot.limits is None:
         plan = walk.run(walking)
     else:  # association/QOS limits: skip blocked jobs, count each start (limits.py)
         enforcer = limits.Enforcer(snapshot.limits, snapshot.running, snapshot.nodes,
@@ -84,6 +88,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
         depth=plan.depth, backfilled=min(plan.backfilled, len(plan.starts)),
         priorities=shown,
         preemptions=preemptions,
+        memo=replanned.memo(plan.expected_start, plan.reserved_nodes) if replanned else None,
     )
 
 
@@ -181,8 +186,10 @@ def promised_first(base: list[PendingJob], promised: dict[int, float],
         base = list(compress(base, map(not_, mask)))
     if not first:
         return base
-    first.sort(key=lambda j: promised[j.job_id])
-    return first + base
+    # promise order, stable (queue order among equal promises), sorted by a key list read in C
+    # rather than a key function called per job: this runs every cycle over every promise
+    keys = list(map(promised.__getitem__, map(_JOB_ID, first)))
+    return list(map(first.__getitem__, sorted(range(len(first)), key=keys.__getitem__))) + base
 
 
 def _index_in(base: list[PendingJob], ids: list[int] | None):

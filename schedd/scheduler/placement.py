@@ -277,6 +277,11 @@ class FreeIndex:
             self._keys = sorted(self.buckets)
         return [k for k in self._keys if k[0] >= gpus and k[1] >= cpus]
 
+    @property
+    def max_cpus(self) -> int:
+        """The most CPUs free now on any available node."""
+        return self._max_cpus
+
     def may_fit(self, job: PendingJob) -> bool:
         """False only when no set of ``num_nodes`` available nodes has enough free now."""
         if job.exclusive:

@@ -19,13 +19,18 @@ earlier than it is surely free.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse, islice
+from operator import attrgetter
 
 from schedd.scheduler.snapshot import NodeView, RunningJob
 
 INFINITY = math.inf
+_GPU_INDEX = attrgetter("index")
+# a node's step function: breakpoints, free CPUs, memory and GPUs per segment, and monotone
+Steps = tuple[list[float], list[int], list[int], list[int], bool]
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,8 +65,10 @@ class NodeTimeline:
         self.mem: list[int] = [view.memory_mb]
         self.gpus: list[int] = [len(view.gpus)]
         self.monotone = True
-        self.gpus_free: list[int] = sorted(g.index for g in view.gpus)
-        self.islands: dict[int, int] = {g.index: g.island for g in view.gpus}
+        self.gpus_free: list[int] = sorted(map(_GPU_INDEX, view.gpus))
+        # GPU index -> NVLink island, made when a job first picks GPUs here (most nodes of a
+        # cycle start nothing, and a profile is built every cycle)
+        self.islands: dict[int, int] | None = None
         self.cpus_held: set[int] = set()  # CPU ids held now (by running or just placed jobs)
         # start_intervals answers until the next change: reservations of one shape ask often
         self._memo: dict[tuple, list[tuple[float, float]]] = {}
@@ -94,11 +101,11 @@ class NodeTimeline:
         Returns how many of its GPU indices this node really has (the count to give back)."""
         self.cpus_held.update(cpu_ids)
         taken = 0
-        for i in gpu_indices:
-            pos = bisect_left(self.gpus_free, i)
-            if pos < len(self.gpus_free) and self.gpus_free[pos] == i:
-                del self.gpus_free[pos]
-                taken += 1
+        if gpu_indices:  # set operations in C: a profile is built from every running job
+            left = set(self.gpus_free).difference(gpu_indices)
+            taken = len(self.gpus_free) - len(left)
+            if taken:
+                self.gpus_free = sorted(left)
         self.cpus[0] -= cpus
         self.mem[0] -= mem
         self.gpus[0] -= taken
@@ -237,6 +244,32 @@ class NodeTimeline:
             self.mem[k] -= d.mem
             self.gpus[k] -= d.gpus
 
+    def agrees(self, future: Steps) -> bool:
+        """Whether ``future`` (the last cycle's final step function of this node) has free
+        now what this node has: then ``adopt`` may take it."""
+        times, cpus, mem, gpus, _monotone = future
+        k = bisect_right(times, self.times[0]) - 1
+        return k >= 0 and (cpus[k], mem[k], gpus[k]) == (self.cpus[0], self.mem[0], self.gpus[0])
+
+    def adopt(self, future: Steps) -> None:
+        """Take ``future`` from now on as this node's step function (``agrees`` first). Its
+        ``monotone`` is kept: a node that carried a future reservation stays non-monotone,
+        which every question answers alike, only slower. The lists are copied."""
+        times, cpus, mem, gpus, monotone = future
+        now = self.times[0]
+        k = bisect_right(times, now) - 1
+        self.times = [now, *times[k + 1:]]
+        self.cpus = cpus[k:]
+        self.mem = mem[k:]
+        self.gpus = gpus[k:]
+        self.monotone = monotone
+        self._memo.clear()
+        self._first.clear()
+
+    def steps(self) -> Steps:
+        """The step function as it stands (for ``adopt`` in the next cycle; not copied)."""
+        return self.times, self.cpus, self.mem, self.gpus, self.monotone
+
     def pick_gpus(self, count: int) -> list[int]:
         """Choose ``count`` free GPU indices now, keeping NVLink islands whole.
 
@@ -246,6 +279,8 @@ class NodeTimeline:
         """
         if count <= 0:
             return []
+        if self.islands is None:
+            self.islands = {g.index: g.island for g in self.view.gpus}
         by_island: dict[int, list[int]] = {}
         for i in self.gpus_free:
             by_island.setdefault(self.islands.get(i, 0), []).append(i)
@@ -284,9 +319,12 @@ class NodeTimeline:
             for g in self.view.gpus:
                 if g.index in wanted:
                     near.update(g.cpus)
+        if not near:  # the lowest free ids: a scan in C that stops once it has them
+            chosen = list(islice(filterfalse(held.__contains__, range(self.view.cpus)), count))
+            held.update(chosen)
+            return chosen
         free = [c for c in range(self.view.cpus) if c not in held]
-        if near:
-            free.sort(key=lambda c: (c not in near, c))
+        free.sort(key=lambda c: (c not in near, c))
         chosen = sorted(free[:count])
         held.update(chosen)
         return chosen

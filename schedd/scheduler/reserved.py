@@ -50,6 +50,9 @@ class Reserved:
                 self.on_node.setdefault(node, []).append(r)
         self.running_outside: list[RunningJob] = []
         self.members: dict[str, list[RunningJob]] = {}
+        if not self.views:  # no reservation: every running job is an ordinary release
+            self.running_outside = snapshot.running
+            return
         for run in snapshot.running:
             if self._inside(run):
                 self.members.setdefault(run.reservation, []).append(run)
@@ -77,6 +80,8 @@ class Reserved:
     def block(self, timelines: Sequence[NodeTimeline]) -> None:
         """Take every holding from the main profile during its window; hide member jobs' GPU
         indices (their counts are inside the holding)."""
+        if not self.views:
+            return
         by_name = {tl.view.name: tl for tl in timelines}
         for r in self.views.values():
             end = round_up(r.end, self.resolution)

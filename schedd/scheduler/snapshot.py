@@ -241,6 +241,12 @@ class Snapshot:
     plain_arrivals: bool = False
     # the cluster's licenses ([[license]]: name -> count); empty: none configured
     licenses: dict[str, int] = field(default_factory=dict)
+    # the last cycle's plan (Decisions.memo handed back; scheduler/replan.py): lets a policy
+    # that reserves for every job (conservative backfill) plan again only what changed. Checked
+    # against this snapshot before any of it is used; the decisions are the same without it.
+    # The simulator hands it back; the daemon does not. Opaque to the caller (a
+    # replan.PlanMemo, whose module builds on this one).
+    memo: object | None = None
 
 
 @dataclass(slots=True)
@@ -262,6 +268,7 @@ class Decisions:
     preemptions: list[Preemption] = field(default_factory=list)  # scheduler/preempt.py
     depth: int = 0  # pending jobs the walk tested (sdiag)
     backfilled: int = 0  # of the starts, those behind a job that could not start (sdiag)
+    memo: object | None = None  # for the next cycle's Snapshot.memo (scheduler/replan.py)
 
 
 def cpus_per_node(job: Job) -> int:

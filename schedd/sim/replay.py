@@ -6,8 +6,10 @@ The loop, event by event:
 2. apply every event at ``now`` at once: ends free their resources, arrivals join the queue;
 3. run ONE scheduling cycle, ``schedule(Snapshot(now, ...), config)``, over the whole state,
    feeding back the previous cycle's expected starts and their nodes as ``Snapshot.promised``
-   and ``Snapshot.promised_nodes`` (as the daemon does) and, when fair share weighs, the
-   associations' decayed usage (``schedd.sim.usage``);
+   and ``Snapshot.promised_nodes`` (as the daemon does), the plan itself (``Decisions.memo``
+   as ``Snapshot.memo``: conservative backfill then plans only what changed,
+   ``schedd.scheduler.replan``) and, when fair share weighs, the associations' decayed usage
+   (``schedd.sim.usage``);
 4. start the decided jobs at ``now`` (each ends at ``now + run``; the core was told
    ``now + estimate``), and note every reservation the plan made (``Decisions.expected_start``).
 
@@ -109,13 +111,22 @@ class _Promises:
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
 
-    def update(self, decisions: Decisions, pending: dict[int, PendingJob]) -> None:
-        # passes over the plan only: it can be as long as the queue, and this runs every cycle
-        # (``times.keys() - first.keys()`` would also pass over every job ever promised)
-        self.times = {j: t for j, t in decisions.expected_start.items() if j in pending}
-        self.nodes = {j: n for j, n in decisions.reserved_nodes.items() if j in self.times}
-        for job_id, t in self.times.items():
-            self.first.setdefault(job_id, t)
+    def update(self, decisions: Decisions) -> None:
+        """Take the plan of a cycle whose starts were applied. The plan names only jobs of that
+        cycle's queue, so those still pending are the plan less the jobs it started; this runs
+        every cycle and the plan can be as long as the queue, so only C-level passes over it
+        (the first promise is noted for the jobs new to the plan: a set difference with the
+        last plan, not a pass over every job ever promised)."""
+        before = self.times
+        self.times = dict(decisions.expected_start)
+        self.nodes = dict(decisions.reserved_nodes)
+        for start in decisions.starts:
+            self.times.pop(start.job_id, None)
+            self.nodes.pop(start.job_id, None)
+        for job_id in self.nodes.keys() - self.times.keys():  # nodes held without a start
+            del self.nodes[job_id]
+        for job_id in self.times.keys() - before.keys():
+            self.first.setdefault(job_id, self.times[job_id])
         self.last.update(self.times)
 
 
@@ -139,6 +150,7 @@ def replay(
     promises = _Promises()
     plain = _in_order(arrivals)
     cycles, core = 0, 0.0
+    memo = None
     began = time.perf_counter()
     i, n = 0, len(arrivals)
     inf = float("inf")
@@ -158,7 +170,7 @@ def replay(
                             list(state.pending.values()),
                             state.usage.views(now) if state.usage else [],
                             promises.times, promises.nodes, explain=False,
-                            plain_arrivals=plain)
+                            plain_arrivals=plain, memo=memo)
         t0 = time.perf_counter()
         decisions = schedule(snapshot, config)
         core += time.perf_counter() - t0
@@ -170,7 +182,8 @@ def replay(
         if state.predictor is not None and i > arrived:
             state.predictor.forecast(snapshot, [a.job_id for a, _ in arrivals[arrived:i]],
                                      {s.job_id for s in decisions.starts})
-        promises.update(decisions, state.pending)
+        promises.update(decisions)
+        memo = decisions.memo  # the plan, for a policy that carries it (scheduler/replan.py)
     if state.pending:
         raise SimError(
             f"the scheduler left {len(state.pending)} job(s) pending on an idle machine "
