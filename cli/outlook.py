@@ -5,9 +5,11 @@ start under run times predicted from history, and the nearby shapes that start s
 
 from __future__ import annotations
 
-from typing import Any
-
 from cli.formats import fmt_time
+
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def about(seconds: float) -> str:
