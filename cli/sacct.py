@@ -507,25 +507,16 @@ def _tres_json(text: str) -> list[dict[str, Any]]:
     return items
 
 
-def _cpu_json(row: dict[str, Any]) -> dict[str, Any]:
-    """time.total/user/system as data_parser v0.0.38 spells them; absent when unknown."""
-    out = {}
-    for key, name in (("total_cpu", "total"), ("user_cpu", "user"), ("system_cpu", "system")):
-        value = row.get(key)
-        if value is not None:
-            secs = float(value)
-            out[name] = {"seconds": int(secs), "microseconds": int(round((secs % 1) * 1e6))}
-    return out
-
-
 def json_doc(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """sacct --json in the shape of Slurm's data_parser v0.0.38 (the keys tools read), plus
     kiln's own figures under "kiln"."""
+    from cli.sacct_json import cpu_times  # time.total/user/system, spelt alike in every version
+
     jobs: list[dict[str, Any]] = []
     for row in rows:
         times = {"elapsed": int(row.get("elapsed") or 0), "start": int(row.get("start") or 0),
                  "end": int(row.get("end") or 0), "submission": int(row.get("submit") or 0),
-                 "eligible": int(row.get("eligible") or 0), **_cpu_json(row)}
+                 "eligible": int(row.get("eligible") or 0), **cpu_times(row)}
         if row["kind"] == "step":
             if jobs:
                 jobs[-1]["steps"].append({
