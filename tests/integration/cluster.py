@@ -290,6 +290,24 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def pid_exists(pid: int) -> bool:
+    """Whether a process of that pid exists (a zombie too): ``kill(pid, 0)``."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def node_state(cluster: Cluster, node: str) -> str:
+    """The node's state as ``sinfo -N -o '%N %T'`` prints it, lower case ('' if not listed)."""
+    for line in cluster.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.splitlines():
+        name, _, state = line.strip().partition(" ")
+        if name == node:
+            return state.strip().lower()
+    return ""
+
+
 _made_users: list[str] = []
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster, cleanup, world_tempdir
+from tests.integration.cluster import Cluster, cleanup, pid_exists, world_tempdir
 from tests.integration.conftest import BACKENDS, _cluster
 
 FINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL"}
@@ -27,14 +27,6 @@ def restartable(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 def _agent_pid(cluster: Cluster) -> int:
     return int((cluster.home / "run" / "agentd-node1.pid").read_text())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:
@@ -54,7 +46,7 @@ def _job_pid(workdir: Path) -> int:
 def _kill9_agent_and_restart(cluster: Cluster) -> None:
     old = _agent_pid(cluster)
     os.kill(old, signal.SIGKILL)
-    _wait_for(lambda: not _alive(old) or _zombie(old), 10, "agentd survived SIGKILL")
+    _wait_for(lambda: not pid_exists(old) or _zombie(old), 10, "agentd survived SIGKILL")
     res = cluster.run("kiln", "up")
     assert res.returncode == 0, res.stderr
     assert "started agentd node1" in res.stdout
@@ -76,14 +68,14 @@ def test_job_outlives_agent_kill9_and_still_times_out(restartable: Cluster) -> N
         restartable.wait(job_id, {"RUNNING"})
         pid = _job_pid(workdir)
         _kill9_agent_and_restart(restartable)
-        assert _alive(pid), "the job died with its agent"
+        assert pid_exists(pid), "the job died with its agent"
         job = restartable.job(job_id)
         assert job["state"] == "RUNNING" and job["restart_count"] == 0
         log = (restartable.home / "log" / "agentd-node1.log").read_text()
         assert "registered with schedd" in log
         job = restartable.wait(job_id, FINAL, timeout=60)
         assert job["state"] == "TIMEOUT", job
-        _wait_for(lambda: not _alive(pid), 10, "the timed-out job's process survived")
+        _wait_for(lambda: not pid_exists(pid), 10, "the timed-out job's process survived")
         assert "DUE TO TIME LIMIT" in (workdir / f"slurm-{job_id}.out").read_text()
         assert job["restart_count"] == 0  # one run, never relaunched
     finally:
@@ -99,7 +91,7 @@ def test_job_that_ends_while_no_agent_watches_is_completed(restartable: Cluster)
         pid = _job_pid(workdir)
         old = _agent_pid(restartable)
         os.kill(old, signal.SIGKILL)
-        _wait_for(lambda: not _alive(pid), 30, "the job never ended")
+        _wait_for(lambda: not pid_exists(pid), 30, "the job never ended")
         res = restartable.run("kiln", "up")
         assert res.returncode == 0, res.stderr
         job = restartable.wait(job_id, FINAL, timeout=30)
@@ -121,10 +113,10 @@ def test_job_that_exits_3_while_no_agent_watches_is_failed_3_0_in_sacct(
         pid = _job_pid(workdir)
         old = _agent_pid(restartable)
         os.kill(old, signal.SIGKILL)
-        _wait_for(lambda: not _alive(old) or _zombie(old), 10, "agentd survived SIGKILL")
-        assert _alive(pid), "the job died with its agent"
+        _wait_for(lambda: not pid_exists(old) or _zombie(old), 10, "agentd survived SIGKILL")
+        assert pid_exists(pid), "the job died with its agent"
         (workdir / "go").touch()
-        _wait_for(lambda: not _alive(pid) or _zombie(pid), 30, "the job never ended")
+        _wait_for(lambda: not pid_exists(pid) or _zombie(pid), 30, "the job never ended")
         res = restartable.run("kiln", "up")
         assert res.returncode == 0, res.stderr
         job = restartable.wait(job_id, FINAL, timeout=30)
@@ -147,7 +139,7 @@ def test_walltime_is_kept_while_no_agent_runs(restartable: Cluster) -> None:
         old = _agent_pid(restartable)
         os.kill(old, signal.SIGKILL)
         # no agent runs: the job's supervisor alone ends it at its limit
-        _wait_for(lambda: not _alive(pid) or _zombie(pid), 60,
+        _wait_for(lambda: not pid_exists(pid) or _zombie(pid), 60,
                   "the job outlived its limit while its agent was down")
         assert "DUE TO TIME LIMIT" in (workdir / f"slurm-{job_id}.out").read_text()
         res = restartable.run("kiln", "up")

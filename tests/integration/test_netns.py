@@ -8,7 +8,6 @@ stale run once the node is heard again."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from schedd import keys
-from tests.integration.cluster import Cluster, cleanup, world_tempdir
+from tests.integration.cluster import Cluster, cleanup, node_state, pid_exists, world_tempdir
 from tests.integration.conftest import BACKENDS, _cluster
 from tests.integration.netns import Netns, namespace
 
@@ -60,7 +59,7 @@ def split(request: pytest.FixtureRequest) -> Iterator[Split]:
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env=cluster.env)
         stack.callback(_stop, agent)
-        _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 never registered")
+        _until(lambda: node_state(cluster, "node2") == "idle", 30, "node2 never registered")
         yield Split(cluster, ns, agent)
 
 
@@ -75,22 +74,6 @@ def _until(predicate, timeout: float, what: str) -> None:
     while not predicate():
         assert time.time() < deadline, what
         time.sleep(0.1)
-
-
-def _node_state(cluster: Cluster, node: str) -> str:
-    for line in cluster.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.splitlines():
-        name, _, state = line.strip().partition(" ")
-        if name == node:
-            return state.strip().lower()
-    return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _pid(path: Path) -> int:
@@ -108,7 +91,7 @@ def test_agent_enforces_walltime_while_cut_off_and_reports_after(split: Split) -
         pid = _pid(workdir / "pid")
         ns.cut()
         try:
-            _until(lambda: not _alive(pid), 20, "the cut-off agent did not end the job")
+            _until(lambda: not pid_exists(pid), 20, "the cut-off agent did not end the job")
             # schedd heard nothing: to it the job still runs, and node2 is not DOWN yet
             assert cluster.job(job_id)["state"] == "RUNNING"
         finally:
@@ -117,7 +100,7 @@ def test_agent_enforces_walltime_while_cut_off_and_reports_after(split: Split) -
         assert job["state"] == "TIMEOUT", job
         assert job["restart_count"] == 0
         assert "DUE TO TIME LIMIT" in (workdir / f"slurm-{job_id}.out").read_text()
-        _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 not idle again")
+        _until(lambda: node_state(cluster, "node2") == "idle", 30, "node2 not idle again")
     finally:
         cleanup(workdir)
 
@@ -138,8 +121,8 @@ def test_long_cut_fences_the_job_before_it_is_requeued_elsewhere(split: Split) -
             _until(lambda: cluster.job(victim)["restart_count"] == 1, NODE_TIMEOUT + 20,
                    "the cut-off node's job was never requeued")
             # fenced on the cut-off node (fence_timeout) before schedd requeued it
-            assert not _alive(first), "the old run lives on beside its requeued copy"
-            assert _node_state(cluster, "node2") == "down"
+            assert not pid_exists(first), "the old run lives on beside its requeued copy"
+            assert node_state(cluster, "node2") == "down"
             assert cluster.job(victim)["state"] == "PENDING"
             assert "DUE TO NODE FAILURE" in (workdir / f"slurm-{victim}.out").read_text()
             cluster.run("scancel", str(blocker))  # room for it on node1
@@ -148,7 +131,7 @@ def test_long_cut_fences_the_job_before_it_is_requeued_elsewhere(split: Split) -
             ns.restore()
         assert cluster.job(victim)["state"] == "RUNNING"
         assert cluster.job(victim)["node_list"] == "node1"
-        _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
+        _until(lambda: node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
         cluster.run("scancel", str(victim))
         cluster.wait(victim, {"CANCELLED"})
         assert len((workdir / "pids").read_text().split()) == 2  # two runs, one after the other
@@ -176,23 +159,23 @@ def test_keep_runs_on_when_cut_off_and_its_stale_run_dies_once_heard(split: Spli
         old, other = _pid(workdir / "kept"), _pid(workdir / "fenced")
         ns.cut()
         try:
-            _until(lambda: not _alive(other), FENCE_TIMEOUT + 20, "the kill job was not fenced")
-            assert _alive(old), "a keep partition's job was fenced"
+            _until(lambda: not pid_exists(other), FENCE_TIMEOUT + 20, "the kill job was not fenced")
+            assert pid_exists(old), "a keep partition's job was fenced"
             _until(lambda: cluster.job(kept)["restart_count"] == 1, NODE_TIMEOUT + 20,
                    "the cut-off node's keep job was never requeued")
-            assert _alive(old)  # schedd cannot stop it: the documented overlap begins
+            assert pid_exists(old)  # schedd cannot stop it: the documented overlap begins
             cluster.run("scancel", str(blocker))  # room for the copy on node1
             assert cluster.wait(kept, {"RUNNING"}, timeout=30)["node_list"] == "node1"
             _until(lambda: len((workdir / "kept").read_text().split()) == 2, 30,
                    "the requeued copy never started")
-            assert _alive(old), "the two runs should overlap while node2 is cut off"
+            assert pid_exists(old), "the two runs should overlap while node2 is cut off"
         finally:
             ns.restore()
-        _until(lambda: not _alive(old), 60, "the stale run lived on after node2 was heard")
+        _until(lambda: not pid_exists(old), 60, "the stale run lived on after node2 was heard")
         job = cluster.job(kept)
         assert (job["state"], job["node_list"], job["restart_count"]) == ("RUNNING", "node1", 1)
-        assert _alive(int((workdir / "kept").read_text().split()[1]))  # the copy runs on
-        _until(lambda: _node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
+        assert pid_exists(int((workdir / "kept").read_text().split()[1]))  # the copy runs on
+        _until(lambda: node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
         cluster.run("scancel", str(kept))
         cluster.wait(kept, {"CANCELLED"})
     finally:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.cluster import Cluster, cleanup, world_tempdir
+from tests.integration.cluster import Cluster, cleanup, pid_exists, world_tempdir
 from tests.integration.conftest import BACKENDS, _cluster
 
 
@@ -27,14 +27,6 @@ def flaky(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 def _agent_pid(cluster: Cluster, node: str) -> int:
     return int((cluster.home / "run" / f"agentd-{node}.pid").read_text())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_silent_node_requeues_its_job_and_fences_the_old_run(flaky: Cluster) -> None:
@@ -60,7 +52,7 @@ def test_silent_node_requeues_its_job_and_fences_the_old_run(flaky: Cluster) -> 
             while time.time() < deadline and flaky.job(victim)["restart_count"] == 0:
                 time.sleep(0.2)
             # the old run was fenced by its supervisor before schedd requeued the job
-            assert not _alive(first_pid), "the old run lives on beside its requeued copy"
+            assert not pid_exists(first_pid), "the old run lives on beside its requeued copy"
             job = flaky.job(victim)
             assert job["restart_count"] == 1 and job["state"] == "PENDING"
             nodes = flaky.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.split("\n")
@@ -72,7 +64,7 @@ def test_silent_node_requeues_its_job_and_fences_the_old_run(flaky: Cluster) -> 
         finally:
             os.kill(agent, signal.SIGCONT)
         # the agent is back: its stale report changes nothing, the new run goes on
-        assert not _alive(first_pid)
+        assert not pid_exists(first_pid)
         assert flaky.job(victim)["state"] == "RUNNING"
         deadline = time.time() + 20
         while "node2 idle" not in flaky.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.lower():

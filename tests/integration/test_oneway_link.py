@@ -14,7 +14,6 @@ SQLite only: what is under test is the agent's clock, not the ledger.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from schedd import keys
-from tests.integration.cluster import Cluster, cleanup, until, world_tempdir
+from tests.integration.cluster import Cluster, cleanup, node_state, pid_exists, until, world_tempdir
 from tests.integration.conftest import _cluster
 from tests.integration.oneway import OneWay, one_way
 
@@ -64,7 +63,7 @@ def link(request: pytest.FixtureRequest) -> Iterator[Link]:
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env=cluster.env)
         stack.callback(_stop, agent)
-        until(lambda: _node_state(cluster, "node2") == "idle", "node2 registered", 30)
+        until(lambda: node_state(cluster, "node2") == "idle", "node2 registered", 30)
         yield Link(cluster, relay, agent)
 
 
@@ -78,22 +77,6 @@ def _stop(agent: subprocess.Popen) -> None:
             agent.wait(timeout=10)
 
 
-def _node_state(cluster: Cluster, node: str) -> str:
-    for line in cluster.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.splitlines():
-        name, _, state = line.strip().partition(" ")
-        if name == node:
-            return state.strip().lower()
-    return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _pid(path: Path) -> int:
     return int(until(lambda: path.exists() and path.read_text().split() and
                      path.read_text().split()[0], f"{path.name} written", 30))
@@ -104,7 +87,7 @@ def _back(link: Link) -> None:
     for direction in ("up", "down"):
         link.relay.release(direction)
     link.cluster.run("scancel", "-u", "root")
-    until(lambda: _node_state(link.cluster, "node2") == "idle", "node2 idle again", 60)
+    until(lambda: node_state(link.cluster, "node2") == "idle", "node2 idle again", 60)
 
 
 def test_an_agent_that_hears_nothing_fences_though_schedd_hears_it(link: Link) -> None:
@@ -118,7 +101,7 @@ def test_an_agent_that_hears_nothing_fences_though_schedd_hears_it(link: Link) -
         link.relay.hold("down")
         cut_at = time.monotonic()
         try:
-            until(lambda: not _alive(pid), "the deaf agent's job fenced", FENCE_TIMEOUT + 20)
+            until(lambda: not pid_exists(pid), "the deaf agent's job fenced", FENCE_TIMEOUT + 20)
             # the report went the way still open: schedd ends the run as the fence says
             assert cluster.wait(job_id, {"NODE_FAIL", "COMPLETED", "FAILED", "CANCELLED"},
                                 timeout=30)["state"] == "NODE_FAIL"
@@ -126,7 +109,7 @@ def test_an_agent_that_hears_nothing_fences_though_schedd_hears_it(link: Link) -
             assert "node node2 has not heard the controller for" in text
             time.sleep(max(0.0, cut_at + NODE_TIMEOUT + 2 - time.monotonic()))
             # past node_timeout, schedd still hears node2's heartbeats: not DOWN
-            assert _node_state(cluster, "node2") in ("idle", "mixed", "completing")
+            assert node_state(cluster, "node2") in ("idle", "mixed", "completing")
         finally:
             _back(link)
     finally:
@@ -155,8 +138,8 @@ def test_commands_that_still_arrive_do_not_keep_a_cut_off_run_alive(link: Link) 
 
             until(requeued, "the cut-off node's job requeued", NODE_TIMEOUT + 30)
             # fenced on node2 before schedd requeued it, commands heard or not
-            assert not _alive(first), "the old run lives on beside its requeued copy"
-            assert _node_state(cluster, "node2") == "down"
+            assert not pid_exists(first), "the old run lives on beside its requeued copy"
+            assert node_state(cluster, "node2") == "down"
         finally:
             _back(link)
         assert cluster.wait(victim, {"CANCELLED"})["state"] == "CANCELLED"
