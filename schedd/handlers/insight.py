@@ -111,7 +111,7 @@ def _factors(ctx: Context, shown: list[Job], considered: list[Job],
         return {}
     state = ctx.state
     sched = ctx.cfg.scheduler
-    shares = state.usage.fairshare.factors() if sched.weight_fairshare else {}
+    shares = state.usage.fairshare.cycle_factors() if sched.weight_fairshare else {}
     views = [state.pending_view(j) for j in shown]
     views.append(PendingJob(job_id=-1, partition_priority=max(
         (p.priority_tier for p in _partitions_of(ctx, considered)), default=1),
@@ -194,10 +194,9 @@ def job_priority(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str
     and ``users`` narrow the jobs shown; PrivateData=jobs shows a user only their own."""
     state, sched, now = ctx.state, ctx.cfg.scheduler, ctx.now()
     queue = [j for j in state.pending() if not j.held]
-    # no association tree: the cycle's fair share is the same for every job (None), not 0
-    shares = (state.usage.fairshare.factors() or None) if sched.weight_fairshare else {}
+    shares = state.usage.fairshare.cycle_factors() if sched.weight_fairshare else {}
     table = explain.factor_breakdown([state.pending_view(j) for j in queue], now, sched,
-                                     _node_views(ctx), shares) if queue else {}  # type: ignore[arg-type]
+                                     _node_views(ctx), shares) if queue else {}
     shown = visible_jobs(ctx, caller, queue)
     if body.get("job_ids"):
         wanted = {j.id for j in select_jobs_reporting(ctx, {"job_ids": body["job_ids"]})[0]}

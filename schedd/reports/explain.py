@@ -59,8 +59,11 @@ def reason_text(reason: str) -> str:
 
 def factor_breakdown(pending: Sequence[PendingJob], now: float, config: SchedulerConfig,
                      nodes: Sequence[NodeView],
-                     shares: Mapping[AssocKey, float]) -> dict[int, dict[str, float]]:
+                     shares: Mapping[AssocKey, float] | None) -> dict[int, dict[str, float]]:
     """Each pending job's weighted priority factors (what sprio shows), plus ``nice``.
+
+    ``shares``: the association tree's fair-share factors as the cycle uses them
+    (``FairShareTree.cycle_factors``: None without a tree, every job's factor then 1).
 
     Every factor is the core's own sum with all weights but that one set to zero; a job with
     an administrator's fixed priority has only ``admin``.

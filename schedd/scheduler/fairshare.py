@@ -187,6 +187,11 @@ class FairShareTree:
     def factors(self) -> dict[AssocKey, float]:
         return factors(self.assocs.values())
 
+    def cycle_factors(self) -> dict[AssocKey, float] | None:
+        """The factors as the cycle weighs them (``cycle.ranked_order``): None without an
+        association tree, where fair share is the same (1) for every job, not 0 for each."""
+        return self.factors() or None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "half_life": self.half_life,

@@ -8,6 +8,7 @@ from schedd.config import SchedulerConfig
 from schedd.model import GPU
 from schedd.reports import explain
 from schedd.scheduler import priority
+from schedd.scheduler.fairshare import FairShareTree
 from schedd.scheduler.snapshot import NodeView, PendingJob
 
 
@@ -41,6 +42,19 @@ def test_factors_add_up_to_the_cores_priority(cfg: SchedulerConfig) -> None:
     assert table[2]["partition"] == pytest.approx(cfg.weight_partition / 2)
     assert table[3] == {"admin": 42.0}
     assert ("job_size" in table[1]) == bool(cfg.weight_job_size)
+
+
+def test_without_an_association_tree_fair_share_weighs_as_in_the_cycle() -> None:
+    """No association tree: the cycle gives every job fair share 1 (``shares`` None), so kiln
+    why and sprio show the whole weight, and the factors still add up to the priority."""
+    pending, now, cfg = _pending(), 7200.0, SchedulerConfig()
+    shares = FairShareTree().cycle_factors()
+    assert shares is None
+    table = explain.factor_breakdown(pending, now, cfg, _nodes(), shares)
+    full = priority.priorities(pending, now, cfg, priority.ClusterSize.of(_nodes()), shares)
+    for job in pending[:2]:
+        assert table[job.job_id]["fairshare"] == pytest.approx(cfg.weight_fairshare)
+        assert sum(table[job.job_id].values()) == pytest.approx(full[job.job_id])
 
 
 def test_every_reason_kiln_sets_reads_as_a_sentence() -> None:
