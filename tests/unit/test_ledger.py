@@ -37,31 +37,14 @@ from schedd.model import (
     PreemptMark,
     StopMark,
 )
-from tests.pgutil import PostgresUnavailable, fresh_database, fresh_schema
 
 # -- fixtures -------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def pg_database():
-    """One throwaway PostgreSQL database for the session (each test gets its own schema)."""
-    try:
-        manager = fresh_database()
-        url = manager.__enter__()
-    except PostgresUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield url
-    manager.__exit__(None, None, None)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request, tmp_path):
-    """An empty database, not migrated."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/kiln.db"
-        return
-    with fresh_schema(request.getfixturevalue("pg_database")) as schema_url:
-        yield schema_url
+@pytest.fixture
+def url(empty_ledger: str) -> str:
+    """An empty database, not migrated (tests/unit/conftest.py: both backends)."""
+    return empty_ledger
 
 
 @pytest.fixture

@@ -9,38 +9,18 @@ from pathlib import Path
 import pytest
 
 from schedd.config import Config
-from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.lifecycle.mail import Outbox
 from schedd.model import Job, JobState
 from schedd.state import State
-from tests.pgutil import PostgresUnavailable, fresh_database, fresh_schema
 
 START = 1_800_000_000.0
 LIMIT = 100  # seconds
 
 
-@pytest.fixture(scope="module")
-def pg_database():
-    try:
-        manager = fresh_database()
-        url = manager.__enter__()
-    except PostgresUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield url
-    manager.__exit__(None, None, None)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/kiln.db"
-        upgrade(url)
-        yield url
-        return
-    with fresh_schema(request.getfixturevalue("pg_database")) as url:
-        upgrade(url)
-        yield url
+@pytest.fixture
+def url(ledger_url: str) -> str:
+    return ledger_url
 
 
 class Recorded(Outbox):

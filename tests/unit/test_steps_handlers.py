@@ -17,43 +17,19 @@ from schedd.domain.steps import StepTable
 from schedd.handlers import agent
 from schedd.handlers import srun as h
 from schedd.identity import Caller
-from schedd.ledger.migrate import upgrade
 from schedd.ledger.records import StepRecord
 from schedd.ledger.store import Store
 from schedd.lifecycle import transitions
 from schedd.lifecycle.preemption import Tracker
 from schedd.model import Job, JobState, NodeAllocation
 from schedd.state import State
-from tests.pgutil import PostgresUnavailable, fresh_database, fresh_schema
 
 OWNER, STRANGER, ROOT = Caller(1000, 1000), Caller(1001, 1001), Caller(0, 0)
 
 
-@pytest.fixture(scope="module")
-def pg_database():
-    try:
-        manager = fresh_database()
-        url = manager.__enter__()
-    except PostgresUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield url
-    manager.__exit__(None, None, None)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/kiln.db"
-        upgrade(url)
-        s = Store(url)
-        yield s
-        s.close()
-        return
-    with fresh_schema(request.getfixturevalue("pg_database")) as url:
-        upgrade(url)
-        s = Store(url)
-        yield s
-        s.close()
+@pytest.fixture
+def store(ledger_store: Store) -> Store:
+    return ledger_store
 
 
 @dataclass
