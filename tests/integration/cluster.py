@@ -260,17 +260,54 @@ def _is_problem(record: str) -> bool:
             or " CRITICAL " in record or "Fatal Python error" in record)
 
 
-def until(check: Any, what: str, timeout: float = 60) -> Any:
+def until(check: Any, what: str = "", timeout: float = 60) -> Any:
     """Poll ``check()`` until it returns something true, and return that. The timeout only
-    bounds a hang: the test waits on the condition, never on a duration."""
+    bounds a hang: the test waits on the condition, never on a duration. ``what`` names the
+    condition in the failure (by default, the check's own name)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"never happened, in {timeout} s: {what}")
+            raise AssertionError(f"never happened, in {timeout} s: {what or _name(check)}")
         time.sleep(0.1)
+
+
+
+_RAW_CLIENT = r"""
+import json, sys
+from cli.client import Client
+from schedd import protocol
+client = Client(endpoint=sys.argv[1], timeout=10)
+out = []
+for n, line in enumerate(sys.stdin):
+    op, body = json.loads(line)
+    out.append(json.loads(client.exchange(protocol.request(op, body, n + 1))))
+print(json.dumps(out))
+"""
+
+
+def raw_requests(cluster: Cluster, user: str, requests: list[tuple[str, dict]]) -> list[dict]:
+    """Requests over the local socket as ``user`` from a bare client (no command's checks or
+    filtering): what an attacker's own program can send. Each reply whole, in order."""
+    res = subprocess.run(
+        ["runuser", "-u", user, "--", str(BIN / "python"), "-c", _RAW_CLIENT,
+         f"ipc://{cluster.home}/schedd.sock"],
+        input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
+        timeout=60, cwd="/tmp")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Kill a process a test started (an agent in a namespace, a second schedd) and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+def _name(check: Any) -> str:
+    return getattr(check, "__qualname__", repr(check))
 
 
 def release_file(workdir: Path, name: str = "release") -> str:

@@ -6,17 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.integration.cluster import Cluster, release_file
-
-
-def until(check, what: str, timeout: float = 30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"never happened: {what}")
+from tests.integration.cluster import Cluster, release_file, until
 
 
 def update(cluster: Cluster, job_id: int, *pairs: str, user: str | None = None):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -19,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from schedd import keys
-from tests.integration.cluster import Cluster, cleanup, node_state, pid_exists, world_tempdir
+from tests.integration.cluster import (
+    Cluster,
+    cleanup,
+    node_state,
+    pid_exists,
+    stop_process,
+    until,
+    world_tempdir,
+)
 from tests.integration.conftest import BACKENDS, _cluster
 from tests.integration.netns import Netns, namespace
 
@@ -58,26 +65,14 @@ def split(request: pytest.FixtureRequest) -> Iterator[Split]:
                     "--log-file", str(log)),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env=cluster.env)
-        stack.callback(_stop, agent)
-        _until(lambda: node_state(cluster, "node2") == "idle", 30, "node2 never registered")
+        stack.callback(stop_process, agent)
+        until(lambda: node_state(cluster, "node2") == "idle", "node2 never registered", 30)
         yield Split(cluster, ns, agent)
 
 
-def _stop(agent: subprocess.Popen) -> None:
-    if agent.poll() is None:
-        agent.kill()
-        agent.wait(timeout=10)
-
-
-def _until(predicate, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, what
-        time.sleep(0.1)
-
 
 def _pid(path: Path) -> int:
-    _until(lambda: path.exists() and path.read_text().strip(), 30, f"{path} never written")
+    until(lambda: path.exists() and path.read_text().strip(), f"{path} never written", 30)
     return int(path.read_text().split()[0])
 
 
@@ -91,7 +86,7 @@ def test_agent_enforces_walltime_while_cut_off_and_reports_after(split: Split) -
         pid = _pid(workdir / "pid")
         ns.cut()
         try:
-            _until(lambda: not pid_exists(pid), 20, "the cut-off agent did not end the job")
+            until(lambda: not pid_exists(pid), "the cut-off agent did not end the job", 20)
             # schedd heard nothing: to it the job still runs, and node2 is not DOWN yet
             assert cluster.job(job_id)["state"] == "RUNNING"
         finally:
@@ -100,7 +95,7 @@ def test_agent_enforces_walltime_while_cut_off_and_reports_after(split: Split) -
         assert job["state"] == "TIMEOUT", job
         assert job["restart_count"] == 0
         assert "DUE TO TIME LIMIT" in (workdir / f"slurm-{job_id}.out").read_text()
-        _until(lambda: node_state(cluster, "node2") == "idle", 30, "node2 not idle again")
+        until(lambda: node_state(cluster, "node2") == "idle", "node2 not idle again", 30)
     finally:
         cleanup(workdir)
 
@@ -118,8 +113,8 @@ def test_long_cut_fences_the_job_before_it_is_requeued_elsewhere(split: Split) -
         first = _pid(workdir / "pids")
         ns.cut()
         try:
-            _until(lambda: cluster.job(victim)["restart_count"] == 1, NODE_TIMEOUT + 20,
-                   "the cut-off node's job was never requeued")
+            until(lambda: cluster.job(victim)["restart_count"] == 1,
+                  "the cut-off node's job was never requeued", NODE_TIMEOUT + 20)
             # fenced on the cut-off node (fence_timeout) before schedd requeued it
             assert not pid_exists(first), "the old run lives on beside its requeued copy"
             assert node_state(cluster, "node2") == "down"
@@ -131,7 +126,7 @@ def test_long_cut_fences_the_job_before_it_is_requeued_elsewhere(split: Split) -
             ns.restore()
         assert cluster.job(victim)["state"] == "RUNNING"
         assert cluster.job(victim)["node_list"] == "node1"
-        _until(lambda: node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
+        until(lambda: node_state(cluster, "node2") == "idle", "node2 did not come back", 30)
         cluster.run("scancel", str(victim))
         cluster.wait(victim, {"CANCELLED"})
         assert len((workdir / "pids").read_text().split()) == 2  # two runs, one after the other
@@ -159,23 +154,23 @@ def test_keep_runs_on_when_cut_off_and_its_stale_run_dies_once_heard(split: Spli
         old, other = _pid(workdir / "kept"), _pid(workdir / "fenced")
         ns.cut()
         try:
-            _until(lambda: not pid_exists(other), FENCE_TIMEOUT + 20, "the kill job was not fenced")
+            until(lambda: not pid_exists(other), "the kill job was not fenced", FENCE_TIMEOUT + 20)
             assert pid_exists(old), "a keep partition's job was fenced"
-            _until(lambda: cluster.job(kept)["restart_count"] == 1, NODE_TIMEOUT + 20,
-                   "the cut-off node's keep job was never requeued")
+            until(lambda: cluster.job(kept)["restart_count"] == 1,
+                  "the cut-off node's keep job was never requeued", NODE_TIMEOUT + 20)
             assert pid_exists(old)  # schedd cannot stop it: the documented overlap begins
             cluster.run("scancel", str(blocker))  # room for the copy on node1
             assert cluster.wait(kept, {"RUNNING"}, timeout=30)["node_list"] == "node1"
-            _until(lambda: len((workdir / "kept").read_text().split()) == 2, 30,
-                   "the requeued copy never started")
+            until(lambda: len((workdir / "kept").read_text().split()) == 2,
+                  "the requeued copy never started", 30)
             assert pid_exists(old), "the two runs should overlap while node2 is cut off"
         finally:
             ns.restore()
-        _until(lambda: not pid_exists(old), 60, "the stale run lived on after node2 was heard")
+        until(lambda: not pid_exists(old), "the stale run lived on after node2 was heard", 60)
         job = cluster.job(kept)
         assert (job["state"], job["node_list"], job["restart_count"]) == ("RUNNING", "node1", 1)
         assert pid_exists(int((workdir / "kept").read_text().split()[1]))  # the copy runs on
-        _until(lambda: node_state(cluster, "node2") == "idle", 30, "node2 did not come back")
+        until(lambda: node_state(cluster, "node2") == "idle", "node2 did not come back", 30)
         cluster.run("scancel", str(kept))
         cluster.wait(kept, {"CANCELLED"})
     finally:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, until
 from tests.integration.conftest import BACKENDS, _cluster
 
 GRACE = 2
@@ -24,16 +24,6 @@ GRACE = 2
 def acct(cluster: Cluster, *args: str) -> None:
     res = cluster.run("sacctmgr", "-i", *args)
     assert res.returncode == 0, res.stdout + res.stderr
-
-
-def wait_for(what, timeout: float = 60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"not reached within {timeout} s")
 
 
 def _qos(cluster: Cluster) -> None:
@@ -62,7 +52,7 @@ def exempting(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 def cancel_all(cluster: Cluster) -> None:
     cluster.run("scancel", "-u", "root")
-    wait_for(lambda: not cluster.run("squeue", "-h", "-o", "%i").stdout.split())
+    until(lambda: not cluster.run("squeue", "-h", "-o", "%i").stdout.split())
 
 
 def test_preemptor_gets_what_its_victim_freed(pair: Cluster, workdir: Path) -> None:
@@ -103,7 +93,7 @@ def test_a_young_run_is_nobodys_victim(exempting: Cluster, workdir: Path) -> Non
         begun = exempting.wait(victim, {"RUNNING"})["start_time"]
         high = exempting.sbatch("--qos=high", "--gres=gpu:4", "-t", "10", "-J", "high",
                                 "--wrap", "sleep 600", cwd=workdir)
-        wait_for(lambda: exempting.job(high)["reason"] == "Resources")
+        until(lambda: exempting.job(high)["reason"] == "Resources")
         assert exempting.job(victim)["state"] == "RUNNING"
         assert exempting.job(victim)["preempt"] is None  # not chosen while exempt
         started = exempting.wait(high, {"RUNNING"}, timeout=90)

@@ -4,12 +4,11 @@ guaranteed quotas that reclaim just enough burst work (docs/preemption.md)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, until
 
 GRACE = 3  # seconds, GraceTime of QOS low
 
@@ -32,19 +31,9 @@ def qos(cluster: Cluster) -> None:
         acct(cluster, "add", "user", "root", f"Account={name}")
 
 
-def wait_for(what, timeout: float = 60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"not reached within {timeout} s")
-
-
 def cancel_all(cluster: Cluster) -> None:
     cluster.run("scancel", "-u", "root")
-    wait_for(lambda: not cluster.run("squeue", "-h", "-o", "%i").stdout.split())
+    until(lambda: not cluster.run("squeue", "-h", "-o", "%i").stdout.split())
 
 
 VICTIM = """#!/bin/bash
@@ -68,14 +57,14 @@ def test_high_qos_preempts_the_cheapest_low_job(cluster: Cluster, qos: None,
                            cwd=workdir)
         cluster.wait(x, {"RUNNING"})
         cluster.wait(y, {"RUNNING"})
-        wait_for(lambda: (workdir / "y.log").exists() and (workdir / "x.log").exists())
+        until(lambda: (workdir / "y.log").exists() and (workdir / "x.log").exists())
         high = cluster.sbatch("-A", "b", "--qos=high", "--gres=gpu:4", "-t", "5",
                               "--wrap", "sleep 3", cwd=workdir)
         signals = workdir / "y.sig"
-        wait_for(signals.exists)
+        until(signals.exists)
         assert cluster.job(y)["state"] == "RUNNING"  # told at once, still within its grace
         cluster.wait(high, {"RUNNING", "COMPLETED"})
-        notice, *later = [float(t) for t in wait_for(
+        notice, *later = [float(t) for t in until(
             lambda: signals.read_text().split() if len(signals.read_text().split()) >= 2
             else None)]
         assert later[0] - notice >= GRACE - 0.5  # the SIGTERM of the kill came after the grace

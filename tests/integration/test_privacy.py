@@ -11,41 +11,16 @@ import os
 import pwd
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import BIN, Cluster, make_user
+from tests.integration.cluster import BIN, Cluster, make_user, raw_requests, until
 from tests.integration.conftest import BACKENDS, _cluster
 
 SECRET = "SECRET=hunter2-do-not-leak"
 TOKEN = "--api-token=tok-3f9a"
-
-_RAW_CLIENT = r"""
-import json, sys
-from cli.client import Client
-from schedd import protocol
-client = Client(endpoint=sys.argv[1], timeout=10)
-out = []
-for n, line in enumerate(sys.stdin):
-    op, body = json.loads(line)
-    out.append(json.loads(client.exchange(protocol.request(op, body, n + 1))))
-print(json.dumps(out))
-"""
-
-
-def raw(cluster: Cluster, user: str, requests: list[tuple[str, dict]]) -> list[dict]:
-    """Requests over the local socket as ``user`` from a bare client (no CLI filtering)."""
-    res = subprocess.run(
-        ["runuser", "-u", user, "--", str(BIN / "python"), "-c", _RAW_CLIENT,
-         f"ipc://{cluster.home}/schedd.sock"],
-        input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
-        timeout=60, cwd="/tmp")
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
-
 
 def as_user(user: str, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True,
@@ -54,16 +29,6 @@ def as_user(user: str, *argv: str) -> subprocess.CompletedProcess[str]:
 
 def py_as(user: str, code: str, *args: str) -> subprocess.CompletedProcess[str]:
     return as_user(user, str(BIN / "python"), "-c", code, *args)
-
-
-def wait_for(what, timeout: float = 60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"not reached within {timeout} s")
 
 
 def users_dir(parent: Path, user: str) -> Path:
@@ -158,7 +123,7 @@ def test_other_users_export_and_arguments_do_not_leak(cluster: Cluster, other_us
     victim = cluster.sbatch("--hold", f"--export=ALL,{SECRET}", str(script), TOKEN,
                             user=other_user, cwd=theirs)
     try:
-        replies = raw(cluster, intruder, [
+        replies = raw_requests(cluster, intruder, [
             ("query_jobs", {"job_ids": [str(victim)]}),
             ("query_jobs", {"job_ids": [str(victim)], "with_script": True}),
             ("query_jobs", {"job_ids": [str(victim)], "fields": ["export"]}),
@@ -175,7 +140,7 @@ def test_other_users_export_and_arguments_do_not_leak(cluster: Cluster, other_us
         for reply in replies[2:5]:
             assert reply["ok"] is False and "Invalid job field" in reply["error"]["message"]
         # the owner and root see them
-        own = raw(cluster, other_user, [("query_jobs", {"job_ids": [str(victim)],
+        own = raw_requests(cluster, other_user, [("query_jobs", {"job_ids": [str(victim)],
                                                         "with_script": True})])
         assert own[0]["body"]["jobs"][0]["script_args"] == [TOKEN]
         assert SECRET.split("=")[1] in own[0]["body"]["jobs"][0]["export"]
@@ -293,7 +258,7 @@ def test_nobody_else_can_touch_a_jobs_checkpoint(cluster: Cluster, preempt_qos: 
     high = None
     try:
         cluster.wait(new, {"RUNNING"})
-        ckpt = Path(wait_for(lambda: (theirs / "old.ckpt").exists()
+        ckpt = Path(until(lambda: (theirs / "old.ckpt").exists()
                              and (theirs / "old.ckpt").read_text().strip()))
         assert ckpt.parent.parent == cluster.home / "spool" / "node1" / "jobs-tmp", ckpt
         private_dir = ckpt.parent
@@ -331,5 +296,5 @@ def test_private_dir_goes_with_the_job(cluster: Cluster, other_user: str,
     cluster.wait(job, {"COMPLETED"})
     ckpt = Path((theirs / "ckpt.path").read_text().strip())
     assert ckpt.name == "checkpoint"
-    wait_for(lambda: not ckpt.parent.exists(), timeout=30)
+    until(lambda: not ckpt.parent.exists(), timeout=30)
     assert Path("/etc/shadow").exists()  # rmtree removed the link, not what it named

@@ -14,7 +14,6 @@ import shlex
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import pexpect
 import pytest
 
 from schedd import keys
-from tests.integration.cluster import BIN, CLI_TIMEOUT, Cluster
+from tests.integration.cluster import BIN, CLI_TIMEOUT, Cluster, stop_process, until
 from tests.integration.conftest import BACKENDS, _cluster
 from tests.integration.netns import Netns, namespace
 
@@ -44,8 +43,8 @@ class Relayed:
         its tmpfs is mounted, the namespace still shows the head's socket)."""
         probe = ["/usr/bin/test", "-S", self.cluster.socket, "-a", "-f",
                  f"{self.cluster.socket}.agent"]
-        _until(lambda: self.inside(agent, *probe).returncode == 0, 30,
-               "the agent never served the commands' socket")
+        until(lambda: self.inside(agent, *probe).returncode == 0,
+              "the agent never served the commands' socket", 30)
 
     def inside(self, agent: subprocess.Popen, *args: str, user: str | None = None,
                ) -> subprocess.CompletedProcess[str]:
@@ -75,18 +74,6 @@ def _agent(cluster: Cluster, name: str, prefix: list[str], *extra: str) -> subpr
         env=cluster.env)
 
 
-def _stop(agent: subprocess.Popen) -> None:
-    if agent.poll() is None:
-        agent.kill()
-        agent.wait(timeout=10)
-
-
-def _until(predicate, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, what
-        time.sleep(0.2)
-
 
 def _nodes(cluster: Cluster) -> dict[str, str]:
     out = cluster.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
@@ -103,16 +90,16 @@ def relayed(request: pytest.FixtureRequest, other_user: str) -> Iterator[Relayed
         stack.callback(next, gen, None)
         keys.generate_cluster(cluster.home / "keys", ["node2", "login1"])
         node2 = _agent(cluster, "node2", ns.argv(), "--fake-gpus", "4xA100", "--cpus", "64")
-        stack.callback(_stop, node2)
+        stack.callback(stop_process, node2)
         login = _agent(cluster, "login1", ns.argv(), "--relay-only")
-        stack.callback(_stop, login)
+        stack.callback(stop_process, login)
         r = Relayed(cluster, ns, node2, login, other_user)
         r.serving(node2)
         r.serving(login)
-        _until(lambda: _nodes(cluster).get("node2", "").strip() == "idle", 30,
-               "node2 never registered")
-        _until(lambda: r.inside(login, "squeue", "-h", user=other_user).returncode == 0, 30,
-               "the login node's agent never relayed")
+        until(lambda: _nodes(cluster).get("node2", "").strip() == "idle",
+              "node2 never registered", 30)
+        until(lambda: r.inside(login, "squeue", "-h", user=other_user).returncode == 0,
+              "the login node's agent never relayed", 30)
         yield r
 
 
@@ -314,7 +301,7 @@ def test_an_agent_whose_key_is_not_authorised_cannot_relay(relayed: Relayed) -> 
         res = relayed.inside(rogue, "sbatch", "--wrap", "true", user=user)
         assert res.returncode != 0 and UNREACHABLE in res.stderr
     finally:
-        _stop(rogue)
+        stop_process(rogue)
 
 
 def test_a_node_cut_off_from_schedd_says_so_at_once(relayed: Relayed) -> None:
@@ -328,19 +315,19 @@ def test_a_node_cut_off_from_schedd_says_so_at_once(relayed: Relayed) -> None:
 
     relayed.ns.cut()
     try:
-        _until(refused, 30, "node2's commands never said schedd was unreachable")
+        until(refused, "node2's commands never said schedd was unreachable", 30)
     finally:
         relayed.ns.restore()
-    _until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
-           30, "node2's commands did not come back with the link")
+    until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
+          "node2's commands did not come back with the link", 30)
 
 
 def test_a_request_in_flight_when_schedd_goes_silent_is_told_lost(relayed: Relayed) -> None:
     """Relayed just after the link is cut (the agent heard schedd a moment ago): the command is
     told "connection lost" once the agent gives schedd up, and is not resent."""
     user = relayed.user
-    _until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
-           30, "node2's commands do not work")
+    until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
+          "node2's commands do not work", 30)
     relayed.ns.cut()
     try:
         res = relayed.inside(relayed.node2, "squeue", "-h", user=user)
@@ -349,8 +336,8 @@ def test_a_request_in_flight_when_schedd_goes_silent_is_told_lost(relayed: Relay
     assert res.returncode != 0
     assert "connection lost; the request may or may not have been carried out" in res.stderr, \
         res.stderr
-    _until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
-           30, "node2's commands did not come back with the link")
+    until(lambda: relayed.inside(relayed.node2, "squeue", "-h", user=user).returncode == 0,
+          "node2's commands did not come back with the link", 30)
     log = (relayed.cluster.home / "log" / "agentd-node2.log").read_text()
     assert "relayed commands told the connection was lost" in log
 

@@ -5,11 +5,9 @@ the cluster allows them."""
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from schedd import keys
-from tests.integration.cluster import BIN, Cluster, cleanup, until, world_tempdir
+from tests.integration.cluster import (
+    Cluster,
+    cleanup,
+    raw_requests,
+    stop_process,
+    until,
+    world_tempdir,
+)
 from tests.integration.conftest import BACKENDS, _cluster
 
 DENIED = "Access/permission denied"
@@ -83,11 +88,6 @@ def _rogue_agent(cluster: Cluster, tmp: Path, node: str, key_secret: Path,
         env=cluster.env)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-
-
 def _sinfo_nodes(cluster: Cluster) -> list[str]:
     return sorted(set(cluster.run("sinfo", "-h", "-N", "-o", "%N").stdout.split()))
 
@@ -109,7 +109,7 @@ def test_agent_with_an_unknown_key_is_refused_and_logged(secure: Cluster) -> Non
         assert "registered with schedd" not in (tmp / "agentd.log").read_text()
     finally:
         if proc is not None:
-            _stop(proc)
+            stop_process(proc)
         cleanup(tmp)
 
 
@@ -126,35 +126,11 @@ def test_agent_with_another_nodes_key_is_refused(secure: Cluster) -> None:
         assert "node1 idle" in secure.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
     finally:
         if proc is not None:
-            _stop(proc)
+            stop_process(proc)
         cleanup(tmp)
 
 
 # --- identity: the socket's, never the message's ------------------------------------------
-
-_RAW_CLIENT = r"""
-import json, sys
-from cli.client import Client
-from schedd import protocol
-client = Client(endpoint=sys.argv[1], timeout=10)
-out = []
-for n, line in enumerate(sys.stdin):
-    op, body = json.loads(line)
-    out.append(json.loads(client.exchange(protocol.request(op, body, n + 1))))
-print(json.dumps(out))
-"""
-
-
-def _raw(cluster: Cluster, user: str, requests: list[tuple[str, dict]]) -> list[dict]:
-    """Send requests over the local socket as ``user`` from a bare client."""
-    res = subprocess.run(
-        ["runuser", "-u", user, "--", str(BIN / "python"),
-         "-c", _RAW_CLIENT, f"ipc://{cluster.home}/schedd.sock"],
-        input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
-        timeout=60, cwd="/tmp")
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
-
 
 def test_forged_uid_fields_are_never_trusted(secure: Cluster, other_user: str,
                                              workdir: Path) -> None:
@@ -172,7 +148,7 @@ def test_forged_uid_fields_are_never_trusted(secure: Cluster, other_user: str,
         ("cancel", {"job_ids": [str(mine)]}),
         ("release", {"job_ids": [str(mine)]}),
     ]
-    replies = _raw(secure, other_user, forged)
+    replies = raw_requests(secure, other_user, forged)
     for reply in replies[:5]:
         assert reply["ok"] is False, reply
         assert reply["error"]["code"] in ("invalid", "bad_request"), reply

@@ -25,7 +25,7 @@ import pytest
 from schedd import protocol
 from schedd.handlers.admission import NODE_CONFIG
 from schedd.protocol import Field
-from tests.integration.cluster import BIN, Cluster
+from tests.integration.cluster import BIN, Cluster, until
 
 PLANTED_PRIORITY = 1_000_000
 
@@ -107,16 +107,6 @@ def squeue_priority(cluster: Cluster, job_id: int) -> int:
     return int(res.stdout.strip())
 
 
-def wait_for(cond, timeout: float = 30, what: str = "") -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # --- a. the reproduction --------------------------------------------------------------
 
 
@@ -154,8 +144,8 @@ def test_honest_twin_runs_to_its_own_limit_at_the_computed_priority(
         assert job["user"] == other_user and job["time_limit"] == 5
         assert job["admin_priority"] is None and job["launched_limit"] is None
         assert "extra" not in job
-        wait_for(lambda: cluster.job(job_id)["reason"] in ("Resources", "Priority"), 30,
-                 "the cycle to rank the job")
+        until(lambda: cluster.job(job_id)["reason"] in ("Resources", "Priority"),
+              "the cycle to rank the job", 30)
         prio = squeue_priority(cluster, job_id)
         assert prio == cluster.job(job_id)["priority"]
         assert 0 < prio < PLANTED_PRIORITY, prio
@@ -389,8 +379,8 @@ def test_a_user_cannot_buy_priority_with_a_negative_nice(cluster: Cluster, other
         assert honest["ok"], honest
         if nice["ok"]:
             ids = [int(nice["body"]["job_id"]), int(honest["body"]["job_id"])]
-            wait_for(lambda: all(cluster.job(i)["reason"] in ("Resources", "Priority")
-                                 for i in ids), 30, "the cycle to rank the jobs")
+            until(lambda: all(cluster.job(i)["reason"] in ("Resources", "Priority")
+                                 for i in ids), "the cycle to rank the jobs", 30)
             prio_nice, prio_honest = (squeue_priority(cluster, i) for i in ids)
             assert prio_nice <= prio_honest, (
                 f"a user's nice=-1000000 was accepted and ranks its job at {prio_nice}, "
