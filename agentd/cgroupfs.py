@@ -107,21 +107,34 @@ def join_paths(paths: list[str]) -> None:
 
 
 def walk(top: str) -> Iterator[str]:
-    """``top`` and every cgroup below it, parents first (nothing if ``top`` is gone)."""
-    if not os.path.isdir(top):
+    """``top`` and every cgroup below it, parents first (nothing if ``top`` is gone). One
+    ``scandir`` per cgroup (a cgroup's children are its only subdirectories)."""
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
         return
     yield top
-    for dirpath, dirnames, _ in os.walk(top):
-        for name in dirnames:
-            yield os.path.join(dirpath, name)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from walk(entry.path)
 
 
 def read(path: str) -> str:
+    """A cgroup file's text ('' when it cannot be read): one ``open``, ``read``, ``close``
+    (cgroup files are small; no buffered text stream around them)."""
     try:
-        with open(path, encoding="ascii") as fh:
-            return fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        chunks = [os.read(fd, 65536)]
+        while len(chunks[-1]) == 65536:
+            chunks.append(os.read(fd, 65536))
+        return b"".join(chunks).decode("ascii", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def write(path: str, text: str) -> None:

@@ -79,15 +79,17 @@ def _fake_files(where: Path) -> None:
 
 @pytest.fixture
 def fake_kernel(monkeypatch):
-    """A new directory of the fake tree gets the files the kernel would put in a cgroup."""
-    real_mkdir = Path.mkdir
+    """A new directory of the fake tree gets the files the kernel would put in a cgroup
+    (``os.mkdir``, which ``Path.mkdir`` calls too)."""
+    real_mkdir = os.mkdir
 
-    def mkdir(self, *a, **k):
-        real_mkdir(self, *a, **k)
-        if (self.parent / "cgroup.controllers").exists():
-            _fake_files(self)
+    def mkdir(path, *a, **k):
+        real_mkdir(path, *a, **k)
+        where = Path(path)
+        if (where.parent / "cgroup.controllers").exists():
+            _fake_files(where)
 
-    monkeypatch.setattr(Path, "mkdir", mkdir)
+    monkeypatch.setattr(os, "mkdir", mkdir)
 
 
 def test_v2_detected_and_limits_written_with_slurms_meaning(tmp_path, fake_kernel):
