@@ -506,3 +506,32 @@ def test_a_leftover_cgroup_of_the_same_run_is_emptied_before_reuse(cgroups):
     assert child.wait(timeout=60) == -9
     wait_until(lambda: not again.populated(), "the leftover cgroup emptied")
     assert again.remove()
+
+
+@real
+@pytest.mark.parametrize("cloned", [True, False], ids=["cloned", "copied"])
+def test_a_new_cpuset_has_exactly_the_nodes_memory_and_the_jobs_cpus(monkeypatch, cloned):
+    """Born under cgroup.clone_children (the kernel's copy) or copied by the agent where the
+    kernel does not clone: the job's cpuset holds the node's memory nodes and exactly the
+    job's CPUs, and a step's leaf exactly the job's."""
+    if not cloned:
+        monkeypatch.setattr(cg_mod, "_clone_children", lambda node_dir: False)
+    made = Cgroups(f"t{secrets.token_hex(3)}", Settings(pids_max=256), layout=_HOST)
+    try:
+        assert made.cpuset_clones is cloned
+        node = made.dirs["cpuset"]
+        if len(made.node_cpus) < 2:
+            pytest.skip("needs two CPUs")
+        job = made.create(31, 1, made.limits((31, 1), 1, 64, [], cpu_ids=[1]))
+        where = job.dirs["cpuset"]
+        assert (where / "cpuset.mems").read_text() == (node / "cpuset.mems").read_text() != "\n"
+        assert cg_mod.parse_cpu_list((where / "cpuset.cpus").read_text()) == \
+            (made.node_cpus[1],) == job.cpus
+        job.add_leaf("step_0")
+        leaf = where / "step_0"
+        assert (leaf / "cpuset.cpus").read_text() == (where / "cpuset.cpus").read_text()
+        assert (leaf / "cpuset.mems").read_text() == (node / "cpuset.mems").read_text()
+        assert job.remove()
+        made.release((31, 1))
+    finally:
+        made.close()
