@@ -549,38 +549,16 @@ class JobCgroup:
 
     def oom_kills(self) -> int:
         """Processes the kernel's OOM killer killed in this cgroup (its own counter)."""
-        d = self.paths
-        if "memory" in d:  # v1 counts a kill only where the victim was: sum the leaves too
-            return sum(_field(_read(os.path.join(p, "memory.oom_control")), "oom_kill")
-                       for p in cgroupfs.walk(d["memory"]))
-        if "unified" in d:
-            return _field(_read(os.path.join(d["unified"], "memory.events")), "oom_kill")
-        return 0
+        return self.tree.oom_kills()
 
     def max_rss_kb(self) -> int:
         """The cgroup's own peak memory use, KiB (0 when the kernel keeps none)."""
-        d = self.paths
-        text = ""
-        if "memory" in d:
-            text = _read(os.path.join(d["memory"], "memory.max_usage_in_bytes"))
-        elif "unified" in d:
-            text = _read(os.path.join(d["unified"], "memory.peak"))
-        return int(text) // 1024 if text.strip().isdigit() else 0
+        return self.tree.max_rss_kb()
 
     def cpu_seconds(self) -> tuple[float, float] | None:
         """(user, system) CPU seconds of everything that ran in the job, from the cgroup's
         counters; None when the host keeps none."""
-        d = self.paths
-        if "cpuacct" in d:
-            user = _read(os.path.join(d["cpuacct"], "cpuacct.usage_user")).strip()
-            system = _read(os.path.join(d["cpuacct"], "cpuacct.usage_sys")).strip()
-            if user.isdigit() and system.isdigit():
-                return int(user) / 1e9, int(system) / 1e9
-        if "unified" in d:
-            text = _read(os.path.join(d["unified"], "cpu.stat"))
-            if "user_usec" in text:
-                return _field(text, "user_usec") / 1e6, _field(text, "system_usec") / 1e6
-        return None
+        return self.tree.cpu_seconds()
 
     # --- removal -----------------------------------------------------------------------------
 
@@ -733,14 +711,6 @@ def _clone_children(node_dir: Path) -> bool:
     finally:
         with contextlib.suppress(OSError):
             os.rmdir(probe)
-
-
-def _field(text: str, name: str) -> int:
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == name and value.strip().isdigit():
-            return int(value)
-    return 0
 
 
 def _read(path: str | Path) -> str:
