@@ -95,6 +95,69 @@ class Tree:
                     pass
 
 
+    # --- the end's counters, read once the tree is empty -------------------------------
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer killed in this cgroup (its own counter)."""
+        if "memory" in self.dirs:  # v1 counts a kill only where the victim was: sum the leaves
+            return sum(_field(read(os.path.join(p, "memory.oom_control")), "oom_kill")
+                       for p in walk(self.dirs["memory"]))
+        if "unified" in self.dirs:
+            return _field(read(os.path.join(self.dirs["unified"], "memory.events")), "oom_kill")
+        return 0
+
+    def max_rss_kb(self) -> int:
+        """The cgroup's own peak memory use, KiB (0 when the kernel keeps none)."""
+        text = ""
+        if "memory" in self.dirs:
+            text = read(os.path.join(self.dirs["memory"], "memory.max_usage_in_bytes"))
+        elif "unified" in self.dirs:
+            text = read(os.path.join(self.dirs["unified"], "memory.peak"))
+        return int(text) // 1024 if text.strip().isdigit() else 0
+
+    def cpu_seconds(self) -> tuple[float, float] | None:
+        """(user, system) CPU seconds of everything that ran in the job, from the cgroup's
+        counters; None when the host keeps none."""
+        if "cpuacct" in self.dirs:
+            user = read(os.path.join(self.dirs["cpuacct"], "cpuacct.usage_user")).strip()
+            system = read(os.path.join(self.dirs["cpuacct"], "cpuacct.usage_sys")).strip()
+            if user.isdigit() and system.isdigit():
+                return int(user) / 1e9, int(system) / 1e9
+        if "unified" in self.dirs:
+            text = read(os.path.join(self.dirs["unified"], "cpu.stat"))
+            if "user_usec" in text:
+                return _field(text, "user_usec") / 1e6, _field(text, "system_usec") / 1e6
+        return None
+
+    def remove(self) -> bool:
+        """rmdir the tree in every hierarchy, deepest first; False if any cgroup stays (a
+        process still in it: the kernel refuses, EBUSY)."""
+        ok = True
+        for top in self.dirs.values():
+            for path in reversed(list(walk(top))):
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    ok = False
+        return ok
+
+    def finish(self) -> dict[str, Any] | None:
+        """The end's counters of an empty tree, then the tree removed: what the supervisor
+        does once the job's cgroup has emptied, in parallel with the agent (whose loop is
+        serial), and writes into the exit file for the agent. None while a process is in it;
+        ``removed`` False where a cgroup stayed (the agent then looks and removes itself)."""
+        if self.populated():
+            return None
+        cpu = self.cpu_seconds()
+        counters: dict[str, Any] = {"oom_kills": self.oom_kills(),
+                                    "max_rss_kb": self.max_rss_kb(),
+                                    "cpu": None if cpu is None else list(cpu)}
+        counters["removed"] = self.remove()
+        return counters
+
+
 def join_paths(paths: list[str]) -> None:
     """Put the calling process in the cgroups whose ``cgroup.procs`` these are (write "0":
     myself), for a process that is still root when it joins (the supervisor's child)."""
@@ -107,21 +170,34 @@ def join_paths(paths: list[str]) -> None:
 
 
 def walk(top: str) -> Iterator[str]:
-    """``top`` and every cgroup below it, parents first (nothing if ``top`` is gone)."""
-    if not os.path.isdir(top):
+    """``top`` and every cgroup below it, parents first (nothing if ``top`` is gone). One
+    ``scandir`` per cgroup (a cgroup's children are its only subdirectories)."""
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
         return
     yield top
-    for dirpath, dirnames, _ in os.walk(top):
-        for name in dirnames:
-            yield os.path.join(dirpath, name)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from walk(entry.path)
 
 
 def read(path: str) -> str:
+    """A cgroup file's text ('' when it cannot be read): one ``open``, ``read``, ``close``
+    (cgroup files are small; no buffered text stream around them)."""
     try:
-        with open(path, encoding="ascii") as fh:
-            return fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        chunks = [os.read(fd, 65536)]
+        while len(chunks[-1]) == 65536:
+            chunks.append(os.read(fd, 65536))
+        return b"".join(chunks).decode("ascii", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def write(path: str, text: str) -> None:
@@ -130,6 +206,15 @@ def write(path: str, text: str) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+def _field(text: str, name: str) -> int:
+    """The number after ``name`` in a cgroup's ``key value`` lines (0 when absent)."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == name and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 def _wait_frozen(state: str) -> None:

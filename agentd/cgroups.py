@@ -39,7 +39,7 @@ import os
 import re
 import stat
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,6 +175,9 @@ class Cgroups:
         self.cpus_in_use: dict[tuple[int, int], tuple[int, ...]] = {}
         self._gpus = gpu_devices(self.settings.device_dir)
         self.device_program = False  # v2: GPUs denied by a BPF device program (no v1 devices)
+        # v1 cpuset: a job's cpuset is born with this node's CPUs and memory nodes
+        # (cgroup.clone_children, checked at start), so a launch writes its CPUs only
+        self.cpuset_clones = False
         if self.settings.enabled:
             self._prepare()
         else:
@@ -297,6 +300,8 @@ class Cgroups:
                 _inherit_cpuset(here)
         if role == "unified":
             self._enable_v2(here)
+        if role == "cpuset":
+            self.cpuset_clones = _clone_children(here)
 
     def _enable_v2(self, where: Path) -> None:
         wanted = [c for c in V2_CONTROLLERS if c in self.layout.v2_controllers]
@@ -373,7 +378,8 @@ class Cgroups:
         and its ``batch`` leaf; CgroupError if the kernel refuses (the launch then fails: a job
         must not run unconstrained by surprise)."""
         name = name or f"job_{job_id}_{generation}"
-        cg = JobCgroup({role: where / name for role, where in self.dirs.items()}, self.tracking)
+        cg = JobCgroup({role: where / name for role, where in self.dirs.items()}, self.tracking,
+                       cpuset_cloned=self.cpuset_clones)
         try:
             cg.make(limits, self.node_cpus)
             if self.device_program and limits.deny_devices:
@@ -412,6 +418,12 @@ class JobCgroup:
     cpus: tuple[int, ...] = ()
     leaves: list[str] = field(default_factory=list)
     batch: str = ""  # the batch script's leaf ("" = the job's cgroup itself)
+    # v1 cpuset made under cgroup.clone_children: born with its parent's CPUs and memory nodes
+    cpuset_cloned: bool = False
+    paths: dict[str, str] = field(default_factory=dict, repr=False)  # dirs as strings
+
+    def __post_init__(self) -> None:
+        self.paths = {role: str(where) for role, where in self.dirs.items()}
 
     def to_record(self, key: tuple[int, int]) -> dict[str, Any]:
         return {"dirs": {r: str(p) for r, p in self.dirs.items()}, "tracking": self.tracking,
@@ -420,57 +432,70 @@ class JobCgroup:
     # --- making ------------------------------------------------------------------------------
 
     def make(self, limits: Limits, node_cpus: tuple[int, ...]) -> None:
-        stale = False
-        for role, where in self.dirs.items():
-            try:
-                where.mkdir()
-            except FileExistsError:
-                stale = True
-            if role == "cpuset":
-                _inherit_cpuset(where)
+        stale = self.mkdirs()
         if stale and self.populated():  # a run no agent remembers (its spool record lost)
             log.warning("job cgroup %s already held processes: killed", self.dirs.get(
                 self.tracking or "", next(iter(self.dirs.values()))))
             self.kill()
         self._set_limits(limits)
 
+    def mkdirs(self) -> bool:
+        """The job's directory in each hierarchy; True if one was there already (stale).
+        A v1 cpuset not cloned from its parent is given the parent's memory nodes here (and
+        CPUs, which ``_set_limits`` then narrows to the job's)."""
+        stale = False
+        for role, where in self.paths.items():
+            try:
+                os.mkdir(where)
+            except FileExistsError:
+                stale = True
+            if role == "cpuset" and (stale or not self.cpuset_cloned):
+                _inherit_cpuset(where)
+        return stale
+
     def _set_limits(self, limits: Limits) -> None:
-        d = self.dirs
+        """Write the job's limits: one ``open``/``write``/``close`` each, no ``stat`` first
+        (a file this kernel lacks, as ``memory.memsw.*`` without swap accounting, is skipped
+        where the setting allows it)."""
+        d = self.paths
         unified = d.get("unified")
+        join = os.path.join
         if limits.memory_bytes is not None:
+            value = str(limits.memory_bytes)
             if "memory" in d:
-                _write(d["memory"] / "memory.limit_in_bytes", str(limits.memory_bytes))
-                memsw = d["memory"] / "memory.memsw.limit_in_bytes"
-                if limits.no_swap and memsw.exists():  # RAM + swap = the same limit
-                    _write(memsw, str(limits.memory_bytes))
-            elif unified is not None and (unified / "memory.max").exists():
-                _write(unified / "memory.max", str(limits.memory_bytes))
-                if limits.no_swap and (unified / "memory.swap.max").exists():
-                    _write(unified / "memory.swap.max", "0")
-        if limits.cpus:
+                _write(join(d["memory"], "memory.limit_in_bytes"), value)
+                if limits.no_swap:  # RAM + swap = the same limit
+                    _write_if_there(join(d["memory"], "memory.memsw.limit_in_bytes"), value)
+            elif unified is not None and _write_if_there(join(unified, "memory.max"), value):
+                if limits.no_swap:
+                    _write_if_there(join(unified, "memory.swap.max"), "0")
+        if limits.cpus:  # a cpuset without them has the node's (cloned or copied at mkdir)
             text = format_cpu_list(limits.cpus)
             if "cpuset" in d:
-                _write(d["cpuset"] / "cpuset.cpus", text)
-            elif unified is not None and (unified / "cpuset.cpus").exists():
-                _write(unified / "cpuset.cpus", text)
+                _write(join(d["cpuset"], "cpuset.cpus"), text)
+            elif unified is not None:
+                _write_if_there(join(unified, "cpuset.cpus"), text)
             self.cpus = limits.cpus
         if limits.pids_max:
             if "pids" in d:
-                _write(d["pids"] / "pids.max", str(limits.pids_max))
-            elif unified is not None and (unified / "pids.max").exists():
-                _write(unified / "pids.max", str(limits.pids_max))
+                _write(join(d["pids"], "pids.max"), str(limits.pids_max))
+            elif unified is not None:
+                _write_if_there(join(unified, "pids.max"), str(limits.pids_max))
         if limits.deny_devices and "devices" in d:
             for kind, major, minor in limits.deny_devices:
-                _write(d["devices"] / "devices.deny", f"{kind} {major}:{minor} rwm")
+                _write(join(d["devices"], "devices.deny"), f"{kind} {major}:{minor} rwm")
 
     def add_leaf(self, leaf: str) -> None:
         """A leaf for a step's or the batch script's processes (made after the job's limits,
         so that v1's devices and cpuset copy them)."""
-        for role, where in self.dirs.items():
-            path = where / leaf
-            with contextlib.suppress(FileExistsError):
-                path.mkdir()
-            if role == "cpuset":
+        for role, where in self.paths.items():
+            path = os.path.join(where, leaf)
+            made = True
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                made = False
+            if role == "cpuset" and not (made and self.cpuset_cloned):  # cloned: has the job's
                 _inherit_cpuset(path)
         if leaf not in self.leaves:
             self.leaves.append(leaf)
@@ -481,7 +506,7 @@ class JobCgroup:
         """The ``cgroup.procs`` files a process writes itself into to join ``leaf`` (by
         default where the batch script goes)."""
         leaf = self.batch if leaf is None else leaf
-        return [os.path.join(where, leaf, "cgroup.procs") for where in self.dirs.values()]
+        return [os.path.join(where, leaf, "cgroup.procs") for where in self.paths.values()]
 
     def open_procs(self, leaf: str | None = None) -> list[int]:
         """Descriptors (opened now, as root) for ``join_fds`` in the child; the caller closes
@@ -502,7 +527,7 @@ class JobCgroup:
     def tree(self) -> cgroupfs.Tree:
         """The job's cgroup as the os-only helpers see it (``agentd.cgroupfs``, shared with
         the job's supervisor)."""
-        return cgroupfs.Tree({r: str(p) for r, p in self.dirs.items()}, self.tracking)
+        return cgroupfs.Tree(self.paths, self.tracking)
 
     def pids(self, leaf: str | None = None) -> list[int]:
         """Every process in the job's tree (or in one leaf)."""
@@ -524,47 +549,26 @@ class JobCgroup:
 
     def oom_kills(self) -> int:
         """Processes the kernel's OOM killer killed in this cgroup (its own counter)."""
-        d = self.dirs
-        if "memory" in d:  # v1 counts a kill only where the victim was: sum the leaves too
-            return sum(_field(_read(p / "memory.oom_control"), "oom_kill")
-                       for p in _tree(d["memory"]))
-        if "unified" in d:
-            return _field(_read(d["unified"] / "memory.events"), "oom_kill")
-        return 0
+        return self.tree.oom_kills()
 
     def max_rss_kb(self) -> int:
         """The cgroup's own peak memory use, KiB (0 when the kernel keeps none)."""
-        d = self.dirs
-        text = ""
-        if "memory" in d:
-            text = _read(d["memory"] / "memory.max_usage_in_bytes")
-        elif "unified" in d:
-            text = _read(d["unified"] / "memory.peak")
-        return int(text) // 1024 if text.strip().isdigit() else 0
+        return self.tree.max_rss_kb()
 
     def cpu_seconds(self) -> tuple[float, float] | None:
         """(user, system) CPU seconds of everything that ran in the job, from the cgroup's
         counters; None when the host keeps none."""
-        d = self.dirs
-        if "cpuacct" in d:
-            user = _read(d["cpuacct"] / "cpuacct.usage_user").strip()
-            system = _read(d["cpuacct"] / "cpuacct.usage_sys").strip()
-            if user.isdigit() and system.isdigit():
-                return int(user) / 1e9, int(system) / 1e9
-        if "unified" in d:
-            text = _read(d["unified"] / "cpu.stat")
-            if "user_usec" in text:
-                return _field(text, "user_usec") / 1e6, _field(text, "system_usec") / 1e6
-        return None
+        return self.tree.cpu_seconds()
 
     # --- removal -----------------------------------------------------------------------------
 
     def remove(self, leaf: str | None = None) -> bool:
         """rmdir the job's (or a leaf's) directories, deepest first; False if any is busy."""
         ok = True
-        for where in self.dirs.values():
-            top = where / leaf if leaf else where
-            known = [top] if leaf else [*(top / name for name in self.leaves), top]
+        join = os.path.join
+        for where in self.paths.values():
+            top = join(where, leaf) if leaf else where
+            known = [top] if leaf else [*(join(top, name) for name in self.leaves), top]
             for path in known:  # the leaves we made, then the job: no walk in the usual case
                 try:
                     os.rmdir(path)
@@ -574,9 +578,9 @@ class JobCgroup:
                     break  # a leaf we did not make (an earlier agent's): walk below
             else:
                 continue
-            for path in reversed(list(_tree(top))):
+            for path in reversed(list(cgroupfs.walk(top))):
                 try:
-                    path.rmdir()
+                    os.rmdir(path)
                 except FileNotFoundError:
                     pass
                 except OSError as exc:
@@ -675,46 +679,62 @@ def join_fds(fds: Iterable[int]) -> None:
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _inherit_cpuset(where: Path) -> None:
+def _inherit_cpuset(where: str | Path) -> None:
     """v1 cpuset: a new cgroup has no CPUs or memory nodes until given its parent's."""
+    parent = os.path.dirname(os.fspath(where).rstrip("/"))
     for name in ("cpuset.cpus", "cpuset.mems"):
-        if not _read(where / name).strip():
-            _write(where / name, _read(where.parent / name).strip())
+        if not _read(os.path.join(where, name)).strip():
+            _write(os.path.join(where, name), _read(os.path.join(parent, name)).strip())
 
 
-def _tree(top: Path) -> Iterator[Path]:
-    """``top`` and every cgroup below it, parents first."""
-    if not top.is_dir():
-        return
-    yield top
-    for dirpath, dirnames, _ in os.walk(top):
-        for name in dirnames:
-            yield Path(dirpath) / name
-
-
-def _field(text: str, name: str) -> int:
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == name and value.strip().isdigit():
-            return int(value)
-    return 0
-
-
-def _read(path: Path) -> str:
+def _clone_children(node_dir: Path) -> bool:
+    """Set v1 ``cgroup.clone_children`` on this node's cpuset, so that a job's cpuset is born
+    with the node's CPUs and memory nodes (the kernel's copy at ``mkdir``, inherited by the
+    job's own leaves) instead of the agent reading and writing both for every job. True when
+    a probe cgroup made under it has them; False (each job copies them itself) where the
+    kernel refuses or did not copy (it does not when a sibling cpuset is exclusive)."""
     try:
-        with open(path, encoding="ascii") as fh:
-            return fh.read()
+        _write(os.path.join(node_dir, "cgroup.clone_children"), "1")
     except OSError:
-        return ""
+        return False
+    probe = os.path.join(node_dir, f"clone_probe_{os.getpid()}")
+    try:
+        os.mkdir(probe)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    try:
+        return all(_read(os.path.join(probe, name)).strip() ==
+                   _read(os.path.join(node_dir, name)).strip() != ""
+                   for name in ("cpuset.cpus", "cpuset.mems"))
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(probe)
 
 
-def _write(path: Path, text: str) -> None:
+def _read(path: str | Path) -> str:
+    return cgroupfs.read(path)
+
+
+def _write(path: str | Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
     try:
         os.write(fd, text.encode())
     except OSError as exc:
         if exc.errno == errno.EINVAL:
-            raise OSError(exc.errno, f"{path.name}: invalid value {text!r}") from None
+            name = os.path.basename(os.fspath(path))
+            raise OSError(exc.errno, f"{name}: invalid value {text!r}") from None
         raise
     finally:
         os.close(fd)
+
+
+def _write_if_there(path: str, text: str) -> bool:
+    """``_write``, or False where the file does not exist (a controller or kernel feature
+    this host lacks); one failed ``open`` instead of a ``stat`` before every write."""
+    try:
+        _write(path, text)
+    except FileNotFoundError:
+        return False
+    return True

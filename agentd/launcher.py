@@ -559,7 +559,8 @@ class Launcher:
         done = _finished_from(written) if written is not None else None
         if done is None:
             done = self._lost(job, now)
-        oom = job.cgroup.oom_kills() if job.cgroup is not None else 0
+        end = _cgroup_end(written) if job.cgroup is not None else None
+        oom = 0 if job.cgroup is None else end["oom_kills"] if end else job.cgroup.oom_kills()
         if oom > 0 and done.state in ("COMPLETED", "FAILED"):
             done.state = "OUT_OF_MEMORY"
             self._write_stderr(job, f"slurmstepd: error: Detected {oom} oom-kill event(s) in "
@@ -573,11 +574,14 @@ class Launcher:
                                     f"{job.job_id}.batch. Some of the step tasks have been "
                                     f"OOM Killed.\n")
         if job.cgroup is not None:  # the cgroup's counters: every process, restarts too
-            counted = job.cgroup.cpu_seconds()
+            counted = end["cpu"] if end else job.cgroup.cpu_seconds()
             if counted is not None:
                 done.cpu_user, done.cpu_system = counted
-            done.max_rss_kb = job.cgroup.max_rss_kb()
-            self._drop_cgroup(job.key, job.cgroup)
+            done.max_rss_kb = end["max_rss_kb"] if end else job.cgroup.max_rss_kb()
+            if end and self.cgroups is not None:  # removed by the supervisor: free its CPUs
+                self.cgroups.release(job.key)
+            else:
+                self._drop_cgroup(job.key, job.cgroup)
         del self._jobs[job.key]
         self._ended[job.key] = done
         while len(self._ended) > MAX_ENDED:
@@ -927,6 +931,21 @@ def _finished_from(data: dict[str, Any]) -> Finished | None:
     try:
         return Finished(**{k: v for k, v in data.items() if k in known})
     except TypeError:
+        return None
+
+
+def _cgroup_end(written: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The counters of the job's cgroup its supervisor read once the cgroup had emptied,
+    where it then removed the cgroup (``cgroupfs.Tree.finish``); None where it did not (an
+    older supervisor, a cgroup that stayed, no exit file): the agent reads and removes."""
+    end = (written or {}).get("cgroup_end")
+    if not isinstance(end, dict) or end.get("removed") is not True:
+        return None
+    try:
+        cpu = end.get("cpu")
+        return {"oom_kills": int(end["oom_kills"]), "max_rss_kb": int(end["max_rss_kb"]),
+                "cpu": None if cpu is None else (float(cpu[0]), float(cpu[1]))}
+    except (KeyError, TypeError, ValueError, IndexError):
         return None
 
 

@@ -218,12 +218,24 @@ class Supervisor:
     def run(self) -> dict[str, Any]:
         """Start the job, see it to its end, and return the exit record."""
         if not self._start():
-            return self._result()
+            return self._end()
         while True:
             now = time.time()
             if self._step(now):
-                return self._result()
+                return self._end()
             self._wait(self._timeout(now))
+
+    def _end(self) -> dict[str, Any]:
+        """The exit record; with a cgroup that has emptied, its counters too (OOM kills,
+        peak, CPU) and the cgroup removed (``cgroupfs.Tree.finish``): work the agent's serial
+        loop would otherwise do per job, done here in parallel with it."""
+        result = self._result()
+        if self.cgroup is not None:
+            try:
+                result["cgroup_end"] = self.cgroup.finish()
+            except OSError:
+                pass  # the agent reads and removes it itself
+        return result
 
     def _start(self) -> bool:
         launch = self.launch

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agentd import cgroupfs
 from agentd import cgroups as cg_mod
 from agentd.cgroups import Cgroups, Layout, Limits, Settings
 from agentd.launcher import Launcher
@@ -79,15 +80,17 @@ def _fake_files(where: Path) -> None:
 
 @pytest.fixture
 def fake_kernel(monkeypatch):
-    """A new directory of the fake tree gets the files the kernel would put in a cgroup."""
-    real_mkdir = Path.mkdir
+    """A new directory of the fake tree gets the files the kernel would put in a cgroup
+    (``os.mkdir``, which ``Path.mkdir`` calls too)."""
+    real_mkdir = os.mkdir
 
-    def mkdir(self, *a, **k):
-        real_mkdir(self, *a, **k)
-        if (self.parent / "cgroup.controllers").exists():
-            _fake_files(self)
+    def mkdir(path, *a, **k):
+        real_mkdir(path, *a, **k)
+        where = Path(path)
+        if (where.parent / "cgroup.controllers").exists():
+            _fake_files(where)
 
-    monkeypatch.setattr(Path, "mkdir", mkdir)
+    monkeypatch.setattr(os, "mkdir", mkdir)
 
 
 def test_v2_detected_and_limits_written_with_slurms_meaning(tmp_path, fake_kernel):
@@ -504,3 +507,71 @@ def test_a_leftover_cgroup_of_the_same_run_is_emptied_before_reuse(cgroups):
     assert child.wait(timeout=60) == -9
     wait_until(lambda: not again.populated(), "the leftover cgroup emptied")
     assert again.remove()
+
+
+@real
+@pytest.mark.parametrize("cloned", [True, False], ids=["cloned", "copied"])
+def test_a_new_cpuset_has_exactly_the_nodes_memory_and_the_jobs_cpus(monkeypatch, cloned):
+    """Born under cgroup.clone_children (the kernel's copy) or copied by the agent where the
+    kernel does not clone: the job's cpuset holds the node's memory nodes and exactly the
+    job's CPUs, and a step's leaf exactly the job's."""
+    if not cloned:
+        monkeypatch.setattr(cg_mod, "_clone_children", lambda node_dir: False)
+    made = Cgroups(f"t{secrets.token_hex(3)}", Settings(pids_max=256), layout=_HOST)
+    try:
+        assert made.cpuset_clones is cloned
+        node = made.dirs["cpuset"]
+        if len(made.node_cpus) < 2:
+            pytest.skip("needs two CPUs")
+        job = made.create(31, 1, made.limits((31, 1), 1, 64, [], cpu_ids=[1]))
+        where = job.dirs["cpuset"]
+        assert (where / "cpuset.mems").read_text() == (node / "cpuset.mems").read_text() != "\n"
+        assert cg_mod.parse_cpu_list((where / "cpuset.cpus").read_text()) == \
+            (made.node_cpus[1],) == job.cpus
+        job.add_leaf("step_0")
+        leaf = where / "step_0"
+        assert (leaf / "cpuset.cpus").read_text() == (where / "cpuset.cpus").read_text()
+        assert (leaf / "cpuset.mems").read_text() == (node / "cpuset.mems").read_text()
+        assert job.remove()
+        made.release((31, 1))
+    finally:
+        made.close()
+
+
+@real
+@pytest.mark.parametrize("by", ["supervisor", "agent"])
+def test_the_ends_counters_and_removal_by_the_supervisor_or_else_the_agent(
+        monkeypatch, base, user, cgroups, by):
+    """The supervisor reads an emptied cgroup's counters (OOM kills, peak, CPU) and removes
+    it, in parallel with the agent's loop; where it did not (an older supervisor, a cgroup
+    that stayed), the agent does. Either way the job is OUT_OF_MEMORY with the cgroup's own
+    peak, and nothing of its cgroup is left."""
+    if by == "supervisor":  # the agent must not need its own reads or rmdir
+        for name in ("oom_kills", "max_rss_kb", "cpu_seconds", "remove"):
+            monkeypatch.setattr(cg_mod.JobCgroup, name, lambda self, *a, name=name: pytest.fail(
+                f"the agent called {name}"))
+    else:  # patched before the first launch: the fork server's supervisors have it
+        monkeypatch.setattr(cgroupfs.Tree, "finish", lambda self: None)
+    lau = Launcher(base / "spool", cgroups.node, kill_wait=2, cgroups=cgroups)
+    try:
+        lau.launch(spec(user, base, 41, HOG, memory_mb=100))
+        done = wait_for(lau, 41)
+        assert done.state == "OUT_OF_MEMORY"
+        assert done.max_rss_kb > 50 * 1024
+        assert done.cpu_user is not None and done.cpu_user + done.cpu_system > 0
+        assert not any((where / "job_41_1").exists() for where in cgroups.dirs.values())
+        assert cgroups.cpus_in_use == {}
+    finally:
+        lau.close()
+
+
+def test_the_agent_takes_the_supervisors_counters_only_from_a_removed_cgroup():
+    from agentd.launcher import _cgroup_end
+    good = {"oom_kills": 1, "max_rss_kb": 2048, "cpu": [0.5, 0.25], "removed": True}
+    assert _cgroup_end({"cgroup_end": good}) == {"oom_kills": 1, "max_rss_kb": 2048,
+                                                 "cpu": (0.5, 0.25)}
+    assert _cgroup_end({"cgroup_end": {**good, "removed": False}}) is None  # it stayed
+    assert _cgroup_end({"cgroup_end": None}) is None  # a process was still in it
+    assert _cgroup_end({"state": "COMPLETED"}) is None  # an older supervisor
+    assert _cgroup_end(None) is None  # no exit file
+    assert _cgroup_end({"cgroup_end": {"removed": True, "oom_kills": "x"}}) is None
