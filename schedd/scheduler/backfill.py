@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import and_, attrgetter, ge, gt, le, not_
+from operator import attrgetter, ge, le, or_
 
 from schedd.config import SchedulerConfig
 from schedd.model import NodeAllocation
@@ -46,6 +46,7 @@ _JOB_ID = attrgetter("job_id")
 _FILTERS = attrgetter("partition", "features", "gpu_type", "exclude", "exclusive")
 _CPUS = attrgetter("cpus_per_node")
 _EXCLUSIVE = attrgetter("exclusive")
+_SIZE = attrgetter("num_nodes", "cpus_per_node", "mem_per_node_mb", "gpus_per_node")
 _SHAPE = attrgetter("partition", "features", "gpu_type", "nodelist", "exclude", "cpus_per_node",
                     "mem_per_node_mb", "gpus_per_node", "num_nodes", "exclusive")
 
@@ -100,8 +101,7 @@ class FitBounds:
 
     @staticmethod
     def of(job: PendingJob, duration: int) -> tuple[tuple, tuple[int, ...]]:
-        return _FILTERS(job), (job.num_nodes, job.cpus_per_node, job.mem_per_node_mb,
-                               job.gpus_per_node, duration)
+        return _FILTERS(job), (*_SIZE(job), duration)
 
     def known(self, key: tuple, point: tuple[int, ...]) -> bool | None:
         """True: it fits; False: it does not; None: not known."""
@@ -236,8 +236,8 @@ class Walk:
                 if why is None:
                     why = unfit[shape] = candidates(job).reason
                 plain = not why
-            if plain:
-                key, point = FitBounds.of(job, duration(job))
+            if plain:  # FitBounds.of, inline: this runs for every job that may fit
+                key, point = _FILTERS(job), (*_SIZE(job), duration(job))
                 known = bounds.known(key, point)
                 if known is not None:
                     if known:
@@ -263,12 +263,15 @@ class Walk:
         ``bf_max_job_test`` stay where they are, and the left-out ones count as tested."""
         rest = list(jobs)
         room = max(limit - tested, 0)
-        looked, beyond = rest[:room], rest[room:]
-        wide = list(map(gt, map(_CPUS, looked), repeat(self.free.max_cpus)))
-        # an exclusive job's answer is the whole node's: walked, as before
-        wide = list(map(and_, wide, map(not_, map(_EXCLUSIVE, looked))))
-        kept = list(compress(looked, map(not_, wide)))
-        return iter(kept + beyond), tested + len(looked) - len(kept)
+        looked = rest if room >= len(rest) else rest[:room]
+        # one pass in C, no list between its steps: kept are the jobs that ask for no more
+        # than the most free, and the exclusive ones (their answer is the whole node's: walked)
+        narrow = map(le, map(_CPUS, looked), repeat(self.free.max_cpus))
+        kept = list(compress(looked, map(or_, narrow, map(_EXCLUSIVE, looked))))
+        tested += len(looked) - len(kept)
+        if len(looked) < len(rest):
+            kept += rest[room:]
+        return iter(kept), tested
 
     def name_the_rest(self, jobs: Iterable[PendingJob]) -> None:
         """``Priority`` for the jobs the walk will not look at, when reasons are wanted."""
@@ -410,5 +413,5 @@ class Walk:
         if shadow is None:
             shadow = self.shadow = min(self.plan.expected_start.values(), default=float("inf"))
         gpu_area, cpu_area = area(job, duration)
-        late = self.end_of(job, self.now) > shadow
+        late = round_up(self.now + duration, self.config.bf_resolution) > shadow  # end_of's
         return (late, -gpu_area, -cpu_area, job.name, job.job_id)
