@@ -56,10 +56,16 @@ def check_config(config: SchedulerConfig) -> None:
     if config.fill not in FILL_RULES:
         raise ValueError(f"scheduler fill rule {config.fill!r} is not one of "
                          f"{', '.join(FILL_RULES)}")
-    for name in ("bf_max_reservations", "bf_max_job_test", "bf_resolution", "bf_window",
-                 "bf_short_job", "bf_due_wait", "max_age"):
-        if getattr(config, name) < 0:
+    if min(_NON_NEGATIVE(config)) >= 0:  # one C call: this runs every cycle
+        return
+    for name, value in zip(_NON_NEGATIVE_NAMES, _NON_NEGATIVE(config), strict=True):
+        if value < 0:
             raise ValueError(f"scheduler {name} must not be negative")
+
+
+_NON_NEGATIVE_NAMES = ("bf_max_reservations", "bf_max_job_test", "bf_resolution", "bf_window",
+                       "bf_short_job", "bf_due_wait", "max_age")
+_NON_NEGATIVE = attrgetter(*_NON_NEGATIVE_NAMES)
 
 
 @dataclass(slots=True, frozen=True)
