@@ -206,14 +206,15 @@ class Walk:
         like jobs costs a lookup each. A job that may fit is walked, except a plain one (not
         promised, not due, no ``-w``) under a fill rule that gathers (``fill`` other than
         ``priority``) whose answer ``FitBounds`` already knows. A visit that starts a job
-        forgets all of it (the profile changed)."""
+        forgets all of it (the profile changed). A plain job can only be gathered or wait here
+        (``defer_if_fits``), so it never starts one."""
         reasons = self.plan.reasons
         if not self.explain:
             jobs, tested = self.too_wide_left_out(jobs, tested, limit)
         may_fit, candidates, visit = self.free.may_fit, self.candidates, self.visit
         starts, deferred = self.plan.starts, self.deferred
         verdicts: dict[tuple, str] = {}
-        unfit: dict[tuple, str] = {}  # shape -> why no node can take it ("" = some can)
+        unfit: dict[tuple, placement.Candidates] = {}  # shape -> its nodes (or why none)
         bounds = FitBounds()
         gathers = self.config.fill != "priority"
         promised, promised_nodes = self.promised, self.promised_nodes
@@ -238,10 +239,10 @@ class Walk:
                 and job.job_id not in promised_nodes \
                 and not (due_wait and now - job.submit_time >= due_wait)  # as ``due``
             if plain:
-                why = unfit.get(shape)
-                if why is None:
-                    why = unfit[shape] = candidates(job).reason
-                plain = not why
+                cands = unfit.get(shape)
+                if cands is None:
+                    cands = unfit[shape] = candidates(job)
+                plain = not cands.reason
             if plain:  # FitBounds.of, inline: this runs for every job that may fit
                 key, point = _FILTERS(job), (*_SIZE(job), duration(job))
                 known = bounds.known(key, point)
@@ -250,15 +251,29 @@ class Walk:
                         deferred.append(job)
                     reasons[job.job_id] = "Priority"
                     continue
+            if plain:
+                bounds.learn(key, point, self.defer_if_fits(job, cands))
+                continue
             started = len(starts)
             visit(job)
             if len(starts) != started:
                 verdicts.clear()
                 bounds.clear()
-            elif plain:
-                bounds.learn(key, point, bool(deferred) and deferred[-1] is job)
         self.plan.depth = tested
         return self.finish()
+
+    def defer_if_fits(self, job: PendingJob, cands: placement.Candidates) -> bool:
+        """``visit`` for a plain job of the tail (``cands``: its nodes, with no reason), which
+        may fit now (``FreeIndex.may_fit``): the walk is blocked with every reservation made,
+        so such a job is gathered for the fill if it fits now for its whole run, and otherwise
+        waits with ``Priority`` (it gets no reservation, being neither due nor promised).
+        Whether it fits, for ``FitBounds``."""
+        self.plan.reasons[job.job_id] = "Priority"
+        if placement.place_now(job, cands, self.now, self.end_of(job, self.now),
+                               self.free) is None:
+            return False
+        self.deferred.append(job)
+        return True
 
     def too_wide_left_out(self, jobs: Iterator[PendingJob], tested: int, limit: int,
                           ) -> tuple[Iterator[PendingJob], int]:
