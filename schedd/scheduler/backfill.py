@@ -41,14 +41,18 @@ from schedd.scheduler.snapshot import PendingJob
 
 FILL_RULES = ("priority", "area", "short_area", "hole_area")
 _JOB_ID = attrgetter("job_id")
-# what decides whether a job may fit now and which nodes it may use (placement.CandidateCache)
 # the filters a job's candidate nodes depend on, besides its size (``FitBounds``)
-_FILTERS = attrgetter("partition", "features", "gpu_type", "exclude", "exclusive")
+_FILTER_NAMES = ("partition", "features", "gpu_type", "exclude", "exclusive")
+_FILTERS = attrgetter(*_FILTER_NAMES)
 _CPUS = attrgetter("cpus_per_node")
 _EXCLUSIVE = attrgetter("exclusive")
-_SIZE = attrgetter("num_nodes", "cpus_per_node", "mem_per_node_mb", "gpus_per_node")
-_SHAPE = attrgetter("partition", "features", "gpu_type", "nodelist", "exclude", "cpus_per_node",
-                    "mem_per_node_mb", "gpus_per_node", "num_nodes", "exclusive")
+_SIZE_NAMES = ("num_nodes", "cpus_per_node", "mem_per_node_mb", "gpus_per_node")
+_SIZE = attrgetter(*_SIZE_NAMES)
+# what decides whether a job may fit now and which nodes it may use (placement.CandidateCache),
+# laid out as _FILTERS, -w, _SIZE: the tail cuts FitBounds' key and point from it in C
+_SHAPE = attrgetter(*_FILTER_NAMES, "nodelist", *_SIZE_NAMES)
+_BOUND_KEY = slice(0, len(_FILTER_NAMES))
+_BOUND_SIZE = slice(len(_FILTER_NAMES) + 1, None)
 
 
 def check_config(config: SchedulerConfig) -> None:
@@ -150,6 +154,7 @@ class Walk:
         self.promised = promised
         self.promised_nodes = promised_nodes or {}
         self.explain = explain  # a reason for the jobs never looked at too
+        self.predict = config.predict_runtime  # read by ``duration``, for every job walked
         self.free = placement.FreeIndex(timelines)
         self.plan = Plan()
         self.reservations = 0
@@ -169,7 +174,7 @@ class Walk:
     def duration(self, job: PendingJob) -> int:
         """Seconds the job is planned for: its limit, or its predicted run time when asked."""
         limit = max(int(job.time_limit), 1)
-        if self.config.predict_runtime and job.predicted_runtime:
+        if self.predict and job.predicted_runtime:
             return min(max(int(job.predicted_runtime), 1), limit)
         return limit
 
@@ -243,8 +248,8 @@ class Walk:
                 if cands is None:
                     cands = unfit[shape] = candidates(job)
                 plain = not cands.reason
-            if plain:  # FitBounds.of, inline: this runs for every job that may fit
-                key, point = _FILTERS(job), (*_SIZE(job), duration(job))
+            if plain:  # FitBounds.of, cut from the shape: this runs for every job that may fit
+                key, point = shape[_BOUND_KEY], (*shape[_BOUND_SIZE], duration(job))
                 known = bounds.known(key, point)
                 if known is not None:
                     if known:
