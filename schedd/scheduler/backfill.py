@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import and_, attrgetter, ge, gt, le, not_
+from operator import attrgetter, ge, le, or_
 
 from schedd.config import SchedulerConfig
 from schedd.model import NodeAllocation
@@ -41,13 +41,18 @@ from schedd.scheduler.snapshot import PendingJob
 
 FILL_RULES = ("priority", "area", "short_area", "hole_area")
 _JOB_ID = attrgetter("job_id")
-# what decides whether a job may fit now and which nodes it may use (placement.CandidateCache)
 # the filters a job's candidate nodes depend on, besides its size (``FitBounds``)
-_FILTERS = attrgetter("partition", "features", "gpu_type", "exclude", "exclusive")
+_FILTER_NAMES = ("partition", "features", "gpu_type", "exclude", "exclusive")
+_FILTERS = attrgetter(*_FILTER_NAMES)
 _CPUS = attrgetter("cpus_per_node")
 _EXCLUSIVE = attrgetter("exclusive")
-_SHAPE = attrgetter("partition", "features", "gpu_type", "nodelist", "exclude", "cpus_per_node",
-                    "mem_per_node_mb", "gpus_per_node", "num_nodes", "exclusive")
+_SIZE_NAMES = ("num_nodes", "cpus_per_node", "mem_per_node_mb", "gpus_per_node")
+_SIZE = attrgetter(*_SIZE_NAMES)
+# what decides whether a job may fit now and which nodes it may use (placement.CandidateCache),
+# laid out as _FILTERS, -w, _SIZE: the tail cuts FitBounds' key and point from it in C
+_SHAPE = attrgetter(*_FILTER_NAMES, "nodelist", *_SIZE_NAMES)
+_BOUND_KEY = slice(0, len(_FILTER_NAMES))
+_BOUND_SIZE = slice(len(_FILTER_NAMES) + 1, None)
 
 
 def check_config(config: SchedulerConfig) -> None:
@@ -55,10 +60,16 @@ def check_config(config: SchedulerConfig) -> None:
     if config.fill not in FILL_RULES:
         raise ValueError(f"scheduler fill rule {config.fill!r} is not one of "
                          f"{', '.join(FILL_RULES)}")
-    for name in ("bf_max_reservations", "bf_max_job_test", "bf_resolution", "bf_window",
-                 "bf_short_job", "bf_due_wait", "max_age"):
-        if getattr(config, name) < 0:
+    if min(_NON_NEGATIVE(config)) >= 0:  # one C call: this runs every cycle
+        return
+    for name, value in zip(_NON_NEGATIVE_NAMES, _NON_NEGATIVE(config), strict=True):
+        if value < 0:
             raise ValueError(f"scheduler {name} must not be negative")
+
+
+_NON_NEGATIVE_NAMES = ("bf_max_reservations", "bf_max_job_test", "bf_resolution", "bf_window",
+                       "bf_short_job", "bf_due_wait", "max_age")
+_NON_NEGATIVE = attrgetter(*_NON_NEGATIVE_NAMES)
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,8 +111,7 @@ class FitBounds:
 
     @staticmethod
     def of(job: PendingJob, duration: int) -> tuple[tuple, tuple[int, ...]]:
-        return _FILTERS(job), (job.num_nodes, job.cpus_per_node, job.mem_per_node_mb,
-                               job.gpus_per_node, duration)
+        return _FILTERS(job), (*_SIZE(job), duration)
 
     def known(self, key: tuple, point: tuple[int, ...]) -> bool | None:
         """True: it fits; False: it does not; None: not known."""
@@ -144,6 +154,7 @@ class Walk:
         self.promised = promised
         self.promised_nodes = promised_nodes or {}
         self.explain = explain  # a reason for the jobs never looked at too
+        self.predict = config.predict_runtime  # read by ``duration``, for every job walked
         self.free = placement.FreeIndex(timelines)
         self.plan = Plan()
         self.reservations = 0
@@ -163,7 +174,7 @@ class Walk:
     def duration(self, job: PendingJob) -> int:
         """Seconds the job is planned for: its limit, or its predicted run time when asked."""
         limit = max(int(job.time_limit), 1)
-        if self.config.predict_runtime and job.predicted_runtime:
+        if self.predict and job.predicted_runtime:
             return min(max(int(job.predicted_runtime), 1), limit)
         return limit
 
@@ -200,14 +211,15 @@ class Walk:
         like jobs costs a lookup each. A job that may fit is walked, except a plain one (not
         promised, not due, no ``-w``) under a fill rule that gathers (``fill`` other than
         ``priority``) whose answer ``FitBounds`` already knows. A visit that starts a job
-        forgets all of it (the profile changed)."""
+        forgets all of it (the profile changed). A plain job can only be gathered or wait here
+        (``defer_if_fits``), so it never starts one."""
         reasons = self.plan.reasons
         if not self.explain:
             jobs, tested = self.too_wide_left_out(jobs, tested, limit)
         may_fit, candidates, visit = self.free.may_fit, self.candidates, self.visit
         starts, deferred = self.plan.starts, self.deferred
         verdicts: dict[tuple, str] = {}
-        unfit: dict[tuple, str] = {}  # shape -> why no node can take it ("" = some can)
+        unfit: dict[tuple, placement.Candidates] = {}  # shape -> its nodes (or why none)
         bounds = FitBounds()
         gathers = self.config.fill != "priority"
         promised, promised_nodes = self.promised, self.promised_nodes
@@ -232,27 +244,41 @@ class Walk:
                 and job.job_id not in promised_nodes \
                 and not (due_wait and now - job.submit_time >= due_wait)  # as ``due``
             if plain:
-                why = unfit.get(shape)
-                if why is None:
-                    why = unfit[shape] = candidates(job).reason
-                plain = not why
-            if plain:
-                key, point = FitBounds.of(job, duration(job))
+                cands = unfit.get(shape)
+                if cands is None:
+                    cands = unfit[shape] = candidates(job)
+                plain = not cands.reason
+            if plain:  # FitBounds.of, cut from the shape: this runs for every job that may fit
+                key, point = shape[_BOUND_KEY], (*shape[_BOUND_SIZE], duration(job))
                 known = bounds.known(key, point)
                 if known is not None:
                     if known:
                         deferred.append(job)
                     reasons[job.job_id] = "Priority"
                     continue
+            if plain:
+                bounds.learn(key, point, self.defer_if_fits(job, cands))
+                continue
             started = len(starts)
             visit(job)
             if len(starts) != started:
                 verdicts.clear()
                 bounds.clear()
-            elif plain:
-                bounds.learn(key, point, bool(deferred) and deferred[-1] is job)
         self.plan.depth = tested
         return self.finish()
+
+    def defer_if_fits(self, job: PendingJob, cands: placement.Candidates) -> bool:
+        """``visit`` for a plain job of the tail (``cands``: its nodes, with no reason), which
+        may fit now (``FreeIndex.may_fit``): the walk is blocked with every reservation made,
+        so such a job is gathered for the fill if it fits now for its whole run, and otherwise
+        waits with ``Priority`` (it gets no reservation, being neither due nor promised).
+        Whether it fits, for ``FitBounds``."""
+        self.plan.reasons[job.job_id] = "Priority"
+        if placement.place_now(job, cands, self.now, self.end_of(job, self.now),
+                               self.free) is None:
+            return False
+        self.deferred.append(job)
+        return True
 
     def too_wide_left_out(self, jobs: Iterator[PendingJob], tested: int, limit: int,
                           ) -> tuple[Iterator[PendingJob], int]:
@@ -263,12 +289,15 @@ class Walk:
         ``bf_max_job_test`` stay where they are, and the left-out ones count as tested."""
         rest = list(jobs)
         room = max(limit - tested, 0)
-        looked, beyond = rest[:room], rest[room:]
-        wide = list(map(gt, map(_CPUS, looked), repeat(self.free.max_cpus)))
-        # an exclusive job's answer is the whole node's: walked, as before
-        wide = list(map(and_, wide, map(not_, map(_EXCLUSIVE, looked))))
-        kept = list(compress(looked, map(not_, wide)))
-        return iter(kept + beyond), tested + len(looked) - len(kept)
+        looked = rest if room >= len(rest) else rest[:room]
+        # one pass in C, no list between its steps: kept are the jobs that ask for no more
+        # than the most free, and the exclusive ones (their answer is the whole node's: walked)
+        narrow = map(le, map(_CPUS, looked), repeat(self.free.max_cpus))
+        kept = list(compress(looked, map(or_, narrow, map(_EXCLUSIVE, looked))))
+        tested += len(looked) - len(kept)
+        if len(looked) < len(rest):
+            kept += rest[room:]
+        return iter(kept), tested
 
     def name_the_rest(self, jobs: Iterable[PendingJob]) -> None:
         """``Priority`` for the jobs the walk will not look at, when reasons are wanted."""
@@ -410,5 +439,5 @@ class Walk:
         if shadow is None:
             shadow = self.shadow = min(self.plan.expected_start.values(), default=float("inf"))
         gpu_area, cpu_area = area(job, duration)
-        late = self.end_of(job, self.now) > shadow
+        late = round_up(self.now + duration, self.config.bf_resolution) > shadow  # end_of's
         return (late, -gpu_area, -cpu_area, job.name, job.job_id)

@@ -101,8 +101,8 @@ def ranked_order(snapshot: Snapshot,
     if config.weight_fairshare and snapshot.associations:
         wanted = {(j.account, j.user) for j in pending} | {(j.account, "") for j in pending}
         shares = fairshare.factors(snapshot.associations, wanted)
-    cluster = priority.ClusterSize.of(snapshot.nodes)
     if not priority.submit_ordered(pending, config, shares, snapshot.plain_arrivals):
+        cluster = priority.ClusterSize.of(snapshot.nodes)
         prio = priority.priorities(pending, now, config, cluster, shares)
         shown = priority.displayed(pending, prio) if snapshot.explain else {}
         order = ordered(pending, prio, snapshot.promised)
@@ -112,6 +112,7 @@ def ranked_order(snapshot: Snapshot,
         order = due_first(order, snapshot.promised, now, config.bf_due_wait)
     if not snapshot.explain:
         return order, {}
+    cluster = priority.ClusterSize.of(snapshot.nodes)  # a pass over the nodes: only when shown
     if one_nice and priority.constant(config):  # one value for every job: no arithmetic
         head = order[:1]
         prio = priority.priorities(head, now, config, cluster, shares)

@@ -113,15 +113,18 @@ def submit_ordered(pending: Sequence[PendingJob], config: SchedulerConfig,
     kiln without an association tree take this path.
 
     ``plain_arrivals``: the caller vouches that no job has an admin-set priority and every job
-    the same nice (``Snapshot.plain_arrivals``), so those two passes over the queue are skipped.
+    the same nice and the same partition, QOS and association priority
+    (``Snapshot.plain_arrivals``), so those passes over the queue, run every cycle, are skipped.
     """
     if config.weight_age < 0 or config.weight_job_size:
         return False
     if fairshare is not None and config.weight_fairshare:
         return False
-    if not plain_arrivals and list(map(_ADMIN, pending)).count(None) != len(pending):
+    if plain_arrivals:
+        return True
+    if list(map(_ADMIN, pending)).count(None) != len(pending):
         return False
-    if config.weight_age and not plain_arrivals and not _same(pending, _NICE):
+    if config.weight_age and not _same(pending, _NICE):
         return False
     if config.weight_partition and not _same(pending, _PARTITION):
         return False

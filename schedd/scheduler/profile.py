@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import filterfalse, islice
 from operator import attrgetter
+from typing import NamedTuple
 
 from schedd.scheduler.snapshot import NodeView, RunningJob
 
@@ -33,9 +33,10 @@ _GPU_INDEX = attrgetter("index")
 Steps = tuple[list[float], list[int], list[int], list[int], bool]
 
 
-@dataclass(slots=True, frozen=True)
-class Demand:
-    """What a job needs on each of its nodes."""
+class Demand(NamedTuple):
+    """What a job needs on each of its nodes. A named tuple, not a frozen dataclass: the walk
+    makes one or more per job it places or plans, every cycle, and a tuple is made in C (a
+    frozen dataclass sets each field through ``object.__setattr__``)."""
 
     cpus: int
     mem: int
@@ -351,11 +352,15 @@ def build(
     timelines = [NodeTimeline(i, n, now) for i, n in enumerate(nodes)]
     by_name = {t.view.name: t for t in timelines}
     releases: dict[int, list[tuple[float, int, int, int]]] = {}
-    for run in running:
-        # a job past its planned end still holds its resources now (KillWait, a late report):
-        # plan them back a moment later, never now
-        end = max(round_up(planning_end(run, use_prediction), resolution),
-                  round_up(now + 1, resolution))
+    # a job past its planned end still holds its resources now (KillWait, a late report):
+    # plan them back a moment later, never now
+    soonest = round_up(now + 1, resolution)
+    for run in running:  # every running job, every cycle: nothing here that can be hoisted
+        end = run.end_time if not use_prediction else planning_end(run, use_prediction)
+        if resolution > 1:
+            end = round_up(end, resolution)
+        if end < soonest:
+            end = soonest
         for a in run.allocation:
             tl = by_name.get(a.node)
             if tl is None:

@@ -233,10 +233,11 @@ class Snapshot:
     # the walk never looks at and every priority. Starts and plans are the same either way.
     explain: bool = True
     # The caller vouches that ``pending`` is a queue of plain arrivals: in arrival order
-    # ((submit time, job id) rising), one nice value, no admin-set priority, no reservation
-    # named. The core then skips the passes over the queue that would find this out every
-    # cycle (priority.submit_ordered, cycle.by_submit, the reservation split); the decisions
-    # are the same as without. The simulator sets it (its queue is a subsequence of a trace in
+    # ((submit time, job id) rising), one nice value, no admin-set priority, one partition,
+    # QOS and association priority for every job, no reservation named. The core then skips
+    # the passes over the queue that would find this out every cycle
+    # (priority.submit_ordered, cycle.by_submit, the reservation split); the decisions are the
+    # same as without. The simulator sets it (its queue is a subsequence of a trace in
     # that order, its jobs all made alike by Machine.pending); the daemon does not.
     plain_arrivals: bool = False
     # the cluster's licenses ([[license]]: name -> count); empty: none configured

@@ -66,8 +66,8 @@ class Machine:
 
     def pending(self, job: TraceJob, shape: Shape) -> PendingJob:
         """The core's view of a trace job: its shape, its estimate as the time limit. Every job
-        keeps the defaults of nice (0), admin priority (none) and reservation (none): the
-        replay vouches for that (``Snapshot.plain_arrivals``)."""
+        keeps the defaults of nice (0), admin priority (none), partition, QOS and
+        association priority and reservation (none): the replay vouches for that (``Snapshot.plain_arrivals``)."""
         return PendingJob(
             job_id=job.job_id,
             name=f"{job.job_id:010d}",  # name ties sort as job numbers do
