@@ -329,15 +329,3 @@ def test_test_only_adds_kilns_lines_after_slurms(fake_schedd, capsys) -> None:  
                              " (in ~4.0 h)")
     assert lines[2] == "sbatch: with --gres=gpu:4 instead of 8: starts in ~25 min, not in ~3.0 h"
 
-
-def test_sbatch_imports_the_test_only_outlook_only_for_test_only() -> None:
-    """``cli.outlook`` (and the ``cli.formats`` it imports, ~2 ms of a start) serves
-    ``--test-only`` alone: a plain submission does not load it (docs/benchmarks.md, issue 13)."""
-    import subprocess
-    import sys
-
-    code = ("import sys; import cli.sbatch; "
-            "print(sorted({'cli.outlook', 'cli.formats'} & set(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.strip() == "[]"
