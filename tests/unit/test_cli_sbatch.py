@@ -328,4 +328,3 @@ def test_test_only_adds_kilns_lines_after_slurms(fake_schedd, capsys) -> None:  
                              f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(1.0e9 + 4 * 3600))}"
                              " (in ~4.0 h)")
     assert lines[2] == "sbatch: with --gres=gpu:4 instead of 8: starts in ~25 min, not in ~3.0 h"
-
