@@ -66,6 +66,8 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     job.user, job.uid, job.gid = caller.user, caller.uid, caller.gid
     job.submit_time = job.eligible_time = now
     job.state, job.reason = JobState.PENDING, "None"
+    if job.held:  # as `scontrol hold` sets it: squeue says why at once, with no cycle
+        job.reason = "JobHeldUser"
     size = protocol.environment_bytes(job.environment)
     if size > protocol.MAX_ENV_BYTES:
         raise RequestError(f"environment of {size} bytes is over the limit of "

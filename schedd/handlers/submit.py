@@ -35,7 +35,10 @@ def submit(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
     events = [JobEvent(job_id=j.id, time=now, state="PENDING", actor_uid=caller.uid,
                        detail="submitted") for j in jobs]
     ctx.state.add_jobs(jobs, events)
-    ctx.wake_scheduler()
+    if not template.held:
+        # a held job cannot start, so no cycle is owed to it (build_job set its reason): a
+        # burst of held submissions would otherwise pay a cycle over the whole queue each
+        ctx.wake_scheduler()
     first = jobs[0].array_job_id if template.array_spec else jobs[0].id
     return {"job_id": first, "array_task_ids": [j.array_task_id for j in jobs
                                                 if j.array_task_id is not None]}

@@ -69,6 +69,11 @@ MAX_JOB_ID = 2**31 - 1  # jobs.id is an INTEGER column (PostgreSQL's int4)
 
 META_MAX_JOB_ID = "max_job_id"  # high-water mark kept when finished jobs are purged
 
+# Built once: SQLAlchemy keys its compiled-statement cache by the statement, and a statement
+# built per call pays for that key again in every submission (~5% of an insert's CPU)
+INSERT_JOBS = insert(t.jobs)
+INSERT_EVENTS = insert(t.job_events)
+
 
 # -- rows <-> domain objects --------------------------------------------------------------------
 
@@ -359,9 +364,9 @@ class Store:
         rows = [job_to_row(j) for j in jobs]
         with self._write(f"inserting {len(rows)} job(s)") as conn:
             if rows:
-                conn.execute(insert(t.jobs), rows)
+                conn.execute(INSERT_JOBS, rows)
             if events:
-                conn.execute(insert(t.job_events), [_event_row(e) for e in events])
+                conn.execute(INSERT_EVENTS, [_event_row(e) for e in events])
 
     def update_jobs(
         self, changes: list[tuple[int, dict[str, Any]]], events: list[JobEvent] | None = None,
@@ -388,7 +393,7 @@ class Store:
                 if names:
                     self._update_group(conn, names, params)
             if events:
-                conn.execute(insert(t.job_events), [_event_row(e) for e in events])
+                conn.execute(INSERT_EVENTS, [_event_row(e) for e in events])
             if steps:
                 rows = [dataclasses.asdict(step) for step in steps]
                 conn.execute(_upsert(conn, t.job_steps, ["job_id", "step_id"], rows[0]), rows)
