@@ -11,9 +11,9 @@ from schedd.handlers import salloc as h
 from schedd.ledger.records import StepRecord
 from schedd.lifecycle import transitions
 from schedd.model import Job, JobState, NodeAllocation
-from tests.unit.test_steps_handlers import OWNER, ROOT, STRANGER, ctx, pg_database, store
+from tests.unit.test_steps_handlers import OWNER, ROOT, STRANGER, ctx, store
 
-__all__ = ["ctx", "pg_database", "store"]  # the fixtures, shared with the step handlers' tests
+__all__ = ["ctx", "store"]  # the fixtures, shared with the step handlers' tests (the ledger: conftest.py)
 
 
 def _allocation(ctx) -> Job:
