@@ -130,6 +130,8 @@ class Offload:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(timeout=5)
+            if self._thread.is_alive():  # mid-plan: its wake-up must not hit a reused fd
+                return
         os.close(self._wake_r)
         os.close(self._wake_w)
 
@@ -165,6 +167,8 @@ class Offload:
                 os.write(self._wake_w, b"x")
             except BlockingIOError:  # the loop has a wake-up unread already
                 pass
+            except OSError:  # closed: schedd is stopping
+                return
 
 
 def wait(ticket: Ticket) -> Generator[Ticket, None, Any]:

@@ -88,8 +88,9 @@ def test_a_users_planning_never_holds_another_users_squeue(gated: Cluster, gate:
                                                            other_user: str,
                                                            attack: str) -> None:
     (gate / "open").touch()  # the jobs below are placed without waiting
-    busy = gated.sbatch("--gres=gpu:2", "--wrap", "sleep 300")
-    waiting = gated.sbatch("--gres=gpu:2", "--wrap", "true", user=other_user)
+    busy = gated.sbatch("-o", "/dev/null", "--gres=gpu:2", "--wrap", "sleep 300")
+    waiting = gated.sbatch("-o", "/dev/null", "--gres=gpu:2", "--wrap", "true",
+                           user=other_user)
     gated.wait(busy, {"RUNNING"})
     for name in ("open", "entered"):
         (gate / name).unlink(missing_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import select
 import threading
 from collections.abc import Iterator
@@ -87,3 +88,24 @@ def test_results_errors_and_then_come_back_on_the_loop(worker: Offload) -> None:
     assert next(gen) is bad  # parks on the ticket, then raises its error on the loop
     with pytest.raises(ZeroDivisionError):
         next(gen)
+
+
+def test_a_request_waiting_on_the_worker_is_parked_until_it_is_done(worker: Offload) -> None:
+    from schedd.daemon import Slices
+
+    gate = _gate(worker)
+    ticket = worker.submit(1000, lambda: {"n": 1})
+
+    def handler() -> Iterator[Ticket]:
+        return (yield from wait(ticket))
+
+    work = Slices(7, handler())  # type: ignore[arg-type]
+    assert work.step() is None and work.parked  # neither stepped nor polled for meanwhile
+    gate.set()
+    _finish(worker, [ticket])
+    assert not work.parked
+    reply = None
+    while reply is None:
+        reply = work.step()
+    assert json.loads(b"".join(reply)) == {"v": protocol.VERSION, "id": 7, "ok": True,
+                                            "body": {"n": 1}}
