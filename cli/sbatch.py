@@ -227,7 +227,8 @@ def _call_retrying(client: Client, body: dict[str, Any]) -> dict[str, Any]:
         try:
             return client.call("submit", body)
         except ClientError as exc:
-            if exc.code != E_AGAIN or retries >= MAX_RETRIES:
+            # --test-only's E_AGAIN is schedd's forecast queue, full: said at once, not retried
+            if exc.code != E_AGAIN or retries >= MAX_RETRIES or body.get("test_only"):
                 raise
         if not retries:
             print(f"{PROG}: error: Slurm temporarily unable to accept job, sleeping and "

@@ -39,6 +39,7 @@ class Context(Protocol):
     preemption: Any  # lifecycle.preemption.Tracker
     planner: Any  # lifecycle.planner.Planner
     diag: Any  # reports.diag.SchedulerDiag: the cycles' figures (sdiag)
+    offload: Any  # offload.Offload: planning off the loop, users in turn
 
     def now(self) -> float: ...
 

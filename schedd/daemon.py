@@ -26,7 +26,7 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import keys, leader, protocol, slicing, statedir
+from schedd import keys, leader, offload, protocol, slicing, statedir
 from schedd.collector import Collector
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
@@ -75,6 +75,9 @@ class Daemon:
         self.preemption = preemption.Tracker.from_state(self.state)  # victims in GraceTime
         self.mail = mail.Outbox(cfg)  # --mail-type (lifecycle/mail.py)
         self.planner = Planner(cfg, self.state, self.agents, self.preemption)
+        # forecasts and the shape advisor, planned off the loop (schedd/offload.py)
+        self.offload = offload.Offload()
+        self._forecast: offload.Ticket | None = None  # the timer's forecast being planned
         self.metrics = metrics.start(cfg, self.state, self.now)  # None unless metrics_listen
         self._cycle_due = True
         self._last_cycle = 0.0
@@ -148,6 +151,7 @@ class Daemon:
         poller = zmq.Poller()
         self.local.register(poller)
         poller.register(self.agent_sock, zmq.POLLIN)
+        poller.register(self.offload.fileno(), zmq.POLLIN)
         log.info("schedd listening: clients %s, agents %s", self.cfg.client_endpoint,
                  self.cfg.agent_endpoint)
         while not self._stopping:
@@ -165,6 +169,8 @@ class Daemon:
             since = clock()
             self._drain(self.agent_sock, self._handle_agent)
             watch.add("agents", since)
+        if self.offload.fileno() in ready:  # planning done: parked requests step again
+            self.offload.collect()
         since = clock()
         self.local.ready(ready, self.now())  # each ready client: one request answered
         watch.add("clients", since)
@@ -212,6 +218,7 @@ class Daemon:
 
     def close(self) -> None:
         self.collector.close()
+        self.offload.close()
         if self.keyring is not None:
             self._auth.stop()
         self.state.usage.save(self.state.store, self.now(), force=True)
@@ -346,7 +353,11 @@ class Daemon:
 
     def publish_quantiles(self, now: float) -> None:
         """Every ``forecast_interval``: each waiting job's p50 and p90 start under predicted
-        run times, kept as its first published band until it starts (``kiln stats``)."""
+        run times, kept as its first published band until it starts (``kiln stats``). The
+        snapshot is taken here; the plans are made off the loop (``offload``, as the
+        "schedd" owner, in turn with the users' requests) and published here when done."""
+        if self._forecast is not None and not self._forecast.done:
+            return  # the last one is still being planned
         snapshot, _ = self.planner.snapshot(now)
         jobs = self.state.jobs
         # Only the first publication is checked: plan only as deep as the jobs that have none
@@ -355,12 +366,21 @@ class Daemon:
                   if (job := jobs.get(p.job_id)) is not None and job.forecast_band is None]
         if not wanted:
             return
+        plan = self.planner.frozen(snapshot)
         try:
-            bands = self.planner.quantiles(snapshot, wanted)
-        except Exception:  # noqa: BLE001 - a forecast must never stop the loop
-            log.exception("start forecast failed")
+            self._forecast = self.offload.submit(
+                "schedd", lambda: plan.quantiles(snapshot, wanted),
+                then=lambda ticket: self._publish_bands(ticket, now))
+        except RequestError:  # the queue is full of users' requests: at the next interval
+            log.debug("start forecast deferred: the planning queue is full")
+
+    def _publish_bands(self, ticket: offload.Ticket, now: float) -> None:
+        """The timer's forecast, planned: each band published (on the loop)."""
+        if ticket.error is not None:
+            log.error("start forecast failed", exc_info=ticket.error)
             return
-        for job_id, q in bands.items():
+        jobs = self.state.jobs
+        for job_id, q in ticket.result.items():
             job = jobs.get(job_id)
             if job is None or job.forecast_band is not None:
                 continue  # the first publication is the one checked
@@ -411,11 +431,21 @@ class Slices(Work):
     too (``slicing.encode_reply``, which consumes the body's long lists: a body must be the
     request's own, never state's). Errors end it as _dispatch's would."""
 
-    def __init__(self, msg_id: Any, gen: Generator[None, None, dict[str, Any]],
+    def __init__(self, msg_id: Any, gen: Generator[Any, None, dict[str, Any]],
                  watch: LoopWatch | None = None, name: str = "slice"):
         self.msg_id, self.gen = msg_id, gen
         self.encoding: Generator[None, None, list[bytes]] | None = None
         self.watch, self.name = watch or LoopWatch(None), name
+        self.ticket: offload.Ticket | None = None  # what it waits on off the loop, if any
+
+    @property
+    def parked(self) -> bool:  # type: ignore[override]
+        """Waiting for the worker (it yielded an ``offload.Ticket`` not yet done)."""
+        return self.ticket is not None and not self.ticket.done
+
+    def cancel(self) -> None:
+        if self.ticket is not None:
+            self.ticket.cancelled = True
 
     def step(self) -> Reply | None:
         since = time.perf_counter()
@@ -424,7 +454,8 @@ class Slices(Work):
                 next(self.encoding)
             else:
                 try:
-                    next(self.gen)
+                    signal = next(self.gen)
+                    self.ticket = signal if isinstance(signal, offload.Ticket) else None
                 except StopIteration as done:  # the body: encoded in the next slices
                     self.encoding = slicing.encode_reply(self.msg_id, done.value)
             return None

@@ -68,6 +68,9 @@ class Work:
     def step(self) -> Reply | None:  # pragma: no cover - an interface
         raise NotImplementedError
 
+    def cancel(self) -> None:
+        """Its client went away: what it waits on off the loop need not be done."""
+
 
 def frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
@@ -237,7 +240,9 @@ class LocalServer:
 
     @property
     def working(self) -> bool:
-        return any(c.work is not None for c in self.conns.values())
+        """Is a long request ready for a slice (so the loop must not sleep in its poll)?"""
+        return any(c.work is not None and not getattr(c.work, "parked", False)
+                   for c in self.conns.values())
 
     def step_work(self, budget: float = WORK_BUDGET) -> None:
         """Advance the long requests for about ``budget`` seconds: one slice per user in
@@ -246,7 +251,7 @@ class LocalServer:
         while time.monotonic() - started < budget:
             by_user: dict[int, list[Connection]] = {}
             for conn in self.conns.values():
-                if conn.work is not None:
+                if conn.work is not None and not getattr(conn.work, "parked", False):
                     by_user.setdefault(conn.caller.uid, []).append(conn)
             if not by_user:
                 return
@@ -319,6 +324,8 @@ class LocalServer:
                 self._close(conn)
 
     def _close(self, conn: Connection) -> None:
+        if conn.work is not None and hasattr(conn.work, "cancel"):
+            conn.work.cancel()
         self.conns.pop(conn.fd, None)
         try:
             self._poller.unregister(conn.fd)

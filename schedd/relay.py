@@ -150,14 +150,17 @@ class Relays:
 
     @property
     def working(self) -> bool:
-        return bool(self.pending)
+        """Is a relayed long request ready for a slice (parked ones wait: localsock.Work)?"""
+        return any(not getattr(p.work, "parked", False) for p in self.pending)
 
     def step_work(self, budget: float = WORK_BUDGET) -> None:
         """Advance relayed long requests, one slice each in turn, for about ``budget``."""
         started = time.monotonic()
-        while self.pending and time.monotonic() - started < budget:
+        while self.working and time.monotonic() - started < budget:
             self._turn = (self._turn + 1) % len(self.pending)
             item = self.pending[self._turn]
+            if getattr(item.work, "parked", False):
+                continue
             reply = item.work.step()
             if reply is not None:
                 self.pending.remove(item)

@@ -206,6 +206,17 @@ class LeadCalibration:
         self._due: list[tuple[float, int]] = []  # (published p90, job) not yet judged, a heap
         self._shown: dict[int, float] = {}  # job -> its published p90, until judged
 
+    def copy(self) -> LeadCalibration:
+        """A copy that shares nothing mutable (the planning thread's: schedd/offload.py)."""
+        other = LeadCalibration(self.keep, self.floor)
+        other._classes = {key: OrderedDict((job, entry[:]) for job, entry in jobs.items())
+                          for key, jobs in self._classes.items()}
+        other._where = dict(self._where)
+        other.level = self.level
+        other._due = list(self._due)
+        other._shown = dict(self._shown)
+        return other
+
     def _class(self, wait: float) -> int:
         return int(math.log(max(wait, self.floor) / self.floor, self.SPAN))
 

@@ -11,8 +11,10 @@ a published forecast (``schedd.forecast``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Generator
 from typing import Any
 
+from schedd import offload
 from schedd.context import Context, RequestError
 from schedd.handlers.selection import (
     INVALID_JOB_ID,
@@ -51,7 +53,8 @@ def _summary(job: Job) -> dict[str, Any]:
             "expected_start": job.expected_start or None, "set_aside": job.set_aside}
 
 
-def job_why(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+def job_why(ctx: Context, caller: Caller,
+            body: dict[str, Any]) -> dict[str, Any] | Generator[Any, None, dict[str, Any]]:
     now = ctx.now()
     job = _target(ctx, body["job_id"])
     if not visible_jobs(ctx, caller, [job]):  # PrivateData=jobs: not even that it exists
@@ -82,24 +85,36 @@ def job_why(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any
     reply["ahead"] = [_summary(j) for j in ahead[-AHEAD_SHOWN:]]
     reply["factors"] = _factors(ctx, shown, considered, now)
     reply["ending"] = _ending(ctx, job, now)
-    reply.update(_outlook(ctx, job, now))
     if not sees_all(ctx, caller, "jobs"):  # the place in the queue, but no one else's jobs
         others = {j.display_id for j in ahead if j.uid != caller.uid}
         reply["ahead"] = [a for a in reply["ahead"] if a["job_id"] not in others]
         reply["factors"] = {k: v for k, v in reply["factors"].items() if k not in others}
         reply["ending"] = [e for e in reply["ending"] if e["user"] == caller.user]
-    return reply
+    return _outlook(ctx, caller, job, now, reply)
 
 
-def _outlook(ctx: Context, job: Job, now: float) -> dict[str, Any]:
-    """The job's p50/p90 start and the nearby shapes that start sooner (``advisor``), from
-    the plan of the current snapshot; nothing for a job the scheduler does not consider."""
+def _outlook(ctx: Context, caller: Caller, job: Job, now: float,
+             reply: dict[str, Any]) -> dict[str, Any] | Generator[Any, None, dict[str, Any]]:
+    """The reply with the job's p50/p90 start and the nearby shapes that start sooner
+    (``advisor``), from the plan of the current snapshot; nothing for a job the scheduler
+    does not consider. The plans are made off the loop (schedd/offload.py): the reply is
+    then a long request, finished when they are."""
     snapshot, _ = ctx.planner.snapshot(now)
     view = next((p for p in snapshot.pending if p.job_id == job.id), None)
     if view is None:
-        return {"forecast": None, "advice": []}
-    return advisor.outlook(ctx.planner, snapshot, job, view, ctx.state.partitions,
-                           ctx.cfg.scheduler.bf_resolution)
+        return {**reply, "forecast": None, "advice": []}
+    shapes = advisor.nearby(job, view, ctx.state.partitions)
+    plan = ctx.planner.frozen(snapshot)
+    resolution = ctx.cfg.scheduler.bf_resolution
+    ticket = ctx.offload.submit(
+        caller.uid, lambda: advisor.outlook(plan, snapshot, view, shapes, resolution))
+    return _finished(reply, ticket)
+
+
+def _finished(reply: dict[str, Any], ticket: offload.Ticket) -> Generator[Any, None,
+                                                                          dict[str, Any]]:
+    reply.update((yield from offload.wait(ticket)))
+    return reply
 
 
 def _factors(ctx: Context, shown: list[Job], considered: list[Job],

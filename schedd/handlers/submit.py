@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
-from schedd import protocol
+from schedd import offload, protocol
 from schedd.context import Context, RequestError
 from schedd.handlers.admission import (
     build_job,
@@ -20,7 +21,8 @@ from schedd.reports import advisor
 from schedd.slurm.hostlist import compress
 
 
-def submit(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+def submit(ctx: Context, caller: Caller,
+           body: dict[str, Any]) -> dict[str, Any] | Generator[Any, None, dict[str, Any]]:
     now = ctx.now()
     template = build_job(ctx, caller, body["job"], now)
     if body.get("priority") is not None:  # sbatch --priority, as scontrol update Priority=
@@ -28,7 +30,7 @@ def submit(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
             raise RequestError(DENIED, protocol.E_PERMISSION)
         template.admin_priority = body["priority"]
     if body.get("test_only"):
-        return test_only(ctx, template, now)
+        return test_only(ctx, caller, template, now)
     jobs = expand_array(ctx, template)  # at most max_array_size
     check_job_count(ctx, len(jobs))
     check_submit_limits(ctx, template, len(jobs))
@@ -44,15 +46,27 @@ def submit(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
                                                 if j.array_task_id is not None]}
 
 
-def test_only(ctx: Context, job: Job, now: float) -> dict[str, Any]:
+def test_only(ctx: Context, caller: Caller, job: Job,
+              now: float) -> Generator[Any, None, dict[str, Any]]:
     """sbatch --test-only: where and when the job would start, without submitting it. The
     snapshot is the cycle's own (``planner``), promises included: the answer never offers a
     slot already promised to a waiting job. Beside Slurm's answer: the p50 and p90 start
-    under predicted run times, and the nearby shapes that start sooner (``reports/advisor``)."""
+    under predicted run times, and the nearby shapes that start sooner (``reports/advisor``).
+
+    A long request (a generator): the snapshot and the shapes are taken on the loop, the
+    plans (one cycle's, then the advisor's several) are made off it, in turn with other
+    users' (schedd/offload.py), so a user repeating it stalls no one else."""
     job.id = ctx.state.next_job_id
     view = ctx.state.pending_view(job)
     snapshot, _ = ctx.planner.snapshot(now, probes=[view])
-    decisions = ctx.planner.decide(snapshot)
+    shapes = advisor.nearby(job, view, ctx.state.partitions)
+    plan = ctx.planner.frozen(snapshot)
+    resolution = ctx.cfg.scheduler.bf_resolution
+
+    def planned() -> tuple[Any, dict[str, Any]]:
+        return plan.decide(snapshot), advisor.outlook(plan, snapshot, view, shapes, resolution)
+
+    decisions, outlook = yield from offload.wait(ctx.offload.submit(caller.uid, planned))
     start = next((s for s in decisions.starts if s.job_id == job.id), None)
     if start is not None:
         when, nodes = now, [a.node for a in start.allocation]
@@ -63,6 +77,5 @@ def test_only(ctx: Context, job: Job, now: float) -> dict[str, Any]:
         cpus = view.cpus_per_node * max(job.num_nodes, 1)
     reply = {"job_id": job.id, "start_time": when, "nodes": compress(nodes),
              "partition": job.partition, "cpus": cpus, "now": now}
-    reply.update(advisor.outlook(ctx.planner, snapshot, job, view, ctx.state.partitions,
-                                 ctx.cfg.scheduler.bf_resolution))
+    reply.update(outlook)
     return reply

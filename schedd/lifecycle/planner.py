@@ -13,7 +13,7 @@ import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from schedd.config import Config
+from schedd.config import Config, SchedulerConfig
 from schedd.domain import runtimes
 from schedd.lifecycle import preemption
 from schedd.lifecycle.agents import AgentRegistry
@@ -33,6 +33,40 @@ class Quantiles:
     p50: float
     p90: float
     plan: forecast.Forecast
+
+
+@dataclass(frozen=True, slots=True)
+class Frozen:
+    """The planner's pure part over one snapshot, for the worker thread (schedd/offload.py):
+    everything the plans read from state is here, taken on the loop — the policy, the
+    predicted run times, a copy of the lead calibration (whose reads update its caches) — so
+    planning never touches state while the loop changes it."""
+
+    config: SchedulerConfig
+    predictions: forecast.Predictions
+    leads: runtimes.LeadCalibration
+
+    def quantiles(self, snapshot: Snapshot,
+                  wanted: Collection[int] | None = None) -> dict[int, Quantiles]:
+        """The p50 and p90 start of the pending jobs (``wanted`` only, when given): the core
+        re-run under predicted run times (``scheduler/forecast.py``), then calibrated."""
+        plans = forecast.forecasts(snapshot, self.config, self.predictions, wanted)
+        out = {}
+        for job_id, plan in plans.items():
+            if plan.p50 is None or plan.p90 is None:
+                continue
+            p50, p90 = self.leads.stretch(snapshot.now, plan.p50, plan.p90)
+            out[job_id] = Quantiles(p50, p90, plan)
+        return out
+
+    def p50_start(self, snapshot: Snapshot, job_id: int) -> float | None:
+        """One job's published p50 start alone (the shape advisor's figure)."""
+        plan = forecast.p50_start(snapshot, self.config, self.predictions, job_id)
+        return None if plan is None else self.leads.stretch(snapshot.now, plan, plan)[0]
+
+    def decide(self, snapshot: Snapshot) -> Decisions:
+        """Run the core on a snapshot (nothing remembered: a probe's plan promises nothing)."""
+        return schedule(snapshot, self.config)
 
 
 class Planner:
@@ -67,25 +101,20 @@ class Planner:
         requests = {j.id: self.state.pending_view(j) for j in self.state.running()}
         return runtimes.predictions(self.state.runtimes, snapshot, requests)
 
+    def frozen(self, snapshot: Snapshot) -> Frozen:
+        """What planning on ``snapshot`` reads, copied now (on the loop) for another thread."""
+        return Frozen(self.cfg.scheduler, self.predictions(snapshot), self.state.leads.copy())
+
     def quantiles(self, snapshot: Snapshot,
                   wanted: Collection[int] | None = None) -> dict[int, Quantiles]:
-        """The p50 and p90 start of the pending jobs (``wanted`` only, when given): the core
-        re-run under predicted run times (``scheduler/forecast.py``), then calibrated."""
-        plans = forecast.forecasts(snapshot, self.cfg.scheduler, self.predictions(snapshot),
-                                   wanted)
-        out = {}
-        for job_id, plan in plans.items():
-            if plan.p50 is None or plan.p90 is None:
-                continue
-            p50, p90 = self.state.leads.stretch(snapshot.now, plan.p50, plan.p90)
-            out[job_id] = Quantiles(p50, p90, plan)
-        return out
+        """``Frozen.quantiles`` on the loop, with the live lead calibration."""
+        return Frozen(self.cfg.scheduler, self.predictions(snapshot),
+                      self.state.leads).quantiles(snapshot, wanted)
 
     def p50_start(self, snapshot: Snapshot, job_id: int) -> float | None:
-        """One job's published p50 start alone (the shape advisor's figure)."""
-        plan = forecast.p50_start(snapshot, self.cfg.scheduler, self.predictions(snapshot),
-                                  job_id)
-        return None if plan is None else self.state.leads.stretch(snapshot.now, plan, plan)[0]
+        """``Frozen.p50_start`` on the loop, with the live lead calibration."""
+        return Frozen(self.cfg.scheduler, self.predictions(snapshot),
+                      self.state.leads).p50_start(snapshot, job_id)
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Run the core on a snapshot (nothing remembered: a probe's plan promises nothing)."""

@@ -119,17 +119,18 @@ class Forecaster(Protocol):
     def p50_start(self, snapshot: Snapshot, job_id: int) -> float | None: ...
 
 
-def outlook(planner: Forecaster, snapshot: Snapshot, job: Job, view: PendingJob,
-            partitions: Mapping[str, Partition], resolution: float) -> dict[str, Any]:
+def outlook(planner: Forecaster, snapshot: Snapshot, view: PendingJob, shapes: list[Shape],
+            resolution: float) -> dict[str, Any]:
     """What ``kiln why`` and ``sbatch --test-only`` add for a job of ``snapshot``: its p50
-    and p90 start (``forecast``, None when the plan does not reach it) and the nearby shapes
-    that start sooner (``advice``). A forecast that fails is logged and left out: Slurm's
-    answer (``--test-only``'s first line, ``kiln why``'s reason) never depends on it."""
+    and p90 start (``forecast``, None when the plan does not reach it) and which of its
+    nearby ``shapes`` (``nearby``, made on schedd's loop: they read the partitions) start
+    sooner (``advice``). Pure: run off the loop (schedd/offload.py) on a frozen planner. A
+    forecast that fails is logged and left out: Slurm's answer (``--test-only``'s first
+    line, ``kiln why``'s reason) never depends on it."""
     try:
         q = planner.quantiles(snapshot, [view.job_id]).get(view.job_id)
         asked = q.p50 if q is not None else None
-        found = advise(snapshot, nearby(job, view, partitions), asked, planner.p50_start,
-                       float(resolution))
+        found = advise(snapshot, shapes, asked, planner.p50_start, float(resolution))
     except Exception:  # noqa: BLE001 - an extra, never the reason a request fails
         log.exception("forecast of job %s failed", view.job_id)
         return {"forecast": None, "advice": []}
