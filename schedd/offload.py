@@ -17,9 +17,13 @@ answer out), so it need not run there:
 - the queue is bounded: ``PER_USER`` of one owner waiting or running, ``MAX_WAITING`` in
   all; one more is refused at once in one line (``RequestError``, code ``again``).
 
-The worker holds the GIL only while it computes, and CPython hands the GIL over every
-``sys.getswitchinterval()`` (5 ms): a request that comes meanwhile waits that long, not the
-whole plan. The loop's own work stays on the loop: what the worker returns is applied there
+The worker holds the GIL only while it computes, and CPython hands the GIL over to a thread
+that waits for it every ``sys.getswitchinterval()``: a request that comes meanwhile waits
+that long, not the whole plan. The default 5 ms is paid at each of the loop's blocking calls
+(a poll, a send), so while a plan runs the interval is ``PLANNING_SWITCH`` (0.5 ms). On the
+hostile-user bench the bystander's API p99 was 49 ms without the advisor attack and 104-139
+ms with it at 5 ms, 93-108 ms at 0.5 ms (one quiet run each: docs/benchmarks.md).
+The loop's own work stays on the loop: what the worker returns is applied there
 (``Ticket.then``, or the generator that parked, resumed by the loop).
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator
@@ -38,6 +43,7 @@ from schedd.context import RequestError
 
 log = logging.getLogger("schedd.offload")
 
+PLANNING_SWITCH = 0.0005  # s: sys.setswitchinterval while the worker plans
 PER_USER = 4  # planning requests of one owner waiting or running
 MAX_WAITING = 64  # ... of everyone
 
@@ -155,10 +161,14 @@ class Offload:
 
     def _work(self) -> None:
         while (ticket := self._next()) is not None:
+            usual = sys.getswitchinterval()
+            sys.setswitchinterval(PLANNING_SWITCH)  # the loop waits less for the GIL
             try:
                 ticket.result = ticket.fn()
             except BaseException as exc:  # noqa: BLE001 - handed to the loop, never lost
                 ticket.error = exc
+            finally:
+                sys.setswitchinterval(usual)
             with self._cond:
                 self._running = None
                 ticket.done = True
