@@ -89,9 +89,12 @@ def test_a_users_planning_never_holds_another_users_squeue(gated: Cluster, gate:
                                                            attack: str) -> None:
     (gate / "open").touch()  # the jobs below are placed without waiting
     busy = gated.sbatch("-o", "/dev/null", "--gres=gpu:2", "--wrap", "sleep 300")
+    # the other user's job only once ``busy`` holds the GPUs: submitted beside it while the
+    # last test's job still ends, fair share would start it first (it ran and ended, and
+    # kiln why then had nothing to plan)
+    gated.wait(busy, {"RUNNING"})
     waiting = gated.sbatch("-o", "/dev/null", "--gres=gpu:2", "--wrap", "true",
                            user=other_user)
-    gated.wait(busy, {"RUNNING"})
     for name in ("open", "entered"):
         (gate / name).unlink(missing_ok=True)
     argv = (["sbatch", "--test-only", "--gres=gpu:1", "--wrap", "true"] if attack == "test-only"
