@@ -439,7 +439,7 @@ class Slices(Work):
         self.ticket: offload.Ticket | None = None  # what it waits on off the loop, if any
 
     @property
-    def parked(self) -> bool:  # type: ignore[override]
+    def parked(self) -> bool:
         """Waiting for the worker (it yielded an ``offload.Ticket`` not yet done)."""
         return self.ticket is not None and not self.ticket.done
 

@@ -68,6 +68,11 @@ class Work:
     def step(self) -> Reply | None:  # pragma: no cover - an interface
         raise NotImplementedError
 
+    @property
+    def parked(self) -> bool:
+        """Waiting on something off the loop (``offload``): neither stepped nor polled for."""
+        return False
+
     def cancel(self) -> None:
         """Its client went away: what it waits on off the loop need not be done."""
 
@@ -241,8 +246,7 @@ class LocalServer:
     @property
     def working(self) -> bool:
         """Is a long request ready for a slice (so the loop must not sleep in its poll)?"""
-        return any(c.work is not None and not getattr(c.work, "parked", False)
-                   for c in self.conns.values())
+        return any(c.work is not None and not c.work.parked for c in self.conns.values())
 
     def step_work(self, budget: float = WORK_BUDGET) -> None:
         """Advance the long requests for about ``budget`` seconds: one slice per user in
@@ -251,7 +255,7 @@ class LocalServer:
         while time.monotonic() - started < budget:
             by_user: dict[int, list[Connection]] = {}
             for conn in self.conns.values():
-                if conn.work is not None and not getattr(conn.work, "parked", False):
+                if conn.work is not None and not conn.work.parked:
                     by_user.setdefault(conn.caller.uid, []).append(conn)
             if not by_user:
                 return
@@ -324,7 +328,7 @@ class LocalServer:
                 self._close(conn)
 
     def _close(self, conn: Connection) -> None:
-        if conn.work is not None and hasattr(conn.work, "cancel"):
+        if conn.work is not None:
             conn.work.cancel()
         self.conns.pop(conn.fd, None)
         try:

@@ -151,7 +151,7 @@ class Relays:
     @property
     def working(self) -> bool:
         """Is a relayed long request ready for a slice (parked ones wait: localsock.Work)?"""
-        return any(not getattr(p.work, "parked", False) for p in self.pending)
+        return any(not p.work.parked for p in self.pending)
 
     def step_work(self, budget: float = WORK_BUDGET) -> None:
         """Advance relayed long requests, one slice each in turn, for about ``budget``."""
@@ -159,7 +159,7 @@ class Relays:
         while self.working and time.monotonic() - started < budget:
             self._turn = (self._turn + 1) % len(self.pending)
             item = self.pending[self._turn]
-            if getattr(item.work, "parked", False):
+            if item.work.parked:
                 continue
             reply = item.work.step()
             if reply is not None:
