@@ -105,17 +105,6 @@ class Planner:
         """What planning on ``snapshot`` reads, copied now (on the loop) for another thread."""
         return Frozen(self.cfg.scheduler, self.predictions(snapshot), self.state.leads.copy())
 
-    def quantiles(self, snapshot: Snapshot,
-                  wanted: Collection[int] | None = None) -> dict[int, Quantiles]:
-        """``Frozen.quantiles`` on the loop, with the live lead calibration."""
-        return Frozen(self.cfg.scheduler, self.predictions(snapshot),
-                      self.state.leads).quantiles(snapshot, wanted)
-
-    def p50_start(self, snapshot: Snapshot, job_id: int) -> float | None:
-        """``Frozen.p50_start`` on the loop, with the live lead calibration."""
-        return Frozen(self.cfg.scheduler, self.predictions(snapshot),
-                      self.state.leads).p50_start(snapshot, job_id)
-
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Run the core on a snapshot (nothing remembered: a probe's plan promises nothing)."""
         return schedule(snapshot, self.cfg.scheduler)
