@@ -1,5 +1,9 @@
 """GPU discovery: the fake specs tests use, and the NVML path against a stand-in pynvml."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pynvml
 import pytest
 
@@ -271,3 +275,13 @@ def test_kiln_up_stops_on_a_failing_nvml(monkeypatch, tmp_path):
                           "or pass --fake-gpus SPEC (e.g. --fake-gpus 8xH100-80GB) to run with "
                           "pretend GPUs\n")
     assert not (tmp_path / "home" / "kiln.toml").exists()
+
+
+def test_the_gpu_node_check_says_in_one_line_that_there_is_nothing_to_check(tmp_path) -> None:
+    """bin/check-gpu-node (the check for a real driver, docs/agent.md) on a host without
+    nvidia-smi (or run by a user): exit 2 and one line, never a traceback."""
+    script = Path(__file__).parents[2] / "bin" / "check-gpu-node"
+    res = subprocess.run([sys.executable, str(script)], env={"PATH": str(tmp_path)},
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stdout == ""
+    assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("check-gpu-node: ")
