@@ -38,6 +38,9 @@ class SchedulerConfig:
     # "hole_area": jobs that end before the first reservation first, each class by area
     bf_short_job: int = 600  # seconds
     bf_due_wait: int = 0  # seconds: a job waiting this long is due (backfill.py); 0 = never
+    # a job passed over in the hole by later jobs holding more than this many times its planned
+    # run in machine-seconds is owed a reservation (scheduler/overtake.py); 0 = never
+    bf_overtake: float = 0.0
     predict_runtime: bool = False  # plan holes on predicted median run times (docs/scheduler.md)
     # seconds between two publications of every waiting job's p50/p90 start (kiln stats
     # checks them against the starts); 0 = never published (kiln why still computes its own)

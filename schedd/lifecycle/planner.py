@@ -78,6 +78,9 @@ class Planner:
         self.tracker = tracker
         self.promised: dict[int, float] = {}
         self.promised_nodes: dict[int, list[str]] = {}
+        # per waiting job, the later work that passed it over in the hole (bf_overtake,
+        # scheduler/overtake.py): the core's count, handed back to it each cycle
+        self.passed_over: dict[int, float] = {}
 
     def snapshot(self, now: float, probes: Iterable[PendingJob] = ()) -> tuple[Snapshot,
                                                                               dict[int, str]]:
@@ -90,6 +93,8 @@ class Planner:
         pending = {p.job_id for p in snapshot.pending}
         snapshot.promised = {j: t for j, t in self.promised.items() if j in pending}
         snapshot.promised_nodes = {j: n for j, n in self.promised_nodes.items() if j in pending}
+        if self.passed_over:
+            snapshot.passed_over = {j: w for j, w in self.passed_over.items() if j in pending}
         if self.cfg.scheduler.predict_runtime:  # the cycle plans holes on median run times
             explain = snapshot.explain
             snapshot = forecast.under(snapshot, self.predictions(snapshot), forecast.P50)
@@ -110,6 +115,8 @@ class Planner:
         return schedule(snapshot, self.cfg.scheduler)
 
     def remember(self, decisions: Decisions) -> None:
-        """The cycle's plan becomes the promises the next snapshot carries."""
+        """The cycle's plan becomes the promises the next snapshot carries, and its count of
+        overtaking the next snapshot's."""
         self.promised = decisions.expected_start
         self.promised_nodes = decisions.reserved_nodes
+        self.passed_over = decisions.passed_over

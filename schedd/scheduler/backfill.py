@@ -5,9 +5,10 @@
   still gets an expected start, which nothing can take from it).
 - ``backfill=True``: a job that does not fit gets a reservation at its earliest start, for up to
   ``bf_max_reservations`` jobs, and for every *due* job (waiting ``bf_due_wait`` or more, when
-  that is set: ``Walk.due``); the reservation is held in the profile, so later jobs start now
-  only where they delay none (whether they end before it or use what it leaves over). With one
-  reservation this is EASY (Lifka), with many it is conservative backfill.
+  that is set, or *owed*: passed over in the hole by more later work than ``bf_overtake``
+  allows, ``overtake.py``: ``Walk.due``); the reservation is held in the profile, so later
+  jobs start now only where they delay none (whether they end before it or use what it leaves
+  over). With one reservation this is EASY (Lifka), with many it is conservative backfill.
 - Fill rule ``area``: once some job waits, the jobs that could start now are not started in
   priority order but gathered and started by GPUs x minutes (CPUs x minutes as the second key),
   ties by name: the hole takes the largest area first, never the smallest GPU count first.
@@ -28,8 +29,9 @@ looked at; the rest wait with ``Priority``. With ``explain`` off (nobody reads t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import compress, repeat
 from operator import attrgetter, ge, le, or_
 
@@ -68,7 +70,7 @@ def check_config(config: SchedulerConfig) -> None:
 
 
 _NON_NEGATIVE_NAMES = ("bf_max_reservations", "bf_max_job_test", "bf_resolution", "bf_window",
-                       "bf_short_job", "bf_due_wait", "max_age")
+                       "bf_short_job", "bf_due_wait", "bf_overtake", "max_age")
 _NON_NEGATIVE = attrgetter(*_NON_NEGATIVE_NAMES)
 
 
@@ -136,6 +138,14 @@ class FitBounds:
         self._fails.clear()
 
 
+def planned(job: PendingJob, predict: bool) -> int:
+    """Seconds the job is planned for: its limit, or its predicted run time when asked."""
+    limit = max(int(job.time_limit), 1)
+    if predict and job.predicted_runtime:
+        return min(max(int(job.predicted_runtime), 1), limit)
+    return limit
+
+
 def area(job: PendingJob, duration: float) -> tuple[float, float]:
     minutes = duration / 60.0
     return (job.total_gpus * minutes, job.cpus_per_node * job.num_nodes * minutes)
@@ -147,14 +157,17 @@ class Walk:
     def __init__(self, timelines: list[NodeTimeline], now: float, config: SchedulerConfig,
                  promised: Collection[int] = (),
                  promised_nodes: Mapping[int, Sequence[str]] | None = None,
-                 explain: bool = True, record: bool = False) -> None:
+                 explain: bool = True, record: bool = False,
+                 owed: frozenset[int] = frozenset()) -> None:
         self.timelines = timelines
         self.now = now
         self.config = config
         self.promised = promised
         self.promised_nodes = promised_nodes or {}
         self.explain = explain  # a reason for the jobs never looked at too
-        self.predict = config.predict_runtime  # read by ``duration``, for every job walked
+        # seconds a job is planned for (``planned``), read for every job walked: one call
+        self.duration: Callable[[PendingJob], int] = partial(
+            planned, predict=config.predict_runtime)
         self.free = placement.FreeIndex(timelines)
         self.plan = Plan()
         self.reservations = 0
@@ -167,16 +180,13 @@ class Walk:
         # cycle's re-plan (``replan.PlanMemo``)
         self.held: dict[int, Held] | None = {} if record else None  # job id -> its slot
         self.began: list[tuple[int, float, list[NodeAllocation]]] = []
+        # ``bf_overtake`` (overtake.py): the owed jobs, walked and reserved as due ones; and,
+        # when it is on, the gathered jobs in walk order, for the count of who passed whom
+        self.owed = owed
+        self.gathered: list[PendingJob] = []
 
     def end_of(self, job: PendingJob, start: float) -> float:
         return round_up(start + self.duration(job), self.config.bf_resolution)
-
-    def duration(self, job: PendingJob) -> int:
-        """Seconds the job is planned for: its limit, or its predicted run time when asked."""
-        limit = max(int(job.time_limit), 1)
-        if self.predict and job.predicted_runtime:
-            return min(max(int(job.predicted_runtime), 1), limit)
-        return limit
 
     def run(self, order: Iterable[PendingJob], tested: int = 0) -> Plan:
         """Walk ``order``; ``tested``: jobs already looked at this cycle (a walk resumed after
@@ -223,7 +233,7 @@ class Walk:
         bounds = FitBounds()
         gathers = self.config.fill != "priority"
         promised, promised_nodes = self.promised, self.promised_nodes
-        now, due_wait = self.now, self.config.bf_due_wait
+        now, due_wait, owed = self.now, self.config.bf_due_wait, self.owed
         duration = self.duration
         for job in jobs:
             if tested >= limit:
@@ -242,7 +252,8 @@ class Walk:
             # plain: no -w, neither promised (kept to its nodes, never gathered) nor due
             plain = gathers and not job.nodelist and job.job_id not in promised \
                 and job.job_id not in promised_nodes \
-                and not (due_wait and now - job.submit_time >= due_wait)  # as ``due``
+                and not (due_wait and now - job.submit_time >= due_wait) \
+                and not (owed and job.job_id in owed)  # as ``due``
             if plain:
                 cands = unfit.get(shape)
                 if cands is None:
@@ -341,17 +352,19 @@ class Walk:
         self.blocked = True
 
     def due(self, job: PendingJob) -> bool:
-        """Whether the job has waited ``bf_due_wait`` seconds (0: nobody is ever due). A due job
+        """Whether the job has waited ``bf_due_wait`` seconds (0: nobody is ever due), or is owed
+        a reservation for having been passed over too much (``overtake.owed``). A due job
         is planned right after the promised jobs, oldest first (``cycle.due_first``), gets a
         reservation beyond ``bf_max_reservations`` and is never held back for the fill rule: from
         then on no later job can delay it, so backfill delays any job by at most the bound."""
         bound = self.config.bf_due_wait
-        return bool(bound) and self.now - job.submit_time >= bound
+        return (bool(bound) and self.now - job.submit_time >= bound) or job.job_id in self.owed
 
     def may_precede_due(self, job: PendingJob) -> bool:
         """Whether a due job may still come after this one: the order is promised jobs, then
         due ones, then the rest (``cycle.due_first``), so not once a job is neither."""
-        return bool(self.config.bf_due_wait) and (job.job_id in self.promised or self.due(job))
+        return bool(self.config.bf_due_wait or self.owed) \
+            and (job.job_id in self.promised or self.due(job))
 
     def start(self, job: PendingJob, chosen: list[NodeTimeline]) -> None:
         end = self.end_of(job, self.now)
@@ -385,7 +398,8 @@ class Walk:
         if self.held is not None:
             self.held[job.job_id] = Held(job, t, end, tuple(
                 (tl.index, demand) for tl, demand in zip(chosen, demands, strict=True)))
-        self.reservations += 1
+        if job.job_id not in self.owed:  # an owed job's is on top: the head keeps its own
+            self.reservations += 1
         self.planned_all = self.reservations >= self.config.bf_max_reservations
 
     def earliest(self, job: PendingJob, nodes: list[NodeTimeline],
@@ -397,6 +411,8 @@ class Walk:
 
     def fill_hole(self) -> None:
         """Start the gathered jobs that still fit, in the order of the fill rule."""
+        if self.config.bf_overtake:
+            self.gathered = list(self.deferred)  # walk order, before the fill rule's
         self.deferred.sort(key=self.fill_key)
         for job in self.deferred:
             if not self.free.may_fit(job):

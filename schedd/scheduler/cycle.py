@@ -27,9 +27,18 @@ from itertools import compress
 from operator import attrgetter, indexOf, not_
 
 from schedd.config import SchedulerConfig
-from schedd.scheduler import fairshare, licenses, limits, preempt, priority, profile, replan
+from schedd.scheduler import (
+    fairshare,
+    licenses,
+    limits,
+    overtake,
+    preempt,
+    priority,
+    profile,
+    replan,
+)
 from schedd.scheduler import reserved as reservations
-from schedd.scheduler.backfill import Walk, check_config
+from schedd.scheduler.backfill import Walk, check_config, planned
 from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot, Start
 
 
@@ -38,7 +47,8 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     pending = snapshot.pending
     if not pending:
         return Decisions()
-    order, shown = ranked_order(snapshot, config)
+    owed = owed_jobs(snapshot, config)
+    order, shown = ranked_order(snapshot, config, owed)
     held: list[int] = []
     if snapshot.preemption is not None:  # what preemption freed goes to its preemptor
         order = preempt.first(order, snapshot.preemption.in_flight)
@@ -57,7 +67,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     explain = snapshot.explain or snapshot.preemption is not None
     carry = not named and replan.eligible(snapshot, config)  # the plan goes to the next cycle
     walk = Walk(timelines, snapshot.now, config, snapshot.promised,
-                snapshot.promised_nodes, explain, record=carry)
+                snapshot.promised_nodes, explain, record=carry, owed=owed)
     gate = licenses.LicenseGate(snapshot.licenses, snapshot.running) \
         if snapshot.licenses else None  # -L: a job waits for its licenses (licenses.py)
     walking = gate.screen(order, walk.plan.starts, walk.plan.reasons) if gate else order
@@ -80,6 +90,8 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     preemptions = preempt.decide(snapshot, plan.starts, plan.reasons, order, config)
     preempt.hold_for(plan.reserved_nodes, preemptions)
     plan.reasons.update(dict.fromkeys(held, "Priority"))  # behind the job that preempted them
+    passed_over = passed_on(snapshot, config, walk, plan.starts, owed) \
+        if config.bf_overtake else {}
     return Decisions(
         starts=[Start(job_id, alloc) for job_id, alloc in plan.starts],
         reasons=plan.reasons,
@@ -89,14 +101,40 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
         priorities=shown,
         preemptions=preemptions,
         memo=replanned.memo(plan.expected_start, plan.reserved_nodes) if replanned else None,
+        passed_over=passed_over,
     )
 
 
-def ranked_order(snapshot: Snapshot,
-                 config: SchedulerConfig) -> tuple[list[PendingJob], dict[int, int]]:
+def passed_on(snapshot: Snapshot, config: SchedulerConfig, walk: Walk,
+              starts: list[tuple[int, list]], owed: frozenset[int]) -> dict[int, float]:
+    """The next snapshot's ``passed_over`` (``bf_overtake``): this cycle's fill counted, the
+    owed jobs marked, the started ones dropped (``overtake.carried``)."""
+    started = {job_id for job_id, _ in starts}
+    cluster = priority.ClusterSize.of(snapshot.nodes)
+    lost = overtake.lost_in_fill(
+        walk.gathered, walk.deferred, started,
+        lambda j: overtake.share(j, cluster) * walk.duration(j)) if walk.gathered else {}
+    return overtake.carried(snapshot.passed_over, lost, started, owed)
+
+
+def owed_jobs(snapshot: Snapshot, config: SchedulerConfig) -> frozenset[int]:
+    """The jobs passed over in the hole by too much later work, walked as due ones
+    (``bf_overtake``, ``overtake.owed``); none when that is off."""
+    if not config.bf_overtake:
+        return frozenset()
+    return overtake.owed(snapshot.pending, snapshot.passed_over, config.bf_overtake,
+                         lambda j: planned(j, config.predict_runtime))
+
+
+def ranked_order(snapshot: Snapshot, config: SchedulerConfig,
+                 owed: frozenset[int] | None = None,
+                 ) -> tuple[list[PendingJob], dict[int, int]]:
     """Phases 1-3 and the priorities of phase 6: the queue in walk order, and the integer
-    priority of every pending job (none when the caller does not ask, ``Snapshot.explain``)."""
+    priority of every pending job (none when the caller does not ask, ``Snapshot.explain``).
+    ``owed``: the jobs walked as due ones (``owed_jobs``, found here when not given)."""
     pending, now = snapshot.pending, snapshot.now
+    if owed is None:
+        owed = owed_jobs(snapshot, config)
     shares = None  # no association tree: fair share is the same for every job
     if config.weight_fairshare and snapshot.associations:
         wanted = {(j.account, j.user) for j in pending} | {(j.account, "") for j in pending}
@@ -106,10 +144,10 @@ def ranked_order(snapshot: Snapshot,
         prio = priority.priorities(pending, now, config, cluster, shares)
         shown = priority.displayed(pending, prio) if snapshot.explain else {}
         order = ordered(pending, prio, snapshot.promised)
-        return due_first(order, snapshot.promised, now, config.bf_due_wait), shown
+        return due_first(order, snapshot.promised, now, config.bf_due_wait, owed), shown
     order, ranked, one_nice = by_submit(pending, snapshot.promised, snapshot.plain_arrivals)
-    if not one_nice:  # a queue in (nice, submit) order: the oldest jobs need not come first
-        order = due_first(order, snapshot.promised, now, config.bf_due_wait)
+    if not one_nice or owed:  # the oldest jobs need not come first, nor the owed ones
+        order = due_first(order, snapshot.promised, now, config.bf_due_wait, owed)
     if not snapshot.explain:
         return order, {}
     cluster = priority.ClusterSize.of(snapshot.nodes)  # a pass over the nodes: only when shown
@@ -204,19 +242,21 @@ def _index_in(base: list[PendingJob], ids: list[int] | None):
 
 
 def due_first(order: list[PendingJob], promised: dict[int, float], now: float,
-              bound: int) -> list[PendingJob]:
-    """``order`` with the due jobs (waiting ``bound`` seconds or more) moved right behind the
-    promised jobs, oldest first: a due job waits behind no job that came after it, whatever
-    its priority (``backfill.Walk.due``). ``bound`` 0: nobody is ever due, the order is kept."""
-    if not bound:
+              bound: int, owed: frozenset[int] = frozenset()) -> list[PendingJob]:
+    """``order`` with the due jobs (waiting ``bound`` seconds or more, or ``owed``: passed over
+    too much, ``overtake.owed``) moved right behind the promised jobs, oldest first: a due job
+    waits behind no job that came after it, whatever its priority (``backfill.Walk.due``).
+    ``bound`` 0 and none owed: nobody is due, the order is kept."""
+    if not bound and not owed:
         return order
-    cut = now - bound
+    cut = now - bound if bound else float("-inf")
     head = [j for j in order if j.job_id in promised]
     rest = [j for j in order if j.job_id not in promised]
-    due = sorted((j for j in rest if j.submit_time <= cut), key=_SUBMIT_ID)
+    is_due = [j.submit_time <= cut or j.job_id in owed for j in rest]
+    due = sorted(compress(rest, is_due), key=_SUBMIT_ID)
     if not due:
         return order
-    return head + due + [j for j in rest if j.submit_time > cut]
+    return head + due + list(compress(rest, map(not_, is_due)))
 
 
 def ordered(pending: list[PendingJob], prio: dict[int, float],

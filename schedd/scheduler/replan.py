@@ -84,6 +84,7 @@ def eligible(snapshot: Snapshot, config: SchedulerConfig) -> bool:
     phases around the walk that change the profile or the order (limits, licenses, preemption,
     advance reservations, due jobs, predicted runtimes)."""
     return (config.backfill and config.fill == "priority" and not config.bf_due_wait
+            and not config.bf_overtake
             and not config.predict_runtime
             and config.bf_max_reservations > len(snapshot.pending)
             and config.bf_max_job_test >= len(snapshot.pending)

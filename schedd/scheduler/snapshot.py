@@ -248,6 +248,9 @@ class Snapshot:
     # The simulator hands it back; the daemon does not. Opaque to the caller (a
     # replan.PlanMemo, whose module builds on this one).
     memo: object | None = None
+    # the previous cycle's Decisions.passed_over, fed back (scheduler/overtake.py): per waiting
+    # job, the machine-seconds of later jobs that took a hole it fitted in; empty = none
+    passed_over: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -270,6 +273,7 @@ class Decisions:
     depth: int = 0  # pending jobs the walk tested (sdiag)
     backfilled: int = 0  # of the starts, those behind a job that could not start (sdiag)
     memo: object | None = None  # for the next cycle's Snapshot.memo (scheduler/replan.py)
+    passed_over: dict[int, float] = field(default_factory=dict)  # next Snapshot.passed_over
 
 
 def cpus_per_node(job: Job) -> int:

@@ -8,8 +8,9 @@ The loop, event by event:
    feeding back the previous cycle's expected starts and their nodes as ``Snapshot.promised``
    and ``Snapshot.promised_nodes`` (as the daemon does), the plan itself (``Decisions.memo``
    as ``Snapshot.memo``: conservative backfill then plans only what changed,
-   ``schedd.scheduler.replan``) and, when fair share weighs, the associations' decayed usage
-   (``schedd.sim.usage``);
+   ``schedd.scheduler.replan``), the count of overtaking (``Decisions.passed_over``, for
+   ``bf_overtake``: ``schedd.scheduler.overtake``) and, when fair share weighs, the
+   associations' decayed usage (``schedd.sim.usage``);
 4. start the decided jobs at ``now`` (each ends at ``now + run``; the core was told
    ``now + estimate``), and note every reservation the plan made (``Decisions.expected_start``).
 
@@ -151,6 +152,7 @@ def replay(
     plain = _in_order(arrivals)
     cycles, core = 0, 0.0
     memo = None
+    passed: dict[int, float] = {}
     began = time.perf_counter()
     i, n = 0, len(arrivals)
     inf = float("inf")
@@ -170,7 +172,7 @@ def replay(
                             list(state.pending.values()),
                             state.usage.views(now) if state.usage else [],
                             promises.times, promises.nodes, explain=False,
-                            plain_arrivals=plain, memo=memo)
+                            plain_arrivals=plain, memo=memo, passed_over=passed)
         t0 = time.perf_counter()
         decisions = schedule(snapshot, config)
         core += time.perf_counter() - t0
@@ -184,6 +186,7 @@ def replay(
                                      {s.job_id for s in decisions.starts})
         promises.update(decisions)
         memo = decisions.memo  # the plan, for a policy that carries it (scheduler/replan.py)
+        passed = decisions.passed_over  # overtaking counted per job (scheduler/overtake.py)
     if state.pending:
         raise SimError(
             f"the scheduler left {len(state.pending)} job(s) pending on an idle machine "
