@@ -23,6 +23,7 @@ Phases:
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import compress
 from operator import attrgetter, indexOf, not_
 
@@ -123,7 +124,7 @@ def owed_jobs(snapshot: Snapshot, config: SchedulerConfig) -> frozenset[int]:
     if not config.bf_overtake:
         return frozenset()
     return overtake.owed(snapshot.pending, snapshot.passed_over, config.bf_overtake,
-                         lambda j: planned(j, config.predict_runtime))
+                         partial(planned, config.predict_runtime))
 
 
 def ranked_order(snapshot: Snapshot, config: SchedulerConfig,
