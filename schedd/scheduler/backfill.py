@@ -398,7 +398,7 @@ class Walk:
         if self.held is not None:
             self.held[job.job_id] = Held(job, t, end, tuple(
                 (tl.index, demand) for tl, demand in zip(chosen, demands, strict=True)))
-        if job.job_id not in self.owed:  # an owed job's is on top: the head keeps its own
+        if not self.due(job):  # a due (or owed) job's is on top: the head keeps its own
             self.reservations += 1
         self.planned_all = self.reservations >= self.config.bf_max_reservations
 
