@@ -246,6 +246,7 @@ def test_a_due_job_jumps_the_priority_order_and_gets_a_plan() -> None:
     plain = schedule(snap, SchedulerConfig(bf_resolution=1))
     assert list(plain.expected_start) == [2]  # one reservation, for the higher priority
     due = schedule(snap, SchedulerConfig(bf_resolution=1, bf_due_wait=3600))
-    assert due.expected_start == {1: NOW + 3600}
+    # A's reservation is on top of the one, which B (not due) keeps
+    assert due.expected_start == {1: NOW + 3600, 2: NOW + 7200}
     both_due = schedule(snap, SchedulerConfig(bf_resolution=1, bf_due_wait=60))
     assert both_due.expected_start == {1: NOW + 3600, 2: NOW + 7200}  # beyond the one
