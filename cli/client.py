@@ -8,14 +8,14 @@ under ``socket.socket``: what a Unix stream needs (connect, sendall, recv, timeo
 ``socket.py``'s imports (selectors, enum classes), a few ms of every command's start.
 """
 
-from __future__ import annotations
-
 import _socket
 import itertools
 import struct
 
 from schedd import paths, protocol, wirejson
 
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
     from typing import Any
@@ -37,8 +37,8 @@ class ClientError(Exception):
 
 
 class Client:
-    def __init__(self, endpoint: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 cfg: Any = None):
+    def __init__(self, endpoint: "str | None" = None, timeout: float = DEFAULT_TIMEOUT,
+                 cfg: "Any" = None):
         peers: list[str] = []
         if endpoint is None:
             endpoint = cfg.client_endpoint if cfg is not None else paths.client_endpoint()
@@ -49,7 +49,7 @@ class Client:
         self._ids = itertools.count(1)
         self._sock: _socket.socket | None = None
 
-    def _connected(self) -> _socket.socket:
+    def _connected(self) -> "_socket.socket":
         """Connected to the first schedd that listens (a standby binds nothing; a dead one's
         socket file refuses at once: no waiting out a timeout)."""
         if self._sock is None:
@@ -67,7 +67,7 @@ class Client:
                 raise ClientError("unreachable", UNREACHABLE)
         return self._sock
 
-    def call(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def call(self, op: str, body: "dict[str, Any] | None" = None) -> "dict[str, Any]":
         """Send one request and wait for its reply body; raises ClientError."""
         msg_id = next(self._ids)
         reply = self.exchange(protocol.request(op, body, msg_id))
@@ -103,7 +103,7 @@ class Client:
             raise ClientError("unreachable", LOST) from None
 
     @staticmethod
-    def _recv(sock: _socket.socket, size: int) -> bytes:
+    def _recv(sock: "_socket.socket", size: int) -> bytes:
         chunks, left = [], size
         while left:
             chunk = sock.recv(min(left, 1 << 20))
@@ -118,7 +118,7 @@ class Client:
             self._sock.close()
             self._sock = None
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -134,7 +134,7 @@ def _path(endpoint: str) -> str:
     return endpoint
 
 
-def _decode_reply(frame: bytes) -> dict[str, Any]:
+def _decode_reply(frame: bytes) -> "dict[str, Any]":
     """A reply from schedd. Not held to MAX_MESSAGE_BYTES, which bounds what daemons accept:
     squeue over 20,000 jobs is a reply of some 20 MB, and it comes from our own controller."""
     try:
@@ -146,7 +146,7 @@ def _decode_reply(frame: bytes) -> dict[str, Any]:
     return reply
 
 
-def _peers() -> list[str]:
+def _peers() -> "list[str]":
     """``[schedd] client_peers`` of the cluster's kiln.toml: the other schedds of an HA pair."""
     try:
         peers = paths.schedd_setting(paths.read_raw()[1], "client_peers", [])
@@ -167,7 +167,7 @@ def listening(endpoint: str) -> bool:
         probe.close()
 
 
-def call(op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def call(op: str, body: "dict[str, Any] | None" = None) -> "dict[str, Any]":
     """One request from a short-lived command."""
     with Client() as client:
         return client.call(op, body)

@@ -7,11 +7,11 @@ its error texts differ from getopt's, it does not stop at the script name, and i
 time that every ``sbatch`` pays.
 """
 
-from __future__ import annotations
-
 import os
 import time
 
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
 
 
-def _match(pattern: str, text: str) -> Any:
+def _match(pattern: str, text: str) -> "Any":
     """``re.match``, importing ``re`` on first use: most commands parse no time, size or date,
     and ``re`` (with ``enum``) costs a command a few ms of its start."""
     import re
@@ -52,7 +52,7 @@ class Opt:
 
 
 class OptionTable:
-    def __init__(self, opts: Iterable[Opt]):
+    def __init__(self, opts: "Iterable[Opt]"):
         self.by_long: dict[str, Opt] = {}
         self.by_short: dict[str, Opt] = {}
         for opt in opts:
@@ -60,7 +60,7 @@ class OptionTable:
             if opt.short:
                 self.by_short[opt.short] = opt
 
-    def find_long(self, name: str) -> Opt:
+    def find_long(self, name: str) -> "Opt":
         """Exact name, else a unique prefix (getopt_long accepts ``--part`` for --partition)."""
         opt = self.by_long.get(name)
         if opt is not None:
@@ -77,8 +77,8 @@ class OptionTable:
 Parsed = list[tuple[Opt, str | None]]
 
 
-def parse_argv(argv: Sequence[str], table: OptionTable, *,
-               stop_at_positional: bool) -> tuple[Parsed, list[str]]:
+def parse_argv(argv: "Sequence[str]", table: "OptionTable", *,
+               stop_at_positional: bool) -> "tuple[Parsed, list[str]]":
     """Split ``argv`` into (option, value) pairs in order and positional arguments.
 
     ``stop_at_positional``: everything from the first positional on is positional (sbatch:
@@ -121,8 +121,8 @@ def parse_argv(argv: Sequence[str], table: OptionTable, *,
     return found, positional
 
 
-def _parse_short_cluster(arg: str, argv: Sequence[str], i: int, table: OptionTable,
-                         found: Parsed) -> int:
+def _parse_short_cluster(arg: str, argv: "Sequence[str]", i: int, table: "OptionTable",
+                         found: "Parsed") -> int:
     """``-Hv``, ``-n4``, ``-n 4``, ``-kv``: returns the index of the next unread argv item."""
     j = 1
     while j < len(arg):
@@ -156,7 +156,7 @@ _CLOCK = r"^(\d+)(?::(\d+))?(?::(\d+))?$"
 _DAYS = r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$"
 
 
-def parse_time_limit(text: str, option: str = "--time") -> int | None:
+def parse_time_limit(text: str, option: str = "--time") -> "int | None":
     """Slurm's time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. ``None`` means
     UNLIMITED (also for 0, as Slurm reads it). Unlike Slurm, which rounds up to whole minutes,
     kiln keeps seconds: its agents time jobs to the second (``-t 0:05`` is five seconds)."""
@@ -203,7 +203,7 @@ def parse_positive_int(text: str, option: str, allow_zero: bool = False) -> int:
     return int(s)
 
 
-def parse_node_count(text: str) -> tuple[int, int]:
+def parse_node_count(text: str) -> "tuple[int, int]":
     """-N 2 or -N 2-4 -> (min, max); max 0 means 'same as min'."""
     lo, dash, hi = text.strip().partition("-")
     if not lo.isdigit() or int(lo) == 0:
@@ -217,7 +217,7 @@ def parse_node_count(text: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def parse_gpu_count(text: str, option: str) -> tuple[int, str]:
+def parse_gpu_count(text: str, option: str) -> "tuple[int, str]":
     """-G/--gpus/--gpus-per-node/--gpus-per-task '[type:]N' (also 'gpu:type:N') -> (N, type)."""
     parts = text.strip().split(":")
     if parts and parts[0] == "gpu" and len(parts) > 1:
@@ -229,7 +229,7 @@ def parse_gpu_count(text: str, option: str) -> tuple[int, str]:
     raise OptionError(f"Invalid {option} specification")
 
 
-def parse_gres(text: str) -> tuple[int, str, list[str]]:
+def parse_gres(text: str) -> "tuple[int, str, list[str]]":
     """--gres=gpu[:type][:N][,other...] -> (GPUs per node, type, the non-GPU gres as given)."""
     count, gtype, others = 0, "", []
     if text.strip().lower() == "none":
@@ -261,7 +261,7 @@ def parse_gres(text: str) -> tuple[int, str, list[str]]:
 ARRAY_SPEC_ERROR = "Batch job submission failed: Invalid job array specification"
 
 
-def parse_array(text: str, max_array_size: int = 1001) -> tuple[str, int, list[int]]:
+def parse_array(text: str, max_array_size: int = 1001) -> "tuple[str, int, list[int]]":
     """--array=1-10, 1,3,5, 0-15:4, with %N throttle -> (spec, throttle, task ids).
 
     Like Slurm, every index must be below MaxArraySize (default 1001)."""
@@ -297,7 +297,7 @@ _BEGIN_UNITS = {"": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
 _NAMED_HOURS = {"midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
 
 
-def parse_begin(text: str, now: float | None = None) -> float:
+def parse_begin(text: str, now: "float | None" = None) -> float:
     """--begin / scontrol StartTime=: now[+N[unit]], HH:MM[:SS] (today, else tomorrow),
     YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], midnight/noon/fika/teatime, today/tomorrow.
     Returns POSIX seconds (local time, as Slurm reads it)."""
@@ -346,14 +346,14 @@ def _checked_local(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float:
     return _local(y, mo, d, h, mi, s)
 
 
-def _next_clock(now: float, today: time.struct_time, h: int, mi: int, s: int) -> float:
+def _next_clock(now: float, today: "time.struct_time", h: int, mi: int, s: int) -> float:
     if h > 23 or mi > 59 or s > 59:
         raise OptionError("Invalid --begin specification")
     t = _local(today.tm_year, today.tm_mon, today.tm_mday, h, mi, s)
     return t if t > now else _local(today.tm_year, today.tm_mon, today.tm_mday + 1, h, mi, s)
 
 
-def signal_name(text: str) -> str | None:
+def signal_name(text: str) -> "str | None":
     """'USR1', 'SIGUSR1', 'usr1', '10' -> 'USR1'; None if no such signal (schedd.slurm.signals)."""
     from schedd.slurm import signals  # only paid when a signal is named
 
@@ -373,7 +373,7 @@ def parse_signal_spec(text: str) -> str:
         raise OptionError("Invalid --signal specification") from None
 
 
-def build_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
+def build_environment(export: str, environ: "dict[str, str]") -> "dict[str, str]":
     """--export: ALL (default), NONE, [ALL,]VAR[=value],... -> the environment to send.
 
     A list without ALL carries the SLURM_* variables plus the named ones, as Slurm does."""
@@ -399,7 +399,7 @@ def build_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def parse_states(text: str) -> tuple[list[str], bool]:
+def parse_states(text: str) -> "tuple[list[str], bool]":
     """-t PD,R / pending,running / all -> (long state names, whether finished jobs are wanted)."""
     from schedd.slurm.states import JobState, StateError
     from schedd.slurm.states import parse_states as parse
@@ -439,7 +439,7 @@ _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 _ALIASES = {"tasks-per-node": "ntasks-per-node"}
 
 
-def _sbatch_table() -> OptionTable:
+def _sbatch_table() -> "OptionTable":
     opts = []
     for entry in SBATCH_OPTION_NAMES.split():
         long, mode, *short = entry.split(":")
@@ -530,24 +530,24 @@ Settings = dict[str, "Any"]
 Handler = "Callable[[Settings, str | None], None]"  # a handler of one option (see below)
 
 
-def _store(field: str, parse: Callable[[str], Any] = str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _store(field: str, parse: "Callable[[str], Any]" = str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         settings[field] = parse(value or "")
     return handler
 
 
-def _flag(field: str, value: Any) -> Handler:
-    def handler(settings: Settings, _value: str | None) -> None:
+def _flag(field: str, value: "Any") -> "Handler":
+    def handler(settings: "Settings", _value: "str | None") -> None:
         settings[field] = value
     return handler
 
 
-def _nodes(settings: Settings, value: str | None) -> None:
+def _nodes(settings: "Settings", value: "str | None") -> None:
     settings["num_nodes"], settings["num_nodes_max"] = parse_node_count(value or "")
 
 
-def _gpus(field: str, option: str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _gpus(field: str, option: str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         count, gtype = parse_gpu_count(value or "", option)
         settings[field] = count
         if gtype:
@@ -555,7 +555,7 @@ def _gpus(field: str, option: str) -> Handler:
     return handler
 
 
-def _gres(settings: Settings, value: str | None) -> None:
+def _gres(settings: "Settings", value: "str | None") -> None:
     count, gtype, others = parse_gres(value or "")
     settings["gpus_per_node"] = count
     if gtype:
@@ -564,7 +564,7 @@ def _gres(settings: Settings, value: str | None) -> None:
         settings["gres"] = ",".join(others)
 
 
-def _priority(settings: Settings, value: str | None) -> None:
+def _priority(settings: "Settings", value: "str | None") -> None:
     """--priority=N (operators): sent beside the job, not as a Job field (schedd checks who)."""
     text = (value or "").strip()
     if text.upper() == "TOP":
@@ -574,12 +574,12 @@ def _priority(settings: Settings, value: str | None) -> None:
     settings["_priority"] = int(text)
 
 
-def _array(settings: Settings, value: str | None) -> None:
+def _array(settings: "Settings", value: "str | None") -> None:
     spec, throttle, _ids = parse_array(value or "", settings.get("_max_array_size", 1001))
     settings["array_spec"], settings["array_max_running"] = spec, throttle
 
 
-def _exclusive(settings: Settings, value: str | None) -> None:
+def _exclusive(settings: "Settings", value: "str | None") -> None:
     mode = (value or "exclusive").lower()
     if mode not in ("exclusive", "oversubscribe", "user", "mcs"):
         raise OptionError("Invalid --exclusive specification")
@@ -588,7 +588,7 @@ def _exclusive(settings: Settings, value: str | None) -> None:
         settings["exclusive_mode"] = mode
 
 
-def _nice(settings: Settings, value: str | None) -> None:
+def _nice(settings: "Settings", value: "str | None") -> None:
     try:
         nice = int(value) if value is not None else 100
     except ValueError:
@@ -598,7 +598,7 @@ def _nice(settings: Settings, value: str | None) -> None:
     settings["nice"] = nice
 
 
-def _open_mode(settings: Settings, value: str | None) -> None:
+def _open_mode(settings: "Settings", value: "str | None") -> None:
     mode = (value or "").strip().lower()
     if mode not in ("append", "a", "truncate", "t"):
         raise OptionError("Invalid --open-mode specification")
@@ -609,14 +609,14 @@ _MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND
                "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
 
 
-def _mail_type(settings: Settings, value: str | None) -> None:
+def _mail_type(settings: "Settings", value: "str | None") -> None:
     types = [t.strip().upper() for t in (value or "").split(",")]
     if not all(t in _MAIL_TYPES for t in types):
         raise OptionError(f"--mail-type={value} invalid")  # slurm_opt.c's words
     settings["mail_type"] = ",".join(types)
 
 
-def _nodefile(settings: Settings, value: str | None) -> None:
+def _nodefile(settings: "Settings", value: "str | None") -> None:
     try:
         with open(value or "") as fh:
             names = fh.read().split()
@@ -625,31 +625,31 @@ def _nodefile(settings: Settings, value: str | None) -> None:
     settings["nodelist"] = ",".join(names)
 
 
-def _chdir(settings: Settings, value: str | None) -> None:
+def _chdir(settings: "Settings", value: "str | None") -> None:
     settings["workdir"] = os.path.abspath(os.path.expanduser(value or ""))
 
 
-def _time(field: str, option: str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _time(field: str, option: str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         settings[field] = parse_time_limit(value or "", option)
     return handler
 
 
-def _mem(field: str, option: str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _mem(field: str, option: str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         settings[field] = parse_memory_mb(value or "", option)
     return handler
 
 
-def _count(field: str, option: str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _count(field: str, option: str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         settings[field] = parse_positive_int(value or "", option)
     return handler
 
 
 # dest -> handler. Keys that are Job fields go to the job, keys starting with "_" stay in
 # sbatch; what is neither is not sent (schedd.protocol.SUBMIT_SCHEMA is the allow-list).
-SBATCH_HANDLERS: dict[str, Handler] = {
+SBATCH_HANDLERS: "dict[str, Handler]" = {
     "account": _store("account"),
     "array": _array,
     "begin": lambda s, v: s.__setitem__("begin_time", parse_begin(v or "")),
@@ -720,7 +720,7 @@ def parse_restart_cost(text: str) -> int:
 
 # Options that mean nothing on kiln: accepted (scripts written for Slurm keep working), stored in
 # nowhere, and announced with one warning line each. dest -> what the user should know.
-SBATCH_IGNORED: dict[str, str] = {
+SBATCH_IGNORED: "dict[str, str]" = {
     "acctg-freq": "agents sample every [agent] sample_interval seconds",
     "bb": "no burst buffers", "bbf": "no burst buffers",
     "container": "no OCI container support", "context": "no SELinux contexts",
@@ -769,7 +769,7 @@ SBATCH_IGNORED: dict[str, str] = {
 
 
 # Options whose meaning kiln cannot honour and that change what runs or as whom: refused.
-SBATCH_REFUSED: dict[str, str] = {
+SBATCH_REFUSED: "dict[str, str]" = {
     "uid": "jobs run as the submitting user",
     "gid": "jobs run with the submitting user's group",
     "container": "kiln runs no OCI containers; start one from the script (apptainer exec ...)",
@@ -781,7 +781,7 @@ SBATCH_REFUSED: dict[str, str] = {
 X11_REFUSED = "--x11 is not supported by kiln: no X11 forwarding (use ssh -X to a node)"
 
 
-def refused_option(parsed: Parsed) -> str:
+def refused_option(parsed: "Parsed") -> str:
     """The error line for the first refused option given, or ''."""
     for opt, _ in parsed:
         why = SBATCH_REFUSED.get(opt.dest)
@@ -790,7 +790,7 @@ def refused_option(parsed: Parsed) -> str:
     return ""
 
 
-def parse_tres_per_task(text: str) -> dict[str, Any]:
+def parse_tres_per_task(text: str) -> "dict[str, Any]":
     """--tres-per-task=cpu:4,gres/gpu:2 (also 'gres/gpu:a100:2', '=' for ':') -> settings."""
     out: dict[str, Any] = {}
     for item in text.replace("=", ":").split(","):
@@ -806,7 +806,7 @@ def parse_tres_per_task(text: str) -> dict[str, Any]:
     return out
 
 
-def resolve_cpus_per_gpu(settings: Settings) -> None:
+def resolve_cpus_per_gpu(settings: "Settings") -> None:
     """--cpus-per-gpu=N without -c: give each task enough CPUs for N per GPU on its node
     (kiln allocates CPUs per task; the GPU count per node comes from the other options)."""
     per_gpu = settings.pop("_cpus_per_gpu", None)
@@ -821,7 +821,7 @@ def resolve_cpus_per_gpu(settings: Settings) -> None:
         settings["cpus_per_task"] = max(-(-per_gpu * gpus // max(tasks, 1)), 1)
 
 
-def ignored_warnings(parsed: Parsed) -> list[str]:
+def ignored_warnings(parsed: "Parsed") -> "list[str]":
     """One warning per ignored option given (in the order first given)."""
     seen: dict[str, str] = {}
     for opt, _ in parsed:
@@ -831,7 +831,7 @@ def ignored_warnings(parsed: Parsed) -> list[str]:
     return list(seen.values())
 
 
-def apply_options(settings: Settings, parsed: Parsed) -> None:
+def apply_options(settings: "Settings", parsed: "Parsed") -> None:
     """Apply (option, value) pairs in order: a later one overrides an earlier one."""
     for opt, value in parsed:
         handler = SBATCH_HANDLERS.get(opt.dest)
@@ -841,8 +841,8 @@ def apply_options(settings: Settings, parsed: Parsed) -> None:
             settings[opt.dest.replace("-", "_")] = True if value is None else value
 
 
-def env_defaults(values: dict[str, Any], variables: dict[str, str],
-                 flags: frozenset[str] = frozenset()) -> None:
+def env_defaults(values: "dict[str, Any]", variables: "dict[str, str]",
+                 flags: "frozenset[str]" = frozenset()) -> None:
     """A reporting command's input environment variables (SQUEUE_SORT, SINFO_PARTITION, ...):
     each fills its option's dest when the command line did not give it (the command line
     wins, as in Slurm); a flag's variable only has to be set."""
@@ -852,8 +852,8 @@ def env_defaults(values: dict[str, Any], variables: dict[str, str],
             values[dest] = None if dest in flags else value
 
 
-def env_options(environ: dict[str, str], env_vars: dict[str, str] | None = None,
-                table: OptionTable | None = None) -> Parsed:
+def env_options(environ: "dict[str, str]", env_vars: "dict[str, str] | None" = None,
+                table: "OptionTable | None" = None) -> "Parsed":
     """The input environment variables that are set (sbatch's ``SBATCH_*`` unless another
     command's map and table are given: salloc's ``SALLOC_*``, srun's ``SLURM_*``), as
     (option, value) pairs in the map's order; the caller puts its command line after them,
@@ -873,7 +873,7 @@ def env_options(environ: dict[str, str], env_vars: dict[str, str] | None = None,
 # --- #SBATCH directives ----------------------------------------------------------------------
 
 
-def directive_tokens(script: str, source: str = "sbatch") -> list[str]:
+def directive_tokens(script: str, source: str = "sbatch") -> "list[str]":
     """The option words of a script's ``#SBATCH`` lines, read as Slurm's get_argument does:
     until the first line that is neither blank nor a comment; words split on blanks; quotes
     group and are removed; backslash escapes; an unquoted ``#`` starts a comment."""
@@ -890,7 +890,7 @@ def directive_tokens(script: str, source: str = "sbatch") -> list[str]:
     return tokens
 
 
-def _line_words(rest: str, source: str, lineno: int, line: str) -> list[str]:
+def _line_words(rest: str, source: str, lineno: int, line: str) -> "list[str]":
     words: list[str] = []
     word: list[str] | None = None
     quote = ""
@@ -926,7 +926,7 @@ def _line_words(rest: str, source: str, lineno: int, line: str) -> list[str]:
     return words
 
 
-def list_filters(values: dict[str, str | None], dests: dict[str, str]) -> dict[str, Any]:
+def list_filters(values: "dict[str, str | None]", dests: "dict[str, str]") -> "dict[str, Any]":
     """The comma-list filters squeue and scancel share (option dest -> request key), plus
     ``--me`` and ``-w/--nodelist`` (a hostlist). Raises OptionError for a bad node list."""
     body: dict[str, Any] = {}
@@ -947,7 +947,7 @@ def list_filters(values: dict[str, str | None], dests: dict[str, str]) -> dict[s
     return body
 
 
-def check_users(names: list[str]) -> list[str]:
+def check_users(names: "list[str]") -> "list[str]":
     """``-u/--user`` names for squeue and sacct: each must be a user of this host (or a
     numeric uid), as Slurm's ``uid_from_string`` has it; otherwise OptionError with Slurm's
     ``Invalid user: NAME``."""

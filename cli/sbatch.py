@@ -7,8 +7,6 @@ This module is on the hot path of every submission: standard library and the gro
 modules only.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 import time
@@ -38,6 +36,8 @@ from schedd.protocol import (
     environment_bytes,
 )
 
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,11 +76,11 @@ Parallel run options (the common ones; every sbatch 22.05 option name is accepte
 """
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: "Sequence[str] | None" = None) -> int:
     return run_command(PROG, submit_command, argv)
 
 
-def _parse(argv: Sequence[str]) -> tuple[Any, list[str]]:
+def _parse(argv: "Sequence[str]") -> "tuple[Any, list[str]]":
     try:
         return parse_argv(argv, SBATCH_TABLE, stop_at_positional=True)
     except OptionError as exc:
@@ -88,7 +88,7 @@ def _parse(argv: Sequence[str]) -> tuple[Any, list[str]]:
                            prefixed=exc.prefixed) from None
 
 
-def submit_command(argv: Sequence[str]) -> int:
+def submit_command(argv: "Sequence[str]") -> int:
     cli_opts, positional = _parse(argv)
     quick = {opt.dest for opt, _ in cli_opts}
     if "help" in quick or "usage" in quick:
@@ -130,7 +130,7 @@ def submit_command(argv: Sequence[str]) -> int:
         return _submit(client, job, settings)
 
 
-def read_script(wrap: str | None, positional: list[str]) -> tuple[str, str, str, list[str]]:
+def read_script(wrap: "str | None", positional: "list[str]") -> "tuple[str, str, str, list[str]]":
     """(script text, default job name, Job.command, script arguments), checked like Slurm."""
     if wrap is not None:
         return f"{WRAP_HEADER}{wrap}\n", "wrap", "(wrap)", []
@@ -170,8 +170,8 @@ def check_script(data: bytes) -> None:
              "instead of expected UNIX line breaks (\\n).")
 
 
-def build_job(settings: Settings, script: str, default_name: str, command: str,
-              script_args: list[str]) -> dict[str, Any]:
+def build_job(settings: "Settings", script: str, default_name: str, command: str,
+              script_args: "list[str]") -> "dict[str, Any]":
     """The submit body's ``job``: options given, plus what only the submitter knows."""
     # Only the allow-listed fields go (schedd refuses any other); options kiln ignores were
     # announced with a warning and are not sent.
@@ -192,7 +192,7 @@ def build_job(settings: Settings, script: str, default_name: str, command: str,
     return job
 
 
-def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
+def _submit(client: "Client", job: "dict[str, Any]", settings: "Settings") -> int:
     test_only = bool(settings.get("_test_only"))
     try:
         body: dict[str, Any] = {"job": job, "test_only": test_only}
@@ -219,7 +219,7 @@ def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
     return 0
 
 
-def _call_retrying(client: Client, body: dict[str, Any]) -> dict[str, Any]:
+def _call_retrying(client: "Client", body: "dict[str, Any]") -> "dict[str, Any]":
     """Submit; a refusal that may pass later (MaxJobCount: EAGAIN) is retried as Slurm's
     sbatch does, after 1, 2, ... MAX_RETRIES seconds, saying so once."""
     retries = 0
@@ -237,7 +237,7 @@ def _call_retrying(client: Client, body: dict[str, Any]) -> dict[str, Any]:
         time.sleep(retries)
 
 
-def wait_for(client: Client, job_id: int, poll: float = 0.5, max_poll: float = 2.0) -> int:
+def wait_for(client: "Client", job_id: int, poll: float = 0.5, max_poll: float = 2.0) -> int:
     """-W/--wait: poll until every task of the job has finished; the worst exit status, with
     Slurm's rule: a normal exit gives its code, a signal gives 1."""
     finished = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",

@@ -2,10 +2,10 @@
 and srun (each passes its lead, ``Batch job submission failed`` or ``Unable to allocate
 resources``). schedd checks the rest (partition, nodes, shape, account) at admission."""
 
-from __future__ import annotations
-
 from cli.errors import fail, submit_failure
 
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing costs every command ms to import: checkers only
 if TYPE_CHECKING:
     from typing import Any
@@ -15,7 +15,7 @@ GPUS_PER_TASK = ("Failed to validate job spec. --gpus-per-task used without eith
                  "-n/--ntasks is not allowed.")
 
 
-def check_request(settings: dict[str, Any], lead: str) -> None:
+def check_request(settings: "dict[str, Any]", lead: str) -> None:
     """Raise the CommandError Slurm's client or controller answers a request with, if any."""
     check_clusters(settings.get("clusters") or settings.get("cluster"))
     gpus = any(settings.get(k) for k in ("gpus", "gpus_per_node", "gpus_per_task"))
@@ -28,7 +28,7 @@ def check_request(settings: dict[str, Any], lead: str) -> None:
         fail(*submit_failure(f"{GPUS_PER_TASK}\n{INVALID_GRES}", lead))
 
 
-def check_clusters(value: str | None) -> None:
+def check_clusters(value: "str | None") -> None:
     """-M/--clusters: kiln is one cluster; another name is what slurmdbd does not know."""
     if not value:
         return

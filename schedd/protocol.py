@@ -11,10 +11,10 @@ raises ``ProtocolError`` whose code and message go back in an error reply, so no
 a daemon. Standard library only: ``sbatch`` pays for every import.
 """
 
-from __future__ import annotations
-
 from schedd import wirejson
 
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
     from typing import Any
@@ -70,9 +70,9 @@ class Field:
                  "parts", "choices")
 
     def __init__(self, kind: str, required: bool = False, nullable: bool = False,
-                 lo: float | None = None, hi: float | None = None, size: int = 0,
-                 items: Field | None = None, schema: Schema | None = None,
-                 parts: tuple[Field, ...] = (), choices: frozenset[str] | None = None):
+                 lo: "float | None" = None, hi: "float | None" = None, size: int = 0,
+                 items: "Field | None" = None, schema: "Schema | None" = None,
+                 parts: "tuple[Field, ...]" = (), choices: "frozenset[str] | None" = None):
         self.kind, self.required, self.nullable = kind, required, nullable
         self.lo, self.hi, self.size = lo, hi, size
         self.items, self.schema, self.parts, self.choices = items, schema, parts, choices
@@ -84,37 +84,37 @@ _BIG = 2**62  # any stored integer stays well inside 64 bits
 
 
 def Str(size: int = MAX_STRING, required: bool = False, nullable: bool = False,
-        choices: Any = None) -> Field:
+        choices: "Any" = None) -> "Field":
     return Field("str", required, nullable, size=size,
                  choices=frozenset(choices) if choices is not None else None)
 
 
-def Int(lo: int = -_BIG, hi: int = _BIG, required: bool = False, nullable: bool = False) -> Field:
+def Int(lo: int = -_BIG, hi: int = _BIG, required: bool = False, nullable: bool = False) -> "Field":
     return Field("int", required, nullable, lo=lo, hi=hi)
 
 
 def Num(lo: float = -1e18, hi: float = 1e18, required: bool = False,
-        nullable: bool = False) -> Field:
+        nullable: bool = False) -> "Field":
     return Field("num", required, nullable, lo=lo, hi=hi)
 
 
-def Bool(required: bool = False) -> Field:
+def Bool(required: bool = False) -> "Field":
     return Field("bool", required)
 
 
-def List(items: Field, size: int = MAX_LIST, required: bool = False) -> Field:
+def List(items: "Field", size: int = MAX_LIST, required: bool = False) -> "Field":
     return Field("list", required, size=size, items=items)
 
 
-def Obj(schema: Schema, required: bool = False, nullable: bool = False) -> Field:
+def Obj(schema: "Schema", required: bool = False, nullable: bool = False) -> "Field":
     return Field("obj", required, nullable, schema=schema)
 
 
-def Map(items: Field, size: int = MAX_LIST, required: bool = False) -> Field:
+def Map(items: "Field", size: int = MAX_LIST, required: bool = False) -> "Field":
     return Field("map", required, size=size, items=items)
 
 
-def Tuple(*parts: Field, required: bool = False) -> Field:
+def Tuple(*parts: "Field", required: bool = False) -> "Field":
     return Field("tuple", required, parts=parts)
 
 
@@ -132,7 +132,7 @@ ENVIRONMENT = Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS)
 # What a submission may set: the Job fields (schedd.model.Job) sbatch parses, and nothing of
 # what schedd decides (owner, state, priority, marks, the allocation). A literal, not derived
 # from the data class: sbatch needs it without importing the model.
-SUBMIT_SCHEMA: Schema = {
+SUBMIT_SCHEMA: "Schema" = {
     "account": _NAME, "array_max_running": _COUNT, "array_spec": Str(),
     "begin_time": _TIME, "command": Str(), "comment": Str(), "constraint": Str(),
     "cpus_per_task": _COUNT, "dependency": Str(), "environment": ENVIRONMENT,
@@ -153,7 +153,7 @@ SUBMIT_SCHEMA: Schema = {
 SUBMIT_FIELDS = frozenset(SUBMIT_SCHEMA)
 
 # What scontrol update job may change (who may change what: handlers/jobcontrol.py).
-UPDATE_JOB_SCHEMA: Schema = {
+UPDATE_JOB_SCHEMA: "Schema" = {
     "time_limit": _LIMIT, "time_min": _LIMIT, "nice": Int(-NICE_LIMIT, NICE_LIMIT),
     "priority": Int(0, 2**32), "name": Str(), "comment": Str(), "requeue": Bool(),
     "account": _NAME, "qos": _NAME, "partition": _NAME, "begin_time": _TIME,
@@ -163,18 +163,18 @@ UPDATE_JOB_SCHEMA: Schema = {
 }
 
 # scontrol create/update reservation (schedd.domain.reservation.Request; +=/-= on update)
-RESERVATION_SCHEMA: Schema = {
+RESERVATION_SCHEMA: "Schema" = {
     "name": _NAME, "start_time": Num(0, 1e13, nullable=True),
     "end_time": Num(0, 1e13, nullable=True), "duration": Int(0, 2**40, nullable=True),
     "nodes": _NAMES, "node_cnt": _COUNT, "gpus": _COUNT, "users": _NAMES,
     "accounts": _NAMES, "flags": List(Str(64), size=64), "partition": _NAME,
 }
-RESERVATION_CHANGES: Schema = {
+RESERVATION_CHANGES: "Schema" = {
     **RESERVATION_SCHEMA, "add_users": _NAMES, "remove_users": _NAMES,
     "add_accounts": _NAMES, "remove_accounts": _NAMES,
 }
 
-JOB_FILTER: Schema = {
+JOB_FILTER: "Schema" = {
     "job_ids": List(_ID, size=MAX_JOB_REFS),  # "123", "123_4", "123_[1-5]"
     "users": _NAMES,
     "accounts": _NAMES,
@@ -192,7 +192,7 @@ MAX_INPUT_BYTES = 64 * 1024  # of terminal input per step_input (base64: 4/3 of 
 _INPUT = Str(MAX_INPUT_BYTES * 4 // 3 + 4)
 
 # What srun asks for when it starts a step inside its job (identity from the socket).
-STEP_START_FIELDS: Schema = {
+STEP_START_FIELDS: "Schema" = {
     "job_id": Int(0, required=True),
     "argv": List(Str(MAX_ENV_VALUE), size=MAX_SCRIPT_ARGS, required=True),
     "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
@@ -213,7 +213,7 @@ STEP_START_FIELDS: Schema = {
     "winsize": WINSIZE,  # the terminal's [rows, columns] at the start
 }
 
-CLIENT_OPS: dict[str, Schema] = {
+CLIENT_OPS: "dict[str, Schema]" = {
     "ping": {},
     "submit": {
         "job": Obj(SUBMIT_SCHEMA, required=True),  # Job fields as sbatch parsed them
@@ -302,7 +302,7 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
 _USAGE = Map(Num(0), size=64)
 _RUNNING = Obj({"job_id": Int(0, required=True), "generation": Int(0, required=True),
                 "checkpoint_age": Num(0), "usage": _USAGE})
-_ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=True),
+_ENDED: "Schema" = {"node": Str(256, required=True), "job_id": Int(0, required=True),
                   "generation": Int(0, required=True), "state": Str(32, required=True),
                   "exit_code": Int(0, 255, required=True),
                   "exit_signal": Int(0, 128, required=True),
@@ -310,7 +310,7 @@ _ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=Tru
                   "stats": Map(Num(0), size=64),
                   "error": Str(512)}  # why the agent could not start the job
 
-AGENT_OPS: dict[str, Schema] = {
+AGENT_OPS: "dict[str, Schema]" = {
     # agent -> schedd
     "register": {"node": Obj(_NODE, required=True), "running": List(_RUNNING, required=True),
                  "finished": List(Obj(_ENDED))},
@@ -357,7 +357,7 @@ AGENT_OPS: dict[str, Schema] = {
 _TASK = Obj({"procid": Int(0, required=True), "env": Map(Str(MAX_ENV_VALUE), size=64),
              "stdout": Str(required=True), "stderr": Str(required=True),
              "append": Bool(), "forward": List(Str(8, choices=("out", "err")), size=2)})
-STEP_LAUNCH_FIELDS: Schema = {
+STEP_LAUNCH_FIELDS: "Schema" = {
     "job_id": Int(0, required=True),
     "step_id": Int(0, required=True),
     "user": Str(256, required=True),
@@ -382,7 +382,7 @@ STEP_LAUNCH_FIELDS: Schema = {
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job
 # without asking again (the agent keeps it in its spool, so it survives a restart).
-LAUNCH_FIELDS: Schema = {
+LAUNCH_FIELDS: "Schema" = {
     "job_id": Int(0, required=True),
     "generation": Int(0, required=True),
     "name": Str(required=True),
@@ -413,7 +413,7 @@ LAUNCH_FIELDS: Schema = {
     "fence_kill_wait": Int(0, _INT32),  # seconds from a fence's SIGTERM to its SIGKILL
 }
 
-SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
+SCHEDD_TO_AGENT_OPS: "dict[str, Schema]" = {
     "launch": {"launch": Obj(LAUNCH_FIELDS, required=True)},
     "signal": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
                "signal": Str(32, required=True), "batch_only": Bool(), "full": Bool()},
@@ -432,30 +432,30 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
 # --- envelope ------------------------------------------------------------------------------
 
 
-def encode(obj: dict[str, Any]) -> bytes:
+def encode(obj: "dict[str, Any]") -> bytes:
     return wirejson.dumps(obj).encode()
 
 
-def request(op: str, body: dict[str, Any] | None = None, msg_id: int = 0) -> bytes:
+def request(op: str, body: "dict[str, Any] | None" = None, msg_id: int = 0) -> bytes:
     return encode({"v": VERSION, "op": op, "id": msg_id, "body": body or {}})
 
 
-def reply_ok(msg_id: Any, body: dict[str, Any] | None = None) -> bytes:
+def reply_ok(msg_id: "Any", body: "dict[str, Any] | None" = None) -> bytes:
     return encode({"v": VERSION, "id": msg_id, "ok": True, "body": body or {}})
 
 
-def reply_error(msg_id: Any, code: str, message: str) -> bytes:
+def reply_error(msg_id: "Any", code: str, message: str) -> bytes:
     return encode({"v": VERSION, "id": msg_id, "ok": False,
                    "error": {"code": code, "message": message}})
 
 
-def environment_bytes(environment: dict[str, str]) -> int:
+def environment_bytes(environment: "dict[str, str]") -> int:
     """What an environment costs as ``NAME=value`` strings (sbatch checks this before sending,
     schedd at admission), in UTF-8 bytes."""
     return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in environment.items())
 
 
-def decode(frame: bytes) -> dict[str, Any]:
+def decode(frame: bytes) -> "dict[str, Any]":
     """Parse one frame into a dict, or raise ProtocolError (never anything else)."""
     if len(frame) > MAX_MESSAGE_BYTES:
         raise ProtocolError(E_BAD_REQUEST, f"message of {len(frame)} bytes is over the cap")
@@ -470,12 +470,13 @@ def decode(frame: bytes) -> dict[str, Any]:
     return msg
 
 
-def decode_request(frame: bytes, ops: dict[str, Schema]) -> tuple[Any, str, dict[str, Any]]:
+def decode_request(frame: bytes, ops: "dict[str, Schema]") -> "tuple[Any, str, dict[str, Any]]":
     """Check envelope and body of a request; returns (id, op, body)."""
     return check_request(decode(frame), ops)
 
 
-def check_request(msg: dict[str, Any], ops: dict[str, Schema]) -> tuple[Any, str, dict[str, Any]]:
+def check_request(msg: "dict[str, Any]",
+                  ops: "dict[str, Schema]") -> "tuple[Any, str, dict[str, Any]]":
     """decode_request for a frame already decoded (``decode``): envelope and body checked."""
     msg_id = msg.get("id")
     if msg.get("v") != VERSION:
@@ -488,12 +489,12 @@ def check_request(msg: dict[str, Any], ops: dict[str, Schema]) -> tuple[Any, str
     return msg_id, op, body
 
 
-def check(body: Any, schema: Schema, where: str) -> None:
+def check(body: "Any", schema: "Schema", where: str) -> None:
     """Type-check and bound a body against its schema; raises ProtocolError naming the field."""
     _check_obj(body, schema, where)
 
 
-def _check_obj(value: Any, schema: Schema, where: str) -> None:
+def _check_obj(value: "Any", schema: "Schema", where: str) -> None:
     if not isinstance(value, dict):
         raise ProtocolError(E_BAD_REQUEST, f"{where}: not an object")
     for name in value:
@@ -506,11 +507,11 @@ def _check_obj(value: Any, schema: Schema, where: str) -> None:
             raise ProtocolError(E_BAD_REQUEST, f"{where}: missing field {name!r}")
 
 
-def _wrong(where: str, what: str) -> ProtocolError:
+def _wrong(where: str, what: str) -> "ProtocolError":
     return ProtocolError(E_BAD_REQUEST, f"{where}: {what}")
 
 
-def _check_value(value: Any, spec: Field, where: str) -> None:
+def _check_value(value: "Any", spec: "Field", where: str) -> None:
     if value is None:
         if spec.nullable:
             return
