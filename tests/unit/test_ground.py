@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedd import protocol
+from schedd import operations, protocol
 from schedd.domain.jobenv import expand_output_pattern, job_environment
 from schedd.model import Job, JobState, NodeAllocation, StopMark
 from schedd.slurm import arrayspec, dependency, hostlist
@@ -102,7 +102,7 @@ def test_job_environment() -> None:
 
 
 def test_protocol_rejects_bad_requests() -> None:
-    ops = protocol.CLIENT_OPS
+    ops = operations.CLIENT_OPS
     good = protocol.request("hold", {"job_ids": ["1"]}, 3)
     assert protocol.decode_request(good, ops) == (3, "hold", {"job_ids": ["1"]})
     bad = [
@@ -126,7 +126,7 @@ def test_protocol_rejects_bad_requests() -> None:
 @given(st.binary(max_size=200))
 def test_protocol_never_raises_anything_else(frame: bytes) -> None:
     try:
-        protocol.decode_request(frame, protocol.CLIENT_OPS)
+        protocol.decode_request(frame, operations.CLIENT_OPS)
     except protocol.ProtocolError:
         pass
 
