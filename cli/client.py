@@ -9,8 +9,6 @@ under ``socket.socket``: what a Unix stream needs (connect, sendall, recv, timeo
 """
 
 import _socket
-import itertools
-import struct
 
 from schedd import paths, protocol, wirejson
 
@@ -21,7 +19,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_TIMEOUT = 60.0
-HEADER = struct.Struct(">I")
+HEADER_BYTES = 4  # a frame's length, big-endian (int.to_bytes: `struct` is one more import)
 UNREACHABLE = "Unable to contact slurm controller (connect failure)"
 LOST = ("Unable to contact slurm controller (connection lost; the request may or may not "
         "have been carried out)")
@@ -40,13 +38,14 @@ class Client:
     def __init__(self, endpoint: "str | None" = None, timeout: float = DEFAULT_TIMEOUT,
                  cfg: "Any" = None):
         peers: list[str] = []
-        if endpoint is None:
-            endpoint = cfg.client_endpoint if cfg is not None else paths.client_endpoint()
-            peers = list(cfg.client_peers) if cfg is not None else _peers()
+        if endpoint is None and cfg is not None:
+            endpoint, peers = cfg.client_endpoint, list(cfg.client_peers)
+        elif endpoint is None:
+            endpoint, peers = _configured()
         self.endpoint = endpoint
         self.endpoints = [endpoint, *peers]  # an HA pair's schedds, tried in order
         self.timeout = timeout
-        self._ids = itertools.count(1)
+        self._last_id = 0
         self._sock: _socket.socket | None = None
 
     def _connected(self) -> "_socket.socket":
@@ -69,7 +68,7 @@ class Client:
 
     def call(self, op: str, body: "dict[str, Any] | None" = None) -> "dict[str, Any]":
         """Send one request and wait for its reply body; raises ClientError."""
-        msg_id = next(self._ids)
+        self._last_id = msg_id = self._last_id + 1
         reply = self.exchange(protocol.request(op, body, msg_id))
         try:
             decoded = _decode_reply(reply)
@@ -89,10 +88,10 @@ class Client:
         sock = self._connected()
         try:
             try:
-                sock.sendall(HEADER.pack(len(request)) + request)
+                sock.sendall(len(request).to_bytes(HEADER_BYTES, "big") + request)
             except BrokenPipeError:
                 pass  # schedd may have said why it closed (too many connections): read it
-            (size,) = HEADER.unpack(self._recv(sock, HEADER.size))
+            size = int.from_bytes(self._recv(sock, HEADER_BYTES), "big")
             return self._recv(sock, size)
         except TimeoutError:
             self.close()
@@ -146,13 +145,13 @@ def _decode_reply(frame: bytes) -> "dict[str, Any]":
     return reply
 
 
-def _peers() -> "list[str]":
-    """``[schedd] client_peers`` of the cluster's kiln.toml: the other schedds of an HA pair."""
-    try:
-        peers = paths.schedd_setting(paths.read_raw()[1], "client_peers", [])
-    except paths.ConfigError:
-        return []
-    return [p for p in peers if isinstance(p, str)] if isinstance(peers, list) else []
+def _configured() -> "tuple[str, list[str]]":
+    """The cluster's kiln.toml, read once: schedd's endpoint, and ``[schedd] client_peers``,
+    the other schedds of an HA pair."""
+    path, raw = paths.read_raw()
+    peers = paths.schedd_setting(raw, "client_peers", [])
+    peers = [p for p in peers if isinstance(p, str)] if isinstance(peers, list) else []
+    return paths.endpoint_of(path, raw), peers
 
 
 def listening(endpoint: str) -> bool:

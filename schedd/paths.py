@@ -139,7 +139,11 @@ def schedd_setting(raw: dict, key: str, default=None):
 
 
 def client_endpoint(path: "str | None" = None) -> str:
-    path, raw = read_raw(path)
+    return endpoint_of(*read_raw(path))
+
+
+def endpoint_of(path: "str | None", raw: dict) -> str:
+    """schedd's endpoint for the commands, from a config already read (``read_raw``)."""
     endpoint = schedd_setting(raw, "client_endpoint")
     return endpoint or f"ipc://{os.path.join(home_of(path, raw), 'schedd.sock')}"
 
