@@ -110,22 +110,24 @@ def submit_command(argv: "Sequence[str]") -> int:
     if stray:
         fail(f"Invalid directive found in batch script: {stray[0]}")
     settings: Settings = {"_max_array_size": paths.max_array_size()}
+    environ = dict(os.environ)  # once: each read of os.environ decodes every variable again
+    from_env = env_options(environ)
     try:
         apply_options(settings, directives)
-        apply_options(settings, env_options(dict(os.environ)))
+        apply_options(settings, from_env)
         apply_options(settings, cli_opts)
     except OptionError as exc:
         raise CommandError(exc.message, prefixed=exc.prefixed) from None
     resolve_cpus_per_gpu(settings)
     check_request(settings, "Batch job submission failed")
-    given = [*directives, *env_options(dict(os.environ)), *cli_opts]
+    given = [*directives, *from_env, *cli_opts]
     refused = refused_option(given)
     if refused:
         fail(refused)
     if not settings.get("_quiet"):
         for warning in ignored_warnings(given):
             print(f"{PROG}: warning: {warning}", file=sys.stderr)
-    job = build_job(settings, script, default_name, command, script_args)
+    job = build_job(settings, script, default_name, command, script_args, environ)
     with Client() as client:
         return _submit(client, job, settings)
 
@@ -171,8 +173,10 @@ def check_script(data: bytes) -> None:
 
 
 def build_job(settings: "Settings", script: str, default_name: str, command: str,
-              script_args: "list[str]") -> "dict[str, Any]":
-    """The submit body's ``job``: options given, plus what only the submitter knows."""
+              script_args: "list[str]",
+              environ: "dict[str, str] | None" = None) -> "dict[str, Any]":
+    """The submit body's ``job``: options given, plus what only the submitter knows (the
+    environment: ``environ``, else ``os.environ``'s)."""
     # Only the allow-listed fields go (schedd refuses any other); options kiln ignores were
     # announced with a warning and are not sent.
     job = {key: value for key, value in settings.items() if key in SUBMIT_FIELDS}
@@ -181,7 +185,8 @@ def build_job(settings: "Settings", script: str, default_name: str, command: str
     job["script"] = script
     job["command"] = command
     job["submit_host"] = os.uname().nodename
-    job["environment"] = build_environment(settings.get("export", "ALL"), dict(os.environ))
+    job["environment"] = build_environment(settings.get("export", "ALL"),
+                                           dict(os.environ) if environ is None else environ)
     size = environment_bytes(job["environment"])
     if size > MAX_ENV_BYTES:
         fail(f"Batch job submission failed: environment of {size} bytes is over the limit of "
