@@ -476,56 +476,6 @@ SBATCH_ENV_VARS = {
     "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
 }
 
-# salloc(1)'s INPUT ENVIRONMENT VARIABLES (22.05) -> option. There is no SALLOC_NO_SHELL.
-SALLOC_ENV_VARS = {
-    "SALLOC_ACCOUNT": "account", "SALLOC_ACCTG_FREQ": "acctg-freq", "SALLOC_BELL": "bell",
-    "SLURM_CLUSTERS": "clusters", "SALLOC_CLUSTERS": "clusters",
-    "SALLOC_CONSTRAINT": "constraint", "SALLOC_CONTAINER": "container",
-    "SALLOC_CORE_SPEC": "core-spec", "SALLOC_CPUS_PER_GPU": "cpus-per-gpu",
-    "SALLOC_DELAY_BOOT": "delay-boot", "SALLOC_EXCLUSIVE": "exclusive",
-    "SALLOC_GPU_BIND": "gpu-bind", "SALLOC_GPU_FREQ": "gpu-freq", "SALLOC_GPUS": "gpus",
-    "SALLOC_GPUS_PER_NODE": "gpus-per-node", "SALLOC_GPUS_PER_TASK": "gpus-per-task",
-    "SALLOC_GRES": "gres", "SALLOC_GRES_FLAGS": "gres-flags", "SALLOC_HINT": "hint",
-    "SALLOC_IMMEDIATE": "immediate", "SALLOC_KILL_CMD": "kill-command",
-    "SALLOC_MEM_BIND": "mem-bind", "SALLOC_MEM_PER_CPU": "mem-per-cpu",
-    "SALLOC_MEM_PER_GPU": "mem-per-gpu", "SALLOC_MEM_PER_NODE": "mem",
-    "SALLOC_NETWORK": "network", "SALLOC_NO_BELL": "no-bell", "SALLOC_NO_KILL": "no-kill",
-    "SALLOC_OVERCOMMIT": "overcommit", "SALLOC_PARTITION": "partition", "SALLOC_POWER": "power",
-    "SALLOC_PROFILE": "profile", "SALLOC_QOS": "qos", "SALLOC_REQ_SWITCH": "switches",
-    "SALLOC_RESERVATION": "reservation", "SALLOC_SIGNAL": "signal",
-    "SALLOC_SPREAD_JOB": "spread-job", "SALLOC_THREAD_SPEC": "thread-spec",
-    "SALLOC_THREADS_PER_CORE": "threads-per-core", "SALLOC_TIMELIMIT": "time",
-    "SALLOC_USE_MIN_NODES": "use-min-nodes", "SALLOC_WAIT_ALL_NODES": "wait-all-nodes",
-    "SALLOC_WCKEY": "wckey",
-}
-
-# srun(1)'s INPUT ENVIRONMENT VARIABLES (22.05) that are a user's options -> option. Left
-# out on purpose: the variables an allocation exports to its shell or script (SLURM_JOB_ID,
-# SLURM_JOB_NAME, SLURM_NTASKS, SLURM_NNODES, SLURM_NPROCS, SLURM_DISTRIBUTION,
-# SLURM_MEM_PER_NODE, SLURM_CLUSTERS, SLURM_UMASK, ...): srun inside the allocation takes the
-# job and its shape from the allocation itself; and SLURM_CPUS_PER_TASK, which 22.05's srun
-# no longer reads. SRUN_EXPORT_ENV comes after SLURM_EXPORT_ENV: it wins, as in Slurm.
-SRUN_ENV_VARS = {
-    "SLURM_ACCOUNT": "account", "SLURM_ACCTG_FREQ": "acctg-freq",
-    "SLURM_CONSTRAINT": "constraint", "SRUN_CONTAINER": "container",
-    "SLURM_CPU_FREQ_REQ": "cpu-freq", "SLURM_CPUS_PER_GPU": "cpus-per-gpu",
-    "SLURM_DELAY_BOOT": "delay-boot", "SLURM_DEPENDENCY": "dependency",
-    "SLURM_EXCLUSIVE": "exclusive", "SLURM_EXPORT_ENV": "export", "SRUN_EXPORT_ENV": "export",
-    "SLURM_GPU_BIND": "gpu-bind", "SLURM_GPU_FREQ": "gpu-freq", "SLURM_GPUS": "gpus",
-    "SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_GPUS_PER_TASK": "gpus-per-task",
-    "SLURM_GRES": "gres", "SLURM_GRES_FLAGS": "gres-flags", "SLURM_HINT": "hint",
-    "SLURM_IMMEDIATE": "immediate", "SLURM_KILL_BAD_EXIT": "kill-on-bad-exit",
-    "SLURM_LABELIO": "label", "SLURM_MEM_BIND": "mem-bind", "SLURM_MEM_PER_CPU": "mem-per-cpu",
-    "SLURM_MEM_PER_GPU": "mem-per-gpu", "SLURM_NETWORK": "network", "SLURM_NO_KILL": "no-kill",
-    "SLURM_OPEN_MODE": "open-mode", "SLURM_OVERCOMMIT": "overcommit", "SLURM_OVERLAP": "overlap",
-    "SLURM_PARTITION": "partition", "SLURM_POWER": "power", "SLURM_PROFILE": "profile",
-    "SLURM_QOS": "qos", "SLURM_REQ_SWITCH": "switches", "SLURM_RESERVATION": "reservation",
-    "SLURM_SIGNAL": "signal", "SLURM_SPREAD_JOB": "spread-job",
-    "SLURM_THREAD_SPEC": "thread-spec", "SLURM_THREADS_PER_CORE": "threads-per-core",
-    "SLURM_TIMELIMIT": "time", "SLURM_UNBUFFEREDIO": "unbuffered",
-    "SLURM_USE_MIN_NODES": "use-min-nodes", "SLURM_WAIT": "wait", "SLURM_WCKEY": "wckey",
-}
-
 Settings = dict[str, "Any"]
 Handler = "Callable[[Settings, str | None], None]"  # a handler of one option (see below)
 
