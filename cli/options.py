@@ -1,5 +1,6 @@
-"""Command-line options the Slurm way: a getopt_long work-alike driven by tables, and the value
-parsers behind sbatch's options (times, memory, GPUs, arrays, dependencies, --begin, --signal).
+"""Command-line options the Slurm way: a getopt_long work-alike driven by tables, the value
+parsers behind sbatch's options (times, memory, GPUs, arrays, dependencies, --begin, --signal),
+and what Slurm refuses of a submission before it is sent (``check_request``).
 
 One table serves sbatch's command line, its ``#SBATCH`` directives and its ``SBATCH_*``
 environment variables, so the three can never disagree on a spelling. argparse is not used:
@@ -9,6 +10,8 @@ time that every ``sbatch`` pays.
 
 import os
 import time
+
+from cli.errors import fail, submit_failure
 
 # Annotations are written as strings rather than through `from __future__ import annotations`:
 # importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
@@ -769,6 +772,43 @@ def resolve_cpus_per_gpu(settings: "Settings") -> None:
                or int(settings.get("gpus_per_task") or 0) * tasks)
     if gpus:
         settings["cpus_per_task"] = max(-(-per_gpu * gpus // max(tasks, 1)), 1)
+
+
+# --- what Slurm refuses at submit time -------------------------------------------------------
+# Before a job exists, with its messages: shared by sbatch and srun (each passes its lead,
+# ``Batch job submission failed`` or ``Unable to allocate resources``). schedd checks the rest
+# (partition, nodes, shape, account) at admission. Here, not in a module of their own: each
+# module costs a command's start ~0.3M instructions to find and load (docs/benchmarks.md).
+
+INVALID_GRES = "Invalid generic resource (gres) specification"
+GPUS_PER_TASK = ("Failed to validate job spec. --gpus-per-task used without either --gpus or "
+                 "-n/--ntasks is not allowed.")
+
+
+def check_request(settings: "dict[str, Any]", lead: str) -> None:
+    """Raise the CommandError Slurm's client or controller answers a request with, if any."""
+    check_clusters(settings.get("clusters") or settings.get("cluster"))
+    gpus = any(settings.get(k) for k in ("gpus", "gpus_per_node", "gpus_per_task"))
+    if settings.get("gres"):  # a generic resource other than gpu: none is configured
+        fail(*submit_failure(INVALID_GRES, lead))
+    if settings.get("mem_per_gpu_mb") and not gpus:
+        fail(*submit_failure(INVALID_GRES, lead))
+    tasks = "num_tasks" in settings or settings.get("ntasks_per_node")  # sbatch: N x per node
+    if settings.get("gpus_per_task") and not settings.get("gpus") and not tasks:
+        fail(*submit_failure(f"{GPUS_PER_TASK}\n{INVALID_GRES}", lead))
+
+
+def check_clusters(value: "str | None") -> None:
+    """-M/--clusters: kiln is one cluster; another name is what slurmdbd does not know."""
+    if not value:
+        return
+    from schedd.config import load
+
+    here = load().cluster_name
+    for name in value.split(","):
+        if name not in (here, "all"):
+            fail(f"'{value}' can't be reached now, or it is an invalid entry for --cluster.  "
+                 "Use 'sacctmgr list clusters' to see available clusters.")
 
 
 def ignored_warnings(parsed: "Parsed") -> "list[str]":

@@ -19,6 +19,7 @@ from cli.options import (
     Settings,
     apply_options,
     build_environment,
+    check_request,
     directive_tokens,
     env_options,
     ignored_warnings,
@@ -26,7 +27,6 @@ from cli.options import (
     refused_option,
     resolve_cpus_per_gpu,
 )
-from cli.submit_checks import check_request
 from schedd import paths
 from schedd.protocol import (
     E_AGAIN,

@@ -52,12 +52,12 @@ from cli.options import (
     Settings,
     apply_options,
     build_environment,
+    check_request,
     env_options,
     ignored_warnings,
     parse_argv,
     refused_option,
 )
-from cli.submit_checks import check_request
 from schedd import paths
 
 PROG = "srun"
