@@ -601,7 +601,7 @@ def _count(field: str, option: str) -> "Handler":
 
 
 # dest -> handler. Keys that are Job fields go to the job, keys starting with "_" stay in
-# sbatch; what is neither is not sent (schedd.protocol.SUBMIT_SCHEMA is the allow-list).
+# sbatch; what is neither is not sent (schedd.protocol.SUBMIT_FIELDS is the allow-list).
 SBATCH_HANDLERS: "dict[str, Handler]" = {
     "account": _store("account"),
     "array": _array,

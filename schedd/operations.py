@@ -2,41 +2,106 @@
 ask schedd (``CLIENT_OPS``), what an agent may tell it (``AGENT_OPS``) and what schedd may tell an
 agent (``SCHEDD_TO_AGENT_OPS``, ``LAUNCH_FIELDS``, ``STEP_LAUNCH_FIELDS``).
 
-The field types, the check and the envelope are ``schedd.protocol``'s, and so is the schema of a
-submission (``SUBMIT_SCHEMA``), which sbatch needs. The rest is here, built only where requests
-are checked (schedd, agentd): building these schemas cost every command's start some 2M
-instructions, ~0.3 ms (docs/benchmarks.md, issue 13). Standard library only.
+The trust boundary is an allow-list: every field a client (or an agent) may send in every op
+is named here, with its type and bounds (``Field``). ``schedd.protocol.check`` refuses anything
+else with a one-line error that names the field; nothing is silently dropped. State the server
+owns (admin priority, the limit an agent enforces, lifecycle marks, restart counts, samples) is
+named in no client schema, so no request can write it.
+
+The envelope, the limits and the check are ``schedd.protocol``'s; the schemas are here, built
+only where requests are checked (schedd, agentd): building them cost every command's start some
+2.5M instructions, ~0.4 ms (docs/benchmarks.md, issue 13). Standard library only.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from schedd.protocol import (
-    COUNT,
-    INT32,
-    LIMIT,
     MAX_ENV_VALUE,
     MAX_ENV_VARS,
     MAX_JOB_REFS,
+    MAX_LIST,
     MAX_MESSAGE_BYTES,
     MAX_OUTPUT_DATA,
     MAX_SCRIPT_ARGS,
     MAX_SCRIPT_BYTES,
+    MAX_STRING,
     MAX_TASKS,
-    MEM,
-    NAME,
     NICE_LIMIT,
-    SUBMIT_SCHEMA,
-    TIME,
-    Bool,
-    Int,
-    List,
-    Map,
-    Num,
-    Obj,
+    Field,
     Schema,
-    Str,
-    Tuple,
 )
+
+_BIG = 2**62  # any stored integer stays well inside 64 bits
+
+
+def Str(size: int = MAX_STRING, required: bool = False, nullable: bool = False,
+        choices: Any = None) -> Field:
+    return Field("str", required, nullable, size=size,
+                 choices=frozenset(choices) if choices is not None else None)
+
+
+def Int(lo: int = -_BIG, hi: int = _BIG, required: bool = False, nullable: bool = False) -> Field:
+    return Field("int", required, nullable, lo=lo, hi=hi)
+
+
+def Num(lo: float = -1e18, hi: float = 1e18, required: bool = False,
+        nullable: bool = False) -> Field:
+    return Field("num", required, nullable, lo=lo, hi=hi)
+
+
+def Bool(required: bool = False) -> Field:
+    return Field("bool", required)
+
+
+def List(items: Field, size: int = MAX_LIST, required: bool = False) -> Field:
+    return Field("list", required, size=size, items=items)
+
+
+def Obj(schema: Schema, required: bool = False, nullable: bool = False) -> Field:
+    return Field("obj", required, nullable, schema=schema)
+
+
+def Map(items: Field, size: int = MAX_LIST, required: bool = False) -> Field:
+    return Field("map", required, size=size, items=items)
+
+
+def Tuple(*parts: Field, required: bool = False) -> Field:
+    return Field("tuple", required, parts=parts)
+
+
+# The field types several schemas share.
+NAME = Str(256)  # a user, account, partition, QOS, node or reservation name
+TIME = Num(0, 1e13)  # a POSIX time, seconds
+INT32 = 2**31 - 1  # what the ledger's INTEGER columns hold (PostgreSQL's int4)
+LIMIT = Int(1, INT32, nullable=True)  # a time limit, seconds; None = UNLIMITED
+COUNT = Int(0, INT32)  # a resource count (0 = not given)
+MEM = Int(0, INT32)  # MiB
+ENVIRONMENT = Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS)
+
+# What a submission may set (protocol.SUBMIT_FIELDS names the same fields, for sbatch): the Job
+# fields (schedd.model.Job) sbatch parses, and nothing of what schedd decides (owner, state,
+# priority, marks, the allocation). A literal, not derived from the data class.
+SUBMIT_SCHEMA: Schema = {
+    "account": NAME, "array_max_running": COUNT, "array_spec": Str(),
+    "begin_time": TIME, "command": Str(), "comment": Str(), "constraint": Str(),
+    "cpus_per_task": COUNT, "dependency": Str(), "environment": ENVIRONMENT,
+    "exclude": Str(), "exclusive": Bool(), "export": Str(MAX_ENV_VALUE),
+    "gpu_type": Str(64), "gpus": COUNT, "gpus_per_node": COUNT, "gpus_per_task": COUNT,
+    "held": Str(8, choices=("", "user")), "mail_type": Str(), "mail_user": Str(),
+    "mem_per_cpu_mb": MEM, "mem_per_gpu_mb": MEM, "mem_per_node_mb": MEM,
+    "name": Str(), "nice": Int(-NICE_LIMIT, NICE_LIMIT), "nodelist": Str(),
+    "ntasks_per_node": COUNT, "num_nodes": COUNT, "num_nodes_max": COUNT,
+    "num_tasks": COUNT, "open_mode": Str(16, choices=("truncate", "append")),
+    "partition": NAME, "qos": NAME, "requeue": Bool(), "reservation": NAME,
+    "script": Str(MAX_SCRIPT_BYTES), "signal": Str(64), "stderr": Str(), "stdout": Str(),
+    "submit_host": NAME, "time_limit": LIMIT, "time_min": LIMIT, "workdir": Str(),
+    "script_args": List(Str(), size=MAX_SCRIPT_ARGS), "alloc_sid": Int(0, INT32),
+    "restart_cost": Int(0, INT32, nullable=True), "stdin": Str(), "wckey": NAME,
+    "licenses": Str(), "interactive": Bool(),  # salloc: an allocation without a batch script
+}
+
 
 _ID = Str(64)  # a job id as a user writes it: "123", "123_4", "123_[1-5]"
 _NAMES = List(NAME)

@@ -8,10 +8,10 @@ A message is one ZeroMQ frame of JSON (after the ROUTER's identity frame)::
 
 Every request is size-capped and schema-checked on receipt (``decode_request``); anything wrong
 raises ``ProtocolError`` whose code and message go back in an error reply, so no input can crash
-a daemon. Here: the envelope, the limits and error codes, the field types and the check, and
-what a submission may set (``SUBMIT_SCHEMA``, which sbatch needs); every op's schema is in
-``schedd.operations``, which only the daemons build. Standard library only: ``sbatch`` pays for
-every import.
+a daemon. Here: the envelope, the limits and error codes, the check, and the names of the
+fields a submission may set (``SUBMIT_FIELDS``, which sbatch needs); every op's schema (the
+field types and bounds) is in ``schedd.operations``, which only the daemons build. Standard
+library only: ``sbatch`` pays for every import.
 """
 
 from schedd import wirejson
@@ -55,104 +55,20 @@ class ProtocolError(Exception):
         self.message = message
 
 
-# --- schemas -------------------------------------------------------------------------------
-# The trust boundary is an allow-list: every field a client (or an agent) may send in every op
-# is named, with its type and bounds (a submission's here, every op's in schedd.operations).
-# ``check`` refuses anything else with a one-line error that names the field; nothing is
-# silently dropped. State the server owns (admin priority, the limit an agent enforces,
-# lifecycle marks, restart counts, samples) is named in no client schema, so no request can
-# write it.
-
-
-class Field:
-    """One field's type and bounds. ``kind``: str, int, num, bool, list, obj (fixed keys:
-    ``schema``), map (free string keys, values ``items``), tuple (fixed positions ``parts``).
-    ``nullable``: None is allowed; ``lo``/``hi`` bound numbers; ``size`` bounds a string's
-    length or a list's or map's items; ``choices`` lists the allowed strings."""
-
-    __slots__ = ("kind", "required", "nullable", "lo", "hi", "size", "items", "schema",
-                 "parts", "choices")
-
-    def __init__(self, kind: str, required: bool = False, nullable: bool = False,
-                 lo: "float | None" = None, hi: "float | None" = None, size: int = 0,
-                 items: "Field | None" = None, schema: "Schema | None" = None,
-                 parts: "tuple[Field, ...]" = (), choices: "frozenset[str] | None" = None):
-        self.kind, self.required, self.nullable = kind, required, nullable
-        self.lo, self.hi, self.size = lo, hi, size
-        self.items, self.schema, self.parts, self.choices = items, schema, parts, choices
-
-
-Schema = dict[str, Field]
-
-_BIG = 2**62  # any stored integer stays well inside 64 bits
-
-
-def Str(size: int = MAX_STRING, required: bool = False, nullable: bool = False,
-        choices: "Any" = None) -> "Field":
-    return Field("str", required, nullable, size=size,
-                 choices=frozenset(choices) if choices is not None else None)
-
-
-def Int(lo: int = -_BIG, hi: int = _BIG, required: bool = False, nullable: bool = False) -> "Field":
-    return Field("int", required, nullable, lo=lo, hi=hi)
-
-
-def Num(lo: float = -1e18, hi: float = 1e18, required: bool = False,
-        nullable: bool = False) -> "Field":
-    return Field("num", required, nullable, lo=lo, hi=hi)
-
-
-def Bool(required: bool = False) -> "Field":
-    return Field("bool", required)
-
-
-def List(items: "Field", size: int = MAX_LIST, required: bool = False) -> "Field":
-    return Field("list", required, size=size, items=items)
-
-
-def Obj(schema: "Schema", required: bool = False, nullable: bool = False) -> "Field":
-    return Field("obj", required, nullable, schema=schema)
-
-
-def Map(items: "Field", size: int = MAX_LIST, required: bool = False) -> "Field":
-    return Field("map", required, size=size, items=items)
-
-
-def Tuple(*parts: "Field", required: bool = False) -> "Field":
-    return Field("tuple", required, parts=parts)
-
-
-# The field types several schemas share (schedd.operations' too).
-NAME = Str(256)  # a user, account, partition, QOS, node or reservation name
-TIME = Num(0, 1e13)  # a POSIX time, seconds
-INT32 = 2**31 - 1  # what the ledger's INTEGER columns hold (PostgreSQL's int4)
-LIMIT = Int(1, INT32, nullable=True)  # a time limit, seconds; None = UNLIMITED
-COUNT = Int(0, INT32)  # a resource count (0 = not given)
-MEM = Int(0, INT32)  # MiB
-ENVIRONMENT = Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS)
-
-# What a submission may set: the Job fields (schedd.model.Job) sbatch parses, and nothing of
-# what schedd decides (owner, state, priority, marks, the allocation). A literal, not derived
-# from the data class: sbatch needs it without importing the model.
-SUBMIT_SCHEMA: "Schema" = {
-    "account": NAME, "array_max_running": COUNT, "array_spec": Str(),
-    "begin_time": TIME, "command": Str(), "comment": Str(), "constraint": Str(),
-    "cpus_per_task": COUNT, "dependency": Str(), "environment": ENVIRONMENT,
-    "exclude": Str(), "exclusive": Bool(), "export": Str(MAX_ENV_VALUE),
-    "gpu_type": Str(64), "gpus": COUNT, "gpus_per_node": COUNT, "gpus_per_task": COUNT,
-    "held": Str(8, choices=("", "user")), "mail_type": Str(), "mail_user": Str(),
-    "mem_per_cpu_mb": MEM, "mem_per_gpu_mb": MEM, "mem_per_node_mb": MEM,
-    "name": Str(), "nice": Int(-NICE_LIMIT, NICE_LIMIT), "nodelist": Str(),
-    "ntasks_per_node": COUNT, "num_nodes": COUNT, "num_nodes_max": COUNT,
-    "num_tasks": COUNT, "open_mode": Str(16, choices=("truncate", "append")),
-    "partition": NAME, "qos": NAME, "requeue": Bool(), "reservation": NAME,
-    "script": Str(MAX_SCRIPT_BYTES), "signal": Str(64), "stderr": Str(), "stdout": Str(),
-    "submit_host": NAME, "time_limit": LIMIT, "time_min": LIMIT, "workdir": Str(),
-    "script_args": List(Str(), size=MAX_SCRIPT_ARGS), "alloc_sid": Int(0, INT32),
-    "restart_cost": Int(0, INT32, nullable=True), "stdin": Str(), "wckey": NAME,
-    "licenses": Str(), "interactive": Bool(),  # salloc: an allocation without a batch script
-}
-SUBMIT_FIELDS = frozenset(SUBMIT_SCHEMA)
+# What a submission may set, by name: the Job fields (schedd.model.Job) sbatch parses, and
+# nothing of what schedd decides (owner, state, priority, marks, the allocation). sbatch sends
+# only these; their types and bounds are schedd.operations.SUBMIT_SCHEMA's, which names the
+# same fields (a unit test holds them equal): the schemas are not built in a command's start.
+SUBMIT_FIELDS = frozenset({
+    "account", "array_max_running", "array_spec", "begin_time", "command", "comment", "constraint",
+    "cpus_per_task", "dependency", "environment", "exclude", "exclusive", "export", "gpu_type",
+    "gpus", "gpus_per_node", "gpus_per_task", "held", "mail_type", "mail_user", "mem_per_cpu_mb",
+    "mem_per_gpu_mb", "mem_per_node_mb", "name", "nice", "nodelist", "ntasks_per_node",
+    "num_nodes", "num_nodes_max", "num_tasks", "open_mode", "partition", "qos", "requeue",
+    "reservation", "script", "signal", "stderr", "stdout", "submit_host", "time_limit", "time_min",
+    "workdir", "script_args", "alloc_sid", "restart_cost", "stdin", "wckey", "licenses",
+    "interactive",
+})
 
 # --- envelope ------------------------------------------------------------------------------
 
@@ -212,6 +128,32 @@ def check_request(msg: "dict[str, Any]",
     body = msg.get("body", {})
     check(body, ops[op], op)
     return msg_id, op, body
+
+
+# --- the check -------------------------------------------------------------------------------
+# ``check`` walks a body against its op's schema, a dict of ``Field`` (the schemas themselves,
+# every op's, are schedd.operations').
+
+
+class Field:
+    """One field's type and bounds. ``kind``: str, int, num, bool, list, obj (fixed keys:
+    ``schema``), map (free string keys, values ``items``), tuple (fixed positions ``parts``).
+    ``nullable``: None is allowed; ``lo``/``hi`` bound numbers; ``size`` bounds a string's
+    length or a list's or map's items; ``choices`` lists the allowed strings."""
+
+    __slots__ = ("kind", "required", "nullable", "lo", "hi", "size", "items", "schema",
+                 "parts", "choices")
+
+    def __init__(self, kind: str, required: bool = False, nullable: bool = False,
+                 lo: "float | None" = None, hi: "float | None" = None, size: int = 0,
+                 items: "Field | None" = None, schema: "Schema | None" = None,
+                 parts: "tuple[Field, ...]" = (), choices: "frozenset[str] | None" = None):
+        self.kind, self.required, self.nullable = kind, required, nullable
+        self.lo, self.hi, self.size = lo, hi, size
+        self.items, self.schema, self.parts, self.choices = items, schema, parts, choices
+
+
+Schema = dict[str, Field]
 
 
 def check(body: "Any", schema: "Schema", where: str) -> None:

@@ -144,6 +144,13 @@ def test_submit_fields_are_job_fields() -> None:
     assert not protocol.SUBMIT_FIELDS & owned_by_schedd
 
 
+def test_submit_fields_name_the_submit_schema() -> None:
+    """sbatch sends what protocol.SUBMIT_FIELDS names, schedd checks it by operations'
+    SUBMIT_SCHEMA (not built in a command's start): the two lists are one."""
+    assert protocol.SUBMIT_FIELDS == set(operations.SUBMIT_SCHEMA)
+    assert operations.CLIENT_OPS["submit"]["job"].schema is operations.SUBMIT_SCHEMA
+
+
 def test_job_wire_round_trip() -> None:
     import dataclasses
 
