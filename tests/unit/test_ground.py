@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from schedd import operations, protocol
@@ -142,6 +142,25 @@ def test_submit_fields_are_job_fields() -> None:
                        "set_aside",
                        "reason", "exit_code", "exit_signal", "start_time", "end_time"}
     assert not protocol.SUBMIT_FIELDS & owned_by_schedd
+
+
+@given(st.dictionaries(st.text(), st.text()))
+@example({"A": "x", "B": "\udcff", "\udc80": "y"})  # os.environ's undecodable bytes
+@example({"PATH": "/bin", "LANG": "é", "X": "\udcff"})
+def test_environment_bytes_is_the_utf8_size_of_name_value_pairs(env: dict[str, str]) -> None:
+    """The ASCII shortcut counts what encoding each pair counts, and a string UTF-8 cannot
+    hold (a lone surrogate) fails with the same error as before."""
+    def each() -> object:
+        try:
+            return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
+        except UnicodeEncodeError as exc:
+            return str(exc)
+
+    try:
+        got: object = protocol.environment_bytes(env)
+    except UnicodeEncodeError as exc:
+        got = str(exc)
+    assert got == each()
 
 
 def test_submit_fields_name_the_submit_schema() -> None:
