@@ -45,7 +45,7 @@ from agentd.relay import Relay, should_serve
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
 from schedd import config as kconfig
-from schedd import keys, protocol
+from schedd import keys, operations, protocol
 from schedd.logs import setup_logging
 from schedd.slurm import stats as stat_keys
 
@@ -304,7 +304,7 @@ class Agent:
 
     def _on_command(self, msg: dict[str, Any]) -> None:
         op, body = msg.get("op"), msg.get("body")
-        schema = protocol.SCHEDD_TO_AGENT_OPS.get(op) if isinstance(op, str) else None
+        schema = operations.SCHEDD_TO_AGENT_OPS.get(op) if isinstance(op, str) else None
         if schema is None:
             log.warning("unknown command %r from schedd", op)
             return

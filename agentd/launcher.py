@@ -1,6 +1,6 @@
 """Starting, signalling and reaping batch jobs on this node, through one supervisor per job.
 
-The daemon hands ``Launcher`` the launch instructions schedd sent (``protocol.LAUNCH_FIELDS``)
+The daemon hands ``Launcher`` the launch instructions schedd sent (``operations.LAUNCH_FIELDS``)
 and calls ``poll()`` from its loop; ``poll`` never blocks. Per job:
 
 - **launch**: the script goes to the spool (0700, owned by the user); stdout/stderr are opened
@@ -67,7 +67,7 @@ from agentd.cgroups import CgroupError, Cgroups, JobCgroup, join_fds
 from agentd.spool import Spool
 from agentd.supervisors import Started, SupervisorStarter
 from agentd.walltime import SignalSpec, SignalSpecError, parse_signal
-from schedd import protocol
+from schedd import operations, protocol
 
 log = logging.getLogger("agentd.launcher")
 
@@ -190,7 +190,7 @@ class Launcher:
         ``final``: a failure now is the job's end, said in its stderr file; False while a
         missing output directory is still waited for (``OutputDirMissing``: try again)."""
         try:
-            protocol.check(spec, protocol.LAUNCH_FIELDS, "launch")
+            protocol.check(spec, operations.LAUNCH_FIELDS, "launch")
         except protocol.ProtocolError as exc:
             raise LaunchError(exc.message) from None
         key = (spec["job_id"], spec["generation"])

@@ -1,6 +1,6 @@
 """Running srun's tasks on this node: one node's share of a job step.
 
-schedd sends ``launch_step`` (``protocol.STEP_LAUNCH_FIELDS``) to every node of a step with
+schedd sends ``launch_step`` (``operations.STEP_LAUNCH_FIELDS``) to every node of a step with
 that node's tasks already laid out: each task's rank overlay (SLURM_PROCID, SLURM_LOCALID) and
 its stdout/stderr paths. Here, per task:
 
@@ -52,7 +52,7 @@ from agentd.forward import (
 )
 from agentd.terminal import Terminal, controlling_terminal
 from agentd.walltime import Ending, Walltime
-from schedd import protocol
+from schedd import operations, protocol
 
 log = logging.getLogger("agentd.step_tasks")
 
@@ -141,7 +141,7 @@ class StepRunner:
         that cannot start at all is reported at once (every task FAILED)."""
         now = time.time() if now is None else now
         try:
-            protocol.check(spec, protocol.STEP_LAUNCH_FIELDS, "launch_step")
+            protocol.check(spec, operations.STEP_LAUNCH_FIELDS, "launch_step")
         except protocol.ProtocolError as exc:
             log.error("bad launch_step: %s", exc.message)
             return False

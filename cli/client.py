@@ -8,20 +8,18 @@ under ``socket.socket``: what a Unix stream needs (connect, sendall, recv, timeo
 ``socket.py``'s imports (selectors, enum classes), a few ms of every command's start.
 """
 
-from __future__ import annotations
-
 import _socket
-import itertools
-import struct
 
 from schedd import paths, protocol, wirejson
 
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_TIMEOUT = 60.0
-HEADER = struct.Struct(">I")
+HEADER_BYTES = 4  # a frame's length, big-endian (int.to_bytes: `struct` is one more import)
 UNREACHABLE = "Unable to contact slurm controller (connect failure)"
 LOST = ("Unable to contact slurm controller (connection lost; the request may or may not "
         "have been carried out)")
@@ -37,19 +35,20 @@ class ClientError(Exception):
 
 
 class Client:
-    def __init__(self, endpoint: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 cfg: Any = None):
+    def __init__(self, endpoint: "str | None" = None, timeout: float = DEFAULT_TIMEOUT,
+                 cfg: "Any" = None):
         peers: list[str] = []
-        if endpoint is None:
-            endpoint = cfg.client_endpoint if cfg is not None else paths.client_endpoint()
-            peers = list(cfg.client_peers) if cfg is not None else _peers()
+        if endpoint is None and cfg is not None:
+            endpoint, peers = cfg.client_endpoint, list(cfg.client_peers)
+        elif endpoint is None:
+            endpoint, peers = _configured()
         self.endpoint = endpoint
         self.endpoints = [endpoint, *peers]  # an HA pair's schedds, tried in order
         self.timeout = timeout
-        self._ids = itertools.count(1)
+        self._last_id = 0
         self._sock: _socket.socket | None = None
 
-    def _connected(self) -> _socket.socket:
+    def _connected(self) -> "_socket.socket":
         """Connected to the first schedd that listens (a standby binds nothing; a dead one's
         socket file refuses at once: no waiting out a timeout)."""
         if self._sock is None:
@@ -67,9 +66,9 @@ class Client:
                 raise ClientError("unreachable", UNREACHABLE)
         return self._sock
 
-    def call(self, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def call(self, op: str, body: "dict[str, Any] | None" = None) -> "dict[str, Any]":
         """Send one request and wait for its reply body; raises ClientError."""
-        msg_id = next(self._ids)
+        self._last_id = msg_id = self._last_id + 1
         reply = self.exchange(protocol.request(op, body, msg_id))
         try:
             decoded = _decode_reply(reply)
@@ -89,10 +88,10 @@ class Client:
         sock = self._connected()
         try:
             try:
-                sock.sendall(HEADER.pack(len(request)) + request)
+                sock.sendall(len(request).to_bytes(HEADER_BYTES, "big") + request)
             except BrokenPipeError:
                 pass  # schedd may have said why it closed (too many connections): read it
-            (size,) = HEADER.unpack(self._recv(sock, HEADER.size))
+            size = int.from_bytes(self._recv(sock, HEADER_BYTES), "big")
             return self._recv(sock, size)
         except TimeoutError:
             self.close()
@@ -103,7 +102,7 @@ class Client:
             raise ClientError("unreachable", LOST) from None
 
     @staticmethod
-    def _recv(sock: _socket.socket, size: int) -> bytes:
+    def _recv(sock: "_socket.socket", size: int) -> bytes:
         chunks, left = [], size
         while left:
             chunk = sock.recv(min(left, 1 << 20))
@@ -118,7 +117,7 @@ class Client:
             self._sock.close()
             self._sock = None
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -134,7 +133,7 @@ def _path(endpoint: str) -> str:
     return endpoint
 
 
-def _decode_reply(frame: bytes) -> dict[str, Any]:
+def _decode_reply(frame: bytes) -> "dict[str, Any]":
     """A reply from schedd. Not held to MAX_MESSAGE_BYTES, which bounds what daemons accept:
     squeue over 20,000 jobs is a reply of some 20 MB, and it comes from our own controller."""
     try:
@@ -146,13 +145,13 @@ def _decode_reply(frame: bytes) -> dict[str, Any]:
     return reply
 
 
-def _peers() -> list[str]:
-    """``[schedd] client_peers`` of the cluster's kiln.toml: the other schedds of an HA pair."""
-    try:
-        peers = paths.schedd_setting(paths.read_raw()[1], "client_peers", [])
-    except paths.ConfigError:
-        return []
-    return [p for p in peers if isinstance(p, str)] if isinstance(peers, list) else []
+def _configured() -> "tuple[str, list[str]]":
+    """The cluster's kiln.toml, read once: schedd's endpoint, and ``[schedd] client_peers``,
+    the other schedds of an HA pair."""
+    path, raw = paths.read_raw()
+    peers = paths.schedd_setting(raw, "client_peers", [])
+    peers = [p for p in peers if isinstance(p, str)] if isinstance(peers, list) else []
+    return paths.endpoint_of(path, raw), peers
 
 
 def listening(endpoint: str) -> bool:
@@ -167,7 +166,7 @@ def listening(endpoint: str) -> bool:
         probe.close()
 
 
-def call(op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def call(op: str, body: "dict[str, Any] | None" = None) -> "dict[str, Any]":
     """One request from a short-lived command."""
     with Client() as client:
         return client.call(op, body)

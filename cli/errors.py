@@ -6,11 +6,11 @@ Slurm would print (``sbatch: error: ...`` or a bare ``slurm_load_jobs error: ...
 unexpected is still reduced to one line, because scripts parse our stderr and people read it.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -28,19 +28,19 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
-def fail(*lines: str, prefixed: bool = True) -> NoReturn:
+def fail(*lines: str, prefixed: bool = True) -> "NoReturn":
     """Raise the ``CommandError`` that ``run_command`` prints."""
     raise CommandError(*lines, prefixed=prefixed)
 
 
-def report(prog: str, err: CommandError) -> int:
+def report(prog: str, err: "CommandError") -> int:
     for line in err.lines:
         print(f"{prog}: error: {line}" if err.prefixed else line, file=sys.stderr)
     return err.exit_code
 
 
-def run_command(prog: str, body: Callable[[Sequence[str]], int],
-                argv: Sequence[str] | None = None) -> int:
+def run_command(prog: str, body: "Callable[[Sequence[str]], int]",
+                argv: "Sequence[str] | None" = None) -> int:
     """Run a command's body and turn every failure into Slurm-style stderr and an exit code."""
     from cli.client import ClientError  # already imported by every command that talks to schedd
     from schedd.paths import ConfigError
@@ -72,7 +72,7 @@ def run_command(prog: str, body: Callable[[Sequence[str]], int],
         return 1
 
 
-def exit_now(code: int | None) -> NoReturn:
+def exit_now(code: "int | None") -> "NoReturn":
     """End a short command (its script's last line): flush what it printed, then leave with
     ``os._exit``. The interpreter's own exit frees every module and object one by one, which
     costs a command some 2-3 ms of CPU (a sixth of Python's start) for nothing. If a flush
@@ -89,7 +89,7 @@ def exit_now(code: int | None) -> NoReturn:
 NODE_CONFIG = "Requested node configuration is not available"
 
 
-def submit_failure(message: str, lead: str) -> list[str]:
+def submit_failure(message: str, lead: str) -> "list[str]":
     """The lines (each printed after ``<prog>: error: ``) for schedd's refusal of a
     submission: ``lead`` is sbatch's ``Batch job submission failed`` or srun's ``Unable to
     allocate resources``.

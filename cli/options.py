@@ -1,5 +1,6 @@
-"""Command-line options the Slurm way: a getopt_long work-alike driven by tables, and the value
-parsers behind sbatch's options (times, memory, GPUs, arrays, dependencies, --begin, --signal).
+"""Command-line options the Slurm way: a getopt_long work-alike driven by tables, the value
+parsers behind sbatch's options (times, memory, GPUs, arrays, dependencies, --begin, --signal),
+and what Slurm refuses of a submission before it is sent (``check_request``).
 
 One table serves sbatch's command line, its ``#SBATCH`` directives and its ``SBATCH_*``
 environment variables, so the three can never disagree on a spelling. argparse is not used:
@@ -7,11 +8,13 @@ its error texts differ from getopt's, it does not stop at the script name, and i
 time that every ``sbatch`` pays.
 """
 
-from __future__ import annotations
-
 import os
 import time
 
+from cli.errors import fail, submit_failure
+
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
 NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
 
 
-def _match(pattern: str, text: str) -> Any:
+def _match(pattern: str, text: str) -> "Any":
     """``re.match``, importing ``re`` on first use: most commands parse no time, size or date,
     and ``re`` (with ``enum``) costs a command a few ms of its start."""
     import re
@@ -52,7 +55,7 @@ class Opt:
 
 
 class OptionTable:
-    def __init__(self, opts: Iterable[Opt]):
+    def __init__(self, opts: "Iterable[Opt]"):
         self.by_long: dict[str, Opt] = {}
         self.by_short: dict[str, Opt] = {}
         for opt in opts:
@@ -60,7 +63,7 @@ class OptionTable:
             if opt.short:
                 self.by_short[opt.short] = opt
 
-    def find_long(self, name: str) -> Opt:
+    def find_long(self, name: str) -> "Opt":
         """Exact name, else a unique prefix (getopt_long accepts ``--part`` for --partition)."""
         opt = self.by_long.get(name)
         if opt is not None:
@@ -77,8 +80,8 @@ class OptionTable:
 Parsed = list[tuple[Opt, str | None]]
 
 
-def parse_argv(argv: Sequence[str], table: OptionTable, *,
-               stop_at_positional: bool) -> tuple[Parsed, list[str]]:
+def parse_argv(argv: "Sequence[str]", table: "OptionTable", *,
+               stop_at_positional: bool) -> "tuple[Parsed, list[str]]":
     """Split ``argv`` into (option, value) pairs in order and positional arguments.
 
     ``stop_at_positional``: everything from the first positional on is positional (sbatch:
@@ -121,8 +124,8 @@ def parse_argv(argv: Sequence[str], table: OptionTable, *,
     return found, positional
 
 
-def _parse_short_cluster(arg: str, argv: Sequence[str], i: int, table: OptionTable,
-                         found: Parsed) -> int:
+def _parse_short_cluster(arg: str, argv: "Sequence[str]", i: int, table: "OptionTable",
+                         found: "Parsed") -> int:
     """``-Hv``, ``-n4``, ``-n 4``, ``-kv``: returns the index of the next unread argv item."""
     j = 1
     while j < len(arg):
@@ -156,7 +159,7 @@ _CLOCK = r"^(\d+)(?::(\d+))?(?::(\d+))?$"
 _DAYS = r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$"
 
 
-def parse_time_limit(text: str, option: str = "--time") -> int | None:
+def parse_time_limit(text: str, option: str = "--time") -> "int | None":
     """Slurm's time formats to seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. ``None`` means
     UNLIMITED (also for 0, as Slurm reads it). Unlike Slurm, which rounds up to whole minutes,
     kiln keeps seconds: its agents time jobs to the second (``-t 0:05`` is five seconds)."""
@@ -203,7 +206,7 @@ def parse_positive_int(text: str, option: str, allow_zero: bool = False) -> int:
     return int(s)
 
 
-def parse_node_count(text: str) -> tuple[int, int]:
+def parse_node_count(text: str) -> "tuple[int, int]":
     """-N 2 or -N 2-4 -> (min, max); max 0 means 'same as min'."""
     lo, dash, hi = text.strip().partition("-")
     if not lo.isdigit() or int(lo) == 0:
@@ -217,7 +220,7 @@ def parse_node_count(text: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def parse_gpu_count(text: str, option: str) -> tuple[int, str]:
+def parse_gpu_count(text: str, option: str) -> "tuple[int, str]":
     """-G/--gpus/--gpus-per-node/--gpus-per-task '[type:]N' (also 'gpu:type:N') -> (N, type)."""
     parts = text.strip().split(":")
     if parts and parts[0] == "gpu" and len(parts) > 1:
@@ -229,7 +232,7 @@ def parse_gpu_count(text: str, option: str) -> tuple[int, str]:
     raise OptionError(f"Invalid {option} specification")
 
 
-def parse_gres(text: str) -> tuple[int, str, list[str]]:
+def parse_gres(text: str) -> "tuple[int, str, list[str]]":
     """--gres=gpu[:type][:N][,other...] -> (GPUs per node, type, the non-GPU gres as given)."""
     count, gtype, others = 0, "", []
     if text.strip().lower() == "none":
@@ -261,7 +264,7 @@ def parse_gres(text: str) -> tuple[int, str, list[str]]:
 ARRAY_SPEC_ERROR = "Batch job submission failed: Invalid job array specification"
 
 
-def parse_array(text: str, max_array_size: int = 1001) -> tuple[str, int, list[int]]:
+def parse_array(text: str, max_array_size: int = 1001) -> "tuple[str, int, list[int]]":
     """--array=1-10, 1,3,5, 0-15:4, with %N throttle -> (spec, throttle, task ids).
 
     Like Slurm, every index must be below MaxArraySize (default 1001)."""
@@ -297,7 +300,7 @@ _BEGIN_UNITS = {"": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
 _NAMED_HOURS = {"midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
 
 
-def parse_begin(text: str, now: float | None = None) -> float:
+def parse_begin(text: str, now: "float | None" = None) -> float:
     """--begin / scontrol StartTime=: now[+N[unit]], HH:MM[:SS] (today, else tomorrow),
     YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], midnight/noon/fika/teatime, today/tomorrow.
     Returns POSIX seconds (local time, as Slurm reads it)."""
@@ -346,14 +349,14 @@ def _checked_local(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float:
     return _local(y, mo, d, h, mi, s)
 
 
-def _next_clock(now: float, today: time.struct_time, h: int, mi: int, s: int) -> float:
+def _next_clock(now: float, today: "time.struct_time", h: int, mi: int, s: int) -> float:
     if h > 23 or mi > 59 or s > 59:
         raise OptionError("Invalid --begin specification")
     t = _local(today.tm_year, today.tm_mon, today.tm_mday, h, mi, s)
     return t if t > now else _local(today.tm_year, today.tm_mon, today.tm_mday + 1, h, mi, s)
 
 
-def signal_name(text: str) -> str | None:
+def signal_name(text: str) -> "str | None":
     """'USR1', 'SIGUSR1', 'usr1', '10' -> 'USR1'; None if no such signal (schedd.slurm.signals)."""
     from schedd.slurm import signals  # only paid when a signal is named
 
@@ -373,7 +376,7 @@ def parse_signal_spec(text: str) -> str:
         raise OptionError("Invalid --signal specification") from None
 
 
-def build_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
+def build_environment(export: str, environ: "dict[str, str]") -> "dict[str, str]":
     """--export: ALL (default), NONE, [ALL,]VAR[=value],... -> the environment to send.
 
     A list without ALL carries the SLURM_* variables plus the named ones, as Slurm does."""
@@ -399,7 +402,7 @@ def build_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def parse_states(text: str) -> tuple[list[str], bool]:
+def parse_states(text: str) -> "tuple[list[str], bool]":
     """-t PD,R / pending,running / all -> (long state names, whether finished jobs are wanted)."""
     from schedd.slurm.states import JobState, StateError
     from schedd.slurm.states import parse_states as parse
@@ -439,7 +442,7 @@ _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 _ALIASES = {"tasks-per-node": "ntasks-per-node"}
 
 
-def _sbatch_table() -> OptionTable:
+def _sbatch_table() -> "OptionTable":
     opts = []
     for entry in SBATCH_OPTION_NAMES.split():
         long, mode, *short = entry.split(":")
@@ -476,78 +479,28 @@ SBATCH_ENV_VARS = {
     "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
 }
 
-# salloc(1)'s INPUT ENVIRONMENT VARIABLES (22.05) -> option. There is no SALLOC_NO_SHELL.
-SALLOC_ENV_VARS = {
-    "SALLOC_ACCOUNT": "account", "SALLOC_ACCTG_FREQ": "acctg-freq", "SALLOC_BELL": "bell",
-    "SLURM_CLUSTERS": "clusters", "SALLOC_CLUSTERS": "clusters",
-    "SALLOC_CONSTRAINT": "constraint", "SALLOC_CONTAINER": "container",
-    "SALLOC_CORE_SPEC": "core-spec", "SALLOC_CPUS_PER_GPU": "cpus-per-gpu",
-    "SALLOC_DELAY_BOOT": "delay-boot", "SALLOC_EXCLUSIVE": "exclusive",
-    "SALLOC_GPU_BIND": "gpu-bind", "SALLOC_GPU_FREQ": "gpu-freq", "SALLOC_GPUS": "gpus",
-    "SALLOC_GPUS_PER_NODE": "gpus-per-node", "SALLOC_GPUS_PER_TASK": "gpus-per-task",
-    "SALLOC_GRES": "gres", "SALLOC_GRES_FLAGS": "gres-flags", "SALLOC_HINT": "hint",
-    "SALLOC_IMMEDIATE": "immediate", "SALLOC_KILL_CMD": "kill-command",
-    "SALLOC_MEM_BIND": "mem-bind", "SALLOC_MEM_PER_CPU": "mem-per-cpu",
-    "SALLOC_MEM_PER_GPU": "mem-per-gpu", "SALLOC_MEM_PER_NODE": "mem",
-    "SALLOC_NETWORK": "network", "SALLOC_NO_BELL": "no-bell", "SALLOC_NO_KILL": "no-kill",
-    "SALLOC_OVERCOMMIT": "overcommit", "SALLOC_PARTITION": "partition", "SALLOC_POWER": "power",
-    "SALLOC_PROFILE": "profile", "SALLOC_QOS": "qos", "SALLOC_REQ_SWITCH": "switches",
-    "SALLOC_RESERVATION": "reservation", "SALLOC_SIGNAL": "signal",
-    "SALLOC_SPREAD_JOB": "spread-job", "SALLOC_THREAD_SPEC": "thread-spec",
-    "SALLOC_THREADS_PER_CORE": "threads-per-core", "SALLOC_TIMELIMIT": "time",
-    "SALLOC_USE_MIN_NODES": "use-min-nodes", "SALLOC_WAIT_ALL_NODES": "wait-all-nodes",
-    "SALLOC_WCKEY": "wckey",
-}
-
-# srun(1)'s INPUT ENVIRONMENT VARIABLES (22.05) that are a user's options -> option. Left
-# out on purpose: the variables an allocation exports to its shell or script (SLURM_JOB_ID,
-# SLURM_JOB_NAME, SLURM_NTASKS, SLURM_NNODES, SLURM_NPROCS, SLURM_DISTRIBUTION,
-# SLURM_MEM_PER_NODE, SLURM_CLUSTERS, SLURM_UMASK, ...): srun inside the allocation takes the
-# job and its shape from the allocation itself; and SLURM_CPUS_PER_TASK, which 22.05's srun
-# no longer reads. SRUN_EXPORT_ENV comes after SLURM_EXPORT_ENV: it wins, as in Slurm.
-SRUN_ENV_VARS = {
-    "SLURM_ACCOUNT": "account", "SLURM_ACCTG_FREQ": "acctg-freq",
-    "SLURM_CONSTRAINT": "constraint", "SRUN_CONTAINER": "container",
-    "SLURM_CPU_FREQ_REQ": "cpu-freq", "SLURM_CPUS_PER_GPU": "cpus-per-gpu",
-    "SLURM_DELAY_BOOT": "delay-boot", "SLURM_DEPENDENCY": "dependency",
-    "SLURM_EXCLUSIVE": "exclusive", "SLURM_EXPORT_ENV": "export", "SRUN_EXPORT_ENV": "export",
-    "SLURM_GPU_BIND": "gpu-bind", "SLURM_GPU_FREQ": "gpu-freq", "SLURM_GPUS": "gpus",
-    "SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_GPUS_PER_TASK": "gpus-per-task",
-    "SLURM_GRES": "gres", "SLURM_GRES_FLAGS": "gres-flags", "SLURM_HINT": "hint",
-    "SLURM_IMMEDIATE": "immediate", "SLURM_KILL_BAD_EXIT": "kill-on-bad-exit",
-    "SLURM_LABELIO": "label", "SLURM_MEM_BIND": "mem-bind", "SLURM_MEM_PER_CPU": "mem-per-cpu",
-    "SLURM_MEM_PER_GPU": "mem-per-gpu", "SLURM_NETWORK": "network", "SLURM_NO_KILL": "no-kill",
-    "SLURM_OPEN_MODE": "open-mode", "SLURM_OVERCOMMIT": "overcommit", "SLURM_OVERLAP": "overlap",
-    "SLURM_PARTITION": "partition", "SLURM_POWER": "power", "SLURM_PROFILE": "profile",
-    "SLURM_QOS": "qos", "SLURM_REQ_SWITCH": "switches", "SLURM_RESERVATION": "reservation",
-    "SLURM_SIGNAL": "signal", "SLURM_SPREAD_JOB": "spread-job",
-    "SLURM_THREAD_SPEC": "thread-spec", "SLURM_THREADS_PER_CORE": "threads-per-core",
-    "SLURM_TIMELIMIT": "time", "SLURM_UNBUFFEREDIO": "unbuffered",
-    "SLURM_USE_MIN_NODES": "use-min-nodes", "SLURM_WAIT": "wait", "SLURM_WCKEY": "wckey",
-}
-
 Settings = dict[str, "Any"]
 Handler = "Callable[[Settings, str | None], None]"  # a handler of one option (see below)
 
 
-def _store(field: str, parse: Callable[[str], Any] = str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _store(field: str, parse: "Callable[[str], Any]" = str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         settings[field] = parse(value or "")
     return handler
 
 
-def _flag(field: str, value: Any) -> Handler:
-    def handler(settings: Settings, _value: str | None) -> None:
+def _flag(field: str, value: "Any") -> "Handler":
+    def handler(settings: "Settings", _value: "str | None") -> None:
         settings[field] = value
     return handler
 
 
-def _nodes(settings: Settings, value: str | None) -> None:
+def _nodes(settings: "Settings", value: "str | None") -> None:
     settings["num_nodes"], settings["num_nodes_max"] = parse_node_count(value or "")
 
 
-def _gpus(field: str, option: str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _gpus(field: str, option: str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         count, gtype = parse_gpu_count(value or "", option)
         settings[field] = count
         if gtype:
@@ -555,7 +508,7 @@ def _gpus(field: str, option: str) -> Handler:
     return handler
 
 
-def _gres(settings: Settings, value: str | None) -> None:
+def _gres(settings: "Settings", value: "str | None") -> None:
     count, gtype, others = parse_gres(value or "")
     settings["gpus_per_node"] = count
     if gtype:
@@ -564,7 +517,7 @@ def _gres(settings: Settings, value: str | None) -> None:
         settings["gres"] = ",".join(others)
 
 
-def _priority(settings: Settings, value: str | None) -> None:
+def _priority(settings: "Settings", value: "str | None") -> None:
     """--priority=N (operators): sent beside the job, not as a Job field (schedd checks who)."""
     text = (value or "").strip()
     if text.upper() == "TOP":
@@ -574,12 +527,12 @@ def _priority(settings: Settings, value: str | None) -> None:
     settings["_priority"] = int(text)
 
 
-def _array(settings: Settings, value: str | None) -> None:
+def _array(settings: "Settings", value: "str | None") -> None:
     spec, throttle, _ids = parse_array(value or "", settings.get("_max_array_size", 1001))
     settings["array_spec"], settings["array_max_running"] = spec, throttle
 
 
-def _exclusive(settings: Settings, value: str | None) -> None:
+def _exclusive(settings: "Settings", value: "str | None") -> None:
     mode = (value or "exclusive").lower()
     if mode not in ("exclusive", "oversubscribe", "user", "mcs"):
         raise OptionError("Invalid --exclusive specification")
@@ -588,7 +541,7 @@ def _exclusive(settings: Settings, value: str | None) -> None:
         settings["exclusive_mode"] = mode
 
 
-def _nice(settings: Settings, value: str | None) -> None:
+def _nice(settings: "Settings", value: "str | None") -> None:
     try:
         nice = int(value) if value is not None else 100
     except ValueError:
@@ -598,7 +551,7 @@ def _nice(settings: Settings, value: str | None) -> None:
     settings["nice"] = nice
 
 
-def _open_mode(settings: Settings, value: str | None) -> None:
+def _open_mode(settings: "Settings", value: "str | None") -> None:
     mode = (value or "").strip().lower()
     if mode not in ("append", "a", "truncate", "t"):
         raise OptionError("Invalid --open-mode specification")
@@ -609,14 +562,14 @@ _MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND
                "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
 
 
-def _mail_type(settings: Settings, value: str | None) -> None:
+def _mail_type(settings: "Settings", value: "str | None") -> None:
     types = [t.strip().upper() for t in (value or "").split(",")]
     if not all(t in _MAIL_TYPES for t in types):
         raise OptionError(f"--mail-type={value} invalid")  # slurm_opt.c's words
     settings["mail_type"] = ",".join(types)
 
 
-def _nodefile(settings: Settings, value: str | None) -> None:
+def _nodefile(settings: "Settings", value: "str | None") -> None:
     try:
         with open(value or "") as fh:
             names = fh.read().split()
@@ -625,31 +578,31 @@ def _nodefile(settings: Settings, value: str | None) -> None:
     settings["nodelist"] = ",".join(names)
 
 
-def _chdir(settings: Settings, value: str | None) -> None:
+def _chdir(settings: "Settings", value: "str | None") -> None:
     settings["workdir"] = os.path.abspath(os.path.expanduser(value or ""))
 
 
-def _time(field: str, option: str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _time(field: str, option: str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         settings[field] = parse_time_limit(value or "", option)
     return handler
 
 
-def _mem(field: str, option: str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _mem(field: str, option: str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         settings[field] = parse_memory_mb(value or "", option)
     return handler
 
 
-def _count(field: str, option: str) -> Handler:
-    def handler(settings: Settings, value: str | None) -> None:
+def _count(field: str, option: str) -> "Handler":
+    def handler(settings: "Settings", value: "str | None") -> None:
         settings[field] = parse_positive_int(value or "", option)
     return handler
 
 
 # dest -> handler. Keys that are Job fields go to the job, keys starting with "_" stay in
-# sbatch; what is neither is not sent (schedd.protocol.SUBMIT_SCHEMA is the allow-list).
-SBATCH_HANDLERS: dict[str, Handler] = {
+# sbatch; what is neither is not sent (schedd.protocol.SUBMIT_FIELDS is the allow-list).
+SBATCH_HANDLERS: "dict[str, Handler]" = {
     "account": _store("account"),
     "array": _array,
     "begin": lambda s, v: s.__setitem__("begin_time", parse_begin(v or "")),
@@ -720,7 +673,7 @@ def parse_restart_cost(text: str) -> int:
 
 # Options that mean nothing on kiln: accepted (scripts written for Slurm keep working), stored in
 # nowhere, and announced with one warning line each. dest -> what the user should know.
-SBATCH_IGNORED: dict[str, str] = {
+SBATCH_IGNORED: "dict[str, str]" = {
     "acctg-freq": "agents sample every [agent] sample_interval seconds",
     "bb": "no burst buffers", "bbf": "no burst buffers",
     "container": "no OCI container support", "context": "no SELinux contexts",
@@ -769,7 +722,7 @@ SBATCH_IGNORED: dict[str, str] = {
 
 
 # Options whose meaning kiln cannot honour and that change what runs or as whom: refused.
-SBATCH_REFUSED: dict[str, str] = {
+SBATCH_REFUSED: "dict[str, str]" = {
     "uid": "jobs run as the submitting user",
     "gid": "jobs run with the submitting user's group",
     "container": "kiln runs no OCI containers; start one from the script (apptainer exec ...)",
@@ -781,7 +734,7 @@ SBATCH_REFUSED: dict[str, str] = {
 X11_REFUSED = "--x11 is not supported by kiln: no X11 forwarding (use ssh -X to a node)"
 
 
-def refused_option(parsed: Parsed) -> str:
+def refused_option(parsed: "Parsed") -> str:
     """The error line for the first refused option given, or ''."""
     for opt, _ in parsed:
         why = SBATCH_REFUSED.get(opt.dest)
@@ -790,7 +743,7 @@ def refused_option(parsed: Parsed) -> str:
     return ""
 
 
-def parse_tres_per_task(text: str) -> dict[str, Any]:
+def parse_tres_per_task(text: str) -> "dict[str, Any]":
     """--tres-per-task=cpu:4,gres/gpu:2 (also 'gres/gpu:a100:2', '=' for ':') -> settings."""
     out: dict[str, Any] = {}
     for item in text.replace("=", ":").split(","):
@@ -806,7 +759,7 @@ def parse_tres_per_task(text: str) -> dict[str, Any]:
     return out
 
 
-def resolve_cpus_per_gpu(settings: Settings) -> None:
+def resolve_cpus_per_gpu(settings: "Settings") -> None:
     """--cpus-per-gpu=N without -c: give each task enough CPUs for N per GPU on its node
     (kiln allocates CPUs per task; the GPU count per node comes from the other options)."""
     per_gpu = settings.pop("_cpus_per_gpu", None)
@@ -821,7 +774,44 @@ def resolve_cpus_per_gpu(settings: Settings) -> None:
         settings["cpus_per_task"] = max(-(-per_gpu * gpus // max(tasks, 1)), 1)
 
 
-def ignored_warnings(parsed: Parsed) -> list[str]:
+# --- what Slurm refuses at submit time -------------------------------------------------------
+# Before a job exists, with its messages: shared by sbatch and srun (each passes its lead,
+# ``Batch job submission failed`` or ``Unable to allocate resources``). schedd checks the rest
+# (partition, nodes, shape, account) at admission. Here, not in a module of their own: each
+# module costs a command's start ~0.3M instructions to find and load (docs/benchmarks.md).
+
+INVALID_GRES = "Invalid generic resource (gres) specification"
+GPUS_PER_TASK = ("Failed to validate job spec. --gpus-per-task used without either --gpus or "
+                 "-n/--ntasks is not allowed.")
+
+
+def check_request(settings: "dict[str, Any]", lead: str) -> None:
+    """Raise the CommandError Slurm's client or controller answers a request with, if any."""
+    check_clusters(settings.get("clusters") or settings.get("cluster"))
+    gpus = any(settings.get(k) for k in ("gpus", "gpus_per_node", "gpus_per_task"))
+    if settings.get("gres"):  # a generic resource other than gpu: none is configured
+        fail(*submit_failure(INVALID_GRES, lead))
+    if settings.get("mem_per_gpu_mb") and not gpus:
+        fail(*submit_failure(INVALID_GRES, lead))
+    tasks = "num_tasks" in settings or settings.get("ntasks_per_node")  # sbatch: N x per node
+    if settings.get("gpus_per_task") and not settings.get("gpus") and not tasks:
+        fail(*submit_failure(f"{GPUS_PER_TASK}\n{INVALID_GRES}", lead))
+
+
+def check_clusters(value: "str | None") -> None:
+    """-M/--clusters: kiln is one cluster; another name is what slurmdbd does not know."""
+    if not value:
+        return
+    from schedd.config import load
+
+    here = load().cluster_name
+    for name in value.split(","):
+        if name not in (here, "all"):
+            fail(f"'{value}' can't be reached now, or it is an invalid entry for --cluster.  "
+                 "Use 'sacctmgr list clusters' to see available clusters.")
+
+
+def ignored_warnings(parsed: "Parsed") -> "list[str]":
     """One warning per ignored option given (in the order first given)."""
     seen: dict[str, str] = {}
     for opt, _ in parsed:
@@ -831,7 +821,7 @@ def ignored_warnings(parsed: Parsed) -> list[str]:
     return list(seen.values())
 
 
-def apply_options(settings: Settings, parsed: Parsed) -> None:
+def apply_options(settings: "Settings", parsed: "Parsed") -> None:
     """Apply (option, value) pairs in order: a later one overrides an earlier one."""
     for opt, value in parsed:
         handler = SBATCH_HANDLERS.get(opt.dest)
@@ -841,8 +831,8 @@ def apply_options(settings: Settings, parsed: Parsed) -> None:
             settings[opt.dest.replace("-", "_")] = True if value is None else value
 
 
-def env_defaults(values: dict[str, Any], variables: dict[str, str],
-                 flags: frozenset[str] = frozenset()) -> None:
+def env_defaults(values: "dict[str, Any]", variables: "dict[str, str]",
+                 flags: "frozenset[str]" = frozenset()) -> None:
     """A reporting command's input environment variables (SQUEUE_SORT, SINFO_PARTITION, ...):
     each fills its option's dest when the command line did not give it (the command line
     wins, as in Slurm); a flag's variable only has to be set."""
@@ -852,8 +842,8 @@ def env_defaults(values: dict[str, Any], variables: dict[str, str],
             values[dest] = None if dest in flags else value
 
 
-def env_options(environ: dict[str, str], env_vars: dict[str, str] | None = None,
-                table: OptionTable | None = None) -> Parsed:
+def env_options(environ: "dict[str, str]", env_vars: "dict[str, str] | None" = None,
+                table: "OptionTable | None" = None) -> "Parsed":
     """The input environment variables that are set (sbatch's ``SBATCH_*`` unless another
     command's map and table are given: salloc's ``SALLOC_*``, srun's ``SLURM_*``), as
     (option, value) pairs in the map's order; the caller puts its command line after them,
@@ -873,7 +863,7 @@ def env_options(environ: dict[str, str], env_vars: dict[str, str] | None = None,
 # --- #SBATCH directives ----------------------------------------------------------------------
 
 
-def directive_tokens(script: str, source: str = "sbatch") -> list[str]:
+def directive_tokens(script: str, source: str = "sbatch") -> "list[str]":
     """The option words of a script's ``#SBATCH`` lines, read as Slurm's get_argument does:
     until the first line that is neither blank nor a comment; words split on blanks; quotes
     group and are removed; backslash escapes; an unquoted ``#`` starts a comment."""
@@ -890,7 +880,7 @@ def directive_tokens(script: str, source: str = "sbatch") -> list[str]:
     return tokens
 
 
-def _line_words(rest: str, source: str, lineno: int, line: str) -> list[str]:
+def _line_words(rest: str, source: str, lineno: int, line: str) -> "list[str]":
     words: list[str] = []
     word: list[str] | None = None
     quote = ""
@@ -926,7 +916,7 @@ def _line_words(rest: str, source: str, lineno: int, line: str) -> list[str]:
     return words
 
 
-def list_filters(values: dict[str, str | None], dests: dict[str, str]) -> dict[str, Any]:
+def list_filters(values: "dict[str, str | None]", dests: "dict[str, str]") -> "dict[str, Any]":
     """The comma-list filters squeue and scancel share (option dest -> request key), plus
     ``--me`` and ``-w/--nodelist`` (a hostlist). Raises OptionError for a bad node list."""
     body: dict[str, Any] = {}
@@ -947,7 +937,7 @@ def list_filters(values: dict[str, str | None], dests: dict[str, str]) -> dict[s
     return body
 
 
-def check_users(names: list[str]) -> list[str]:
+def check_users(names: "list[str]") -> "list[str]":
     """``-u/--user`` names for squeue and sacct: each must be a user of this host (or a
     numeric uid), as Slurm's ``uid_from_string`` has it; otherwise OptionError with Slurm's
     ``Invalid user: NAME``."""

@@ -36,7 +36,6 @@ from cli.options import (
     NO_ARG,
     OPTIONAL,
     REQUIRED,
-    SALLOC_ENV_VARS,
     SBATCH_OPTION_NAMES,
     X11_REFUSED,
     Opt,
@@ -86,6 +85,29 @@ _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 SALLOC_IGNORED = {"kill-command": "the command is sent SIGHUP when the allocation ends",
                   "bell": "no terminal bell", "no-bell": "no terminal bell",
                   "wait": "deprecated; use -I/--immediate"}
+
+# salloc(1)'s INPUT ENVIRONMENT VARIABLES (22.05) -> option. There is no SALLOC_NO_SHELL.
+SALLOC_ENV_VARS = {
+    "SALLOC_ACCOUNT": "account", "SALLOC_ACCTG_FREQ": "acctg-freq", "SALLOC_BELL": "bell",
+    "SLURM_CLUSTERS": "clusters", "SALLOC_CLUSTERS": "clusters",
+    "SALLOC_CONSTRAINT": "constraint", "SALLOC_CONTAINER": "container",
+    "SALLOC_CORE_SPEC": "core-spec", "SALLOC_CPUS_PER_GPU": "cpus-per-gpu",
+    "SALLOC_DELAY_BOOT": "delay-boot", "SALLOC_EXCLUSIVE": "exclusive",
+    "SALLOC_GPU_BIND": "gpu-bind", "SALLOC_GPU_FREQ": "gpu-freq", "SALLOC_GPUS": "gpus",
+    "SALLOC_GPUS_PER_NODE": "gpus-per-node", "SALLOC_GPUS_PER_TASK": "gpus-per-task",
+    "SALLOC_GRES": "gres", "SALLOC_GRES_FLAGS": "gres-flags", "SALLOC_HINT": "hint",
+    "SALLOC_IMMEDIATE": "immediate", "SALLOC_KILL_CMD": "kill-command",
+    "SALLOC_MEM_BIND": "mem-bind", "SALLOC_MEM_PER_CPU": "mem-per-cpu",
+    "SALLOC_MEM_PER_GPU": "mem-per-gpu", "SALLOC_MEM_PER_NODE": "mem",
+    "SALLOC_NETWORK": "network", "SALLOC_NO_BELL": "no-bell", "SALLOC_NO_KILL": "no-kill",
+    "SALLOC_OVERCOMMIT": "overcommit", "SALLOC_PARTITION": "partition", "SALLOC_POWER": "power",
+    "SALLOC_PROFILE": "profile", "SALLOC_QOS": "qos", "SALLOC_REQ_SWITCH": "switches",
+    "SALLOC_RESERVATION": "reservation", "SALLOC_SIGNAL": "signal",
+    "SALLOC_SPREAD_JOB": "spread-job", "SALLOC_THREAD_SPEC": "thread-spec",
+    "SALLOC_THREADS_PER_CORE": "threads-per-core", "SALLOC_TIMELIMIT": "time",
+    "SALLOC_USE_MIN_NODES": "use-min-nodes", "SALLOC_WAIT_ALL_NODES": "wait-all-nodes",
+    "SALLOC_WCKEY": "wckey",
+}
 
 
 def _salloc_table() -> OptionTable:

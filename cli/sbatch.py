@@ -7,8 +7,6 @@ This module is on the hot path of every submission: standard library and the gro
 modules only.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 import time
@@ -21,6 +19,7 @@ from cli.options import (
     Settings,
     apply_options,
     build_environment,
+    check_request,
     directive_tokens,
     env_options,
     ignored_warnings,
@@ -28,7 +27,6 @@ from cli.options import (
     refused_option,
     resolve_cpus_per_gpu,
 )
-from cli.submit_checks import check_request
 from schedd import paths
 from schedd.protocol import (
     E_AGAIN,
@@ -38,6 +36,8 @@ from schedd.protocol import (
     environment_bytes,
 )
 
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,11 +76,11 @@ Parallel run options (the common ones; every sbatch 22.05 option name is accepte
 """
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: "Sequence[str] | None" = None) -> int:
     return run_command(PROG, submit_command, argv)
 
 
-def _parse(argv: Sequence[str]) -> tuple[Any, list[str]]:
+def _parse(argv: "Sequence[str]") -> "tuple[Any, list[str]]":
     try:
         return parse_argv(argv, SBATCH_TABLE, stop_at_positional=True)
     except OptionError as exc:
@@ -88,7 +88,7 @@ def _parse(argv: Sequence[str]) -> tuple[Any, list[str]]:
                            prefixed=exc.prefixed) from None
 
 
-def submit_command(argv: Sequence[str]) -> int:
+def submit_command(argv: "Sequence[str]") -> int:
     cli_opts, positional = _parse(argv)
     quick = {opt.dest for opt, _ in cli_opts}
     if "help" in quick or "usage" in quick:
@@ -110,27 +110,29 @@ def submit_command(argv: Sequence[str]) -> int:
     if stray:
         fail(f"Invalid directive found in batch script: {stray[0]}")
     settings: Settings = {"_max_array_size": paths.max_array_size()}
+    environ = dict(os.environ)  # once: each read of os.environ decodes every variable again
+    from_env = env_options(environ)
     try:
         apply_options(settings, directives)
-        apply_options(settings, env_options(dict(os.environ)))
+        apply_options(settings, from_env)
         apply_options(settings, cli_opts)
     except OptionError as exc:
         raise CommandError(exc.message, prefixed=exc.prefixed) from None
     resolve_cpus_per_gpu(settings)
     check_request(settings, "Batch job submission failed")
-    given = [*directives, *env_options(dict(os.environ)), *cli_opts]
+    given = [*directives, *from_env, *cli_opts]
     refused = refused_option(given)
     if refused:
         fail(refused)
     if not settings.get("_quiet"):
         for warning in ignored_warnings(given):
             print(f"{PROG}: warning: {warning}", file=sys.stderr)
-    job = build_job(settings, script, default_name, command, script_args)
+    job = build_job(settings, script, default_name, command, script_args, environ)
     with Client() as client:
         return _submit(client, job, settings)
 
 
-def read_script(wrap: str | None, positional: list[str]) -> tuple[str, str, str, list[str]]:
+def read_script(wrap: "str | None", positional: "list[str]") -> "tuple[str, str, str, list[str]]":
     """(script text, default job name, Job.command, script arguments), checked like Slurm."""
     if wrap is not None:
         return f"{WRAP_HEADER}{wrap}\n", "wrap", "(wrap)", []
@@ -170,9 +172,11 @@ def check_script(data: bytes) -> None:
              "instead of expected UNIX line breaks (\\n).")
 
 
-def build_job(settings: Settings, script: str, default_name: str, command: str,
-              script_args: list[str]) -> dict[str, Any]:
-    """The submit body's ``job``: options given, plus what only the submitter knows."""
+def build_job(settings: "Settings", script: str, default_name: str, command: str,
+              script_args: "list[str]",
+              environ: "dict[str, str] | None" = None) -> "dict[str, Any]":
+    """The submit body's ``job``: options given, plus what only the submitter knows (the
+    environment: ``environ``, else ``os.environ``'s)."""
     # Only the allow-listed fields go (schedd refuses any other); options kiln ignores were
     # announced with a warning and are not sent.
     job = {key: value for key, value in settings.items() if key in SUBMIT_FIELDS}
@@ -181,7 +185,8 @@ def build_job(settings: Settings, script: str, default_name: str, command: str,
     job["script"] = script
     job["command"] = command
     job["submit_host"] = os.uname().nodename
-    job["environment"] = build_environment(settings.get("export", "ALL"), dict(os.environ))
+    job["environment"] = build_environment(settings.get("export", "ALL"),
+                                           dict(os.environ) if environ is None else environ)
     size = environment_bytes(job["environment"])
     if size > MAX_ENV_BYTES:
         fail(f"Batch job submission failed: environment of {size} bytes is over the limit of "
@@ -192,7 +197,7 @@ def build_job(settings: Settings, script: str, default_name: str, command: str,
     return job
 
 
-def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
+def _submit(client: "Client", job: "dict[str, Any]", settings: "Settings") -> int:
     test_only = bool(settings.get("_test_only"))
     try:
         body: dict[str, Any] = {"job": job, "test_only": test_only}
@@ -219,7 +224,7 @@ def _submit(client: Client, job: dict[str, Any], settings: Settings) -> int:
     return 0
 
 
-def _call_retrying(client: Client, body: dict[str, Any]) -> dict[str, Any]:
+def _call_retrying(client: "Client", body: "dict[str, Any]") -> "dict[str, Any]":
     """Submit; a refusal that may pass later (MaxJobCount: EAGAIN) is retried as Slurm's
     sbatch does, after 1, 2, ... MAX_RETRIES seconds, saying so once."""
     retries = 0
@@ -237,7 +242,7 @@ def _call_retrying(client: Client, body: dict[str, Any]) -> dict[str, Any]:
         time.sleep(retries)
 
 
-def wait_for(client: Client, job_id: int, poll: float = 0.5, max_poll: float = 2.0) -> int:
+def wait_for(client: "Client", job_id: int, poll: float = 0.5, max_poll: float = 2.0) -> int:
     """-W/--wait: poll until every task of the job has finished; the worst exit status, with
     Slurm's rule: a normal exit gives its code, a signal gives 1."""
     finished = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",

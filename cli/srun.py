@@ -45,7 +45,6 @@ from cli.options import (
     NO_ARG,
     OPTIONAL,
     REQUIRED,
-    SRUN_ENV_VARS,
     X11_REFUSED,
     Opt,
     OptionError,
@@ -53,12 +52,12 @@ from cli.options import (
     Settings,
     apply_options,
     build_environment,
+    check_request,
     env_options,
     ignored_warnings,
     parse_argv,
     refused_option,
 )
-from cli.submit_checks import check_request
 from schedd import paths
 
 PROG = "srun"
@@ -116,6 +115,33 @@ UNSUPPORTED = {"multi-prog", "no-allocate", "relative", "het-group", "bcast",
                "task-prolog", "task-epilog", "prolog", "epilog", "send-libs", "test-only"}
 # Settings of the submitted job that are per task for the srun inside it, not the job's.
 _STEP_ONLY = {"stdout", "stderr", "open_mode", "label", "unbuffered", "stdin"}
+
+# srun(1)'s INPUT ENVIRONMENT VARIABLES (22.05) that are a user's options -> option. Left
+# out on purpose: the variables an allocation exports to its shell or script (SLURM_JOB_ID,
+# SLURM_JOB_NAME, SLURM_NTASKS, SLURM_NNODES, SLURM_NPROCS, SLURM_DISTRIBUTION,
+# SLURM_MEM_PER_NODE, SLURM_CLUSTERS, SLURM_UMASK, ...): srun inside the allocation takes the
+# job and its shape from the allocation itself; and SLURM_CPUS_PER_TASK, which 22.05's srun
+# no longer reads. SRUN_EXPORT_ENV comes after SLURM_EXPORT_ENV: it wins, as in Slurm.
+SRUN_ENV_VARS = {
+    "SLURM_ACCOUNT": "account", "SLURM_ACCTG_FREQ": "acctg-freq",
+    "SLURM_CONSTRAINT": "constraint", "SRUN_CONTAINER": "container",
+    "SLURM_CPU_FREQ_REQ": "cpu-freq", "SLURM_CPUS_PER_GPU": "cpus-per-gpu",
+    "SLURM_DELAY_BOOT": "delay-boot", "SLURM_DEPENDENCY": "dependency",
+    "SLURM_EXCLUSIVE": "exclusive", "SLURM_EXPORT_ENV": "export", "SRUN_EXPORT_ENV": "export",
+    "SLURM_GPU_BIND": "gpu-bind", "SLURM_GPU_FREQ": "gpu-freq", "SLURM_GPUS": "gpus",
+    "SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_GPUS_PER_TASK": "gpus-per-task",
+    "SLURM_GRES": "gres", "SLURM_GRES_FLAGS": "gres-flags", "SLURM_HINT": "hint",
+    "SLURM_IMMEDIATE": "immediate", "SLURM_KILL_BAD_EXIT": "kill-on-bad-exit",
+    "SLURM_LABELIO": "label", "SLURM_MEM_BIND": "mem-bind", "SLURM_MEM_PER_CPU": "mem-per-cpu",
+    "SLURM_MEM_PER_GPU": "mem-per-gpu", "SLURM_NETWORK": "network", "SLURM_NO_KILL": "no-kill",
+    "SLURM_OPEN_MODE": "open-mode", "SLURM_OVERCOMMIT": "overcommit", "SLURM_OVERLAP": "overlap",
+    "SLURM_PARTITION": "partition", "SLURM_POWER": "power", "SLURM_PROFILE": "profile",
+    "SLURM_QOS": "qos", "SLURM_REQ_SWITCH": "switches", "SLURM_RESERVATION": "reservation",
+    "SLURM_SIGNAL": "signal", "SLURM_SPREAD_JOB": "spread-job",
+    "SLURM_THREAD_SPEC": "thread-spec", "SLURM_THREADS_PER_CORE": "threads-per-core",
+    "SLURM_TIMELIMIT": "time", "SLURM_UNBUFFEREDIO": "unbuffered",
+    "SLURM_USE_MIN_NODES": "use-min-nodes", "SLURM_WAIT": "wait", "SLURM_WCKEY": "wckey",
+}
 
 
 def _srun_table() -> OptionTable:

@@ -26,7 +26,7 @@ from typing import Any
 import zmq
 
 from schedd import config as kconfig
-from schedd import keys, leader, offload, protocol, slicing, statedir
+from schedd import keys, leader, offload, operations, protocol, slicing, statedir
 from schedd.collector import Collector
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
@@ -238,7 +238,7 @@ class Daemon:
             handle(frames)
 
     def _handle_client(self, frame: bytes, caller: Caller) -> bytes:
-        return self._dispatch(frame, protocol.CLIENT_OPS, CLIENT_HANDLERS, caller)
+        return self._dispatch(frame, operations.CLIENT_OPS, CLIENT_HANDLERS, caller)
 
     def _handle_agent(self, frames: list[zmq.Frame]) -> None:
         node = frames[0].bytes.decode(errors="replace")
@@ -251,7 +251,7 @@ class Daemon:
                                                   "key of %r: refused", node, owner)
                 node = None
         route = [f.bytes for f in frames[:-1]]
-        reply = self._dispatch(frames[-1].bytes, protocol.AGENT_OPS, AGENT_HANDLERS, node,
+        reply = self._dispatch(frames[-1].bytes, operations.AGENT_OPS, AGENT_HANDLERS, node,
                                denied="this agent's CURVE key is not its node's", route=route)
         if reply is not None:  # None: a relay op, answered by schedd/relay.py
             self.agent_sock.send_multipart([*route, reply])
@@ -274,7 +274,7 @@ class Daemon:
             self.relays.next_chunk(route, msg_id, node, body["handle"])
             return None
         inner = body["request"].encode("utf-8", "surrogateescape")
-        answer = self._dispatch(inner, protocol.CLIENT_OPS, CLIENT_HANDLERS, caller)
+        answer = self._dispatch(inner, operations.CLIENT_OPS, CLIENT_HANDLERS, caller)
         if isinstance(answer, Work):
             self.relays.add(Pending(route, msg_id, node, caller, answer))
         else:

@@ -12,11 +12,12 @@ TOML's owner and nobody else may write it, so a planted file in a shared directo
 it is never readable by more users than the TOML (whose ``db_url`` may hold a password).
 """
 
-from __future__ import annotations
-
 import os
 
 from schedd import wirejson
+
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 
 SYSTEM_CONF = "/etc/kiln/kiln.toml"
 DEFAULT_MAX_ARRAY_SIZE = 1001
@@ -30,7 +31,7 @@ def kiln_home() -> str:
     return os.environ.get("KILN_HOME") or os.path.join(os.path.expanduser("~"), ".kiln")
 
 
-def find_config_path() -> str | None:
+def find_config_path() -> "str | None":
     explicit = os.environ.get("KILN_CONF")
     if explicit:
         return explicit
@@ -42,7 +43,7 @@ def find_config_path() -> str | None:
     return None
 
 
-def read_raw(path: str | None = None) -> tuple[str | None, dict]:
+def read_raw(path: "str | None" = None) -> "tuple[str | None, dict]":
     """(path, the TOML as a dict) — ``{}`` when there is no config file at all."""
     path = path or find_config_path()
     if path is None:
@@ -79,11 +80,11 @@ def cache_path(path: str) -> str:
     return os.path.join(head, f".{tail}.json")
 
 
-def _tag(st: os.stat_result) -> list[int]:
+def _tag(st: "os.stat_result") -> "list[int]":
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def _cached(path: str, st: os.stat_result) -> dict | None:
+def _cached(path: str, st: "os.stat_result") -> "dict | None":
     """The TOML's parsed copy, if there is one that matches the file and can be trusted."""
     try:
         with open(cache_path(path), "rb") as fh:
@@ -101,7 +102,7 @@ def _cached(path: str, st: os.stat_result) -> dict | None:
     return doc["raw"]
 
 
-def _save_cache(path: str, st: os.stat_result, raw: dict) -> None:
+def _save_cache(path: str, st: "os.stat_result", raw: dict) -> None:
     """Best effort, by the TOML's owner or root only; never fails the command."""
     if os.geteuid() not in (0, st.st_uid):
         return
@@ -126,7 +127,7 @@ def _save_cache(path: str, st: os.stat_result, raw: dict) -> None:
             pass
 
 
-def home_of(path: str | None, raw: dict) -> str:
+def home_of(path: "str | None", raw: dict) -> str:
     if raw.get("home"):
         return str(raw["home"])
     return os.path.dirname(os.path.abspath(path)) if path else kiln_home()
@@ -137,11 +138,15 @@ def schedd_setting(raw: dict, key: str, default=None):
     return raw.get("schedd", {}).get(key, raw.get(key, default))
 
 
-def client_endpoint(path: str | None = None) -> str:
-    path, raw = read_raw(path)
+def client_endpoint(path: "str | None" = None) -> str:
+    return endpoint_of(*read_raw(path))
+
+
+def endpoint_of(path: "str | None", raw: dict) -> str:
+    """schedd's endpoint for the commands, from a config already read (``read_raw``)."""
     endpoint = schedd_setting(raw, "client_endpoint")
     return endpoint or f"ipc://{os.path.join(home_of(path, raw), 'schedd.sock')}"
 
 
-def max_array_size(path: str | None = None) -> int:
+def max_array_size(path: "str | None" = None) -> int:
     return int(schedd_setting(read_raw(path)[1], "max_array_size", DEFAULT_MAX_ARRAY_SIZE))

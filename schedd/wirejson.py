@@ -15,8 +15,8 @@ without those imports. It produces and accepts exactly what ``json`` does:
 Where ``_json`` is missing (not CPython), both are plain ``json``.
 """
 
-from __future__ import annotations
-
+# Annotations are written as strings rather than through `from __future__ import annotations`:
+# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
     from typing import Any
@@ -38,7 +38,7 @@ class _Context:
     parse_float = float
     parse_int = int
     parse_constant = _CONSTANTS.__getitem__
-    memo: dict[str, str] = {}
+    memo: "dict[str, str]" = {}
 
 
 def _unserialisable(obj: object) -> None:
@@ -48,17 +48,17 @@ def _unserialisable(obj: object) -> None:
 if _json is not None:
     _scan = _json.make_scanner(_Context())
 
-    def _encoder() -> Any:
+    def _encoder() -> "Any":
         return _json.make_encoder({}, _unserialisable, _json.encode_basestring_ascii, None,
                                   ":", ",", False, False, True)
 
-    def dumps(obj: Any) -> str:
+    def dumps(obj: "Any") -> str:
         """``json.dumps(obj, separators=(",", ":"))``."""
         if isinstance(obj, str):
             return _json.encode_basestring_ascii(obj)
         return "".join(_encoder()(obj, 0))
 
-    def loads(data: bytes | str) -> Any:
+    def loads(data: "bytes | str") -> "Any":
         """``json.loads(data)``."""
         try:
             text = data.decode() if isinstance(data, (bytes, bytearray)) else data
@@ -69,20 +69,20 @@ if _json is not None:
             pass
         return _slow_loads(data)
 else:  # pragma: no cover
-    def dumps(obj: Any) -> str:
+    def dumps(obj: "Any") -> str:
         return _slow_dumps(obj)
 
-    def loads(data: bytes | str) -> Any:
+    def loads(data: "bytes | str") -> "Any":
         return _slow_loads(data)
 
 
-def _slow_loads(data: bytes | str) -> Any:
+def _slow_loads(data: "bytes | str") -> "Any":
     import json
 
     return json.loads(data)
 
 
-def _slow_dumps(obj: Any) -> str:  # pragma: no cover
+def _slow_dumps(obj: "Any") -> str:  # pragma: no cover
     import json
 
     return json.dumps(obj, separators=(",", ":"))

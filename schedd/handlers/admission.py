@@ -52,7 +52,7 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
         raise RequestError("Access/permission denied: jobs of root are not allowed on this "
                            "cluster (set allow_root_jobs = true in kiln.toml)",
                            protocol.E_PERMISSION)
-    # protocol.SUBMIT_SCHEMA has typed and bounded every field; only the allow-listed ones
+    # operations.SUBMIT_SCHEMA has typed and bounded every field; only the allow-listed ones
     # are here, and none of them is state schedd owns
     fields = {key: float(value) if key in _FLOATS else value for key, value in spec.items()
               if key in protocol.SUBMIT_FIELDS}

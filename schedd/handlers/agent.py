@@ -108,7 +108,7 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float,
     the live usage of the batch steps that are schedd's, for sstat."""
     reported: set[tuple[int, int]] = set()
     usage: dict[tuple[int, str], dict[str, float]] = {}
-    for item in running:  # typed by protocol.AGENT_OPS
+    for item in running:  # typed by operations.AGENT_OPS
         job_id, gen = item["job_id"], item["generation"]
         reported.add((job_id, gen))
         job = ctx.state.jobs.get(job_id)

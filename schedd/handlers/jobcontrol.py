@@ -65,7 +65,7 @@ def update_job(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     for key in changes:
         if key not in PENDING_ONLY | ANY_STATE:
             raise RequestError(f"Update of this parameter is not supported: {key}")
-    typed = dict(changes)  # typed and bounded by protocol.UPDATE_JOB_SCHEMA
+    typed = dict(changes)  # typed and bounded by operations.UPDATE_JOB_SCHEMA
     jobs, unmatched = select_jobs_reporting(ctx, {"job_ids": body["job_ids"]})
     if not jobs:
         raise RequestError(INVALID_JOB_ID, protocol.E_INVALID_JOB)

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -69,9 +69,15 @@ def _tune_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN")
+    # BEGIN is emitted by the dialect's begin hook, which SQLAlchemy calls for every transaction
+    # (and whose errors it wraps as any statement's), not by a "begin" event listener: with any
+    # connection event listened for, SQLAlchemy dispatches events around every statement of
+    # the engine, some 15% of a submission's ledger insert (docs/benchmarks.md, issue 13).
+    engine.dialect.do_begin = _emit_begin  # type: ignore[method-assign]
+
+
+def _emit_begin(dbapi_connection: Any) -> None:
+    dbapi_connection.execute("BEGIN")
 
 
 def secure_sqlite(path: Path) -> None:

@@ -92,7 +92,7 @@ class AgentRegistry:
                                        "state": "CANCELLED"})
 
     def launch_step(self, node: str, step: dict[str, Any]) -> None:
-        """One node's share of an srun step (protocol.STEP_LAUNCH_FIELDS)."""
+        """One node's share of an srun step (operations.STEP_LAUNCH_FIELDS)."""
         self._tell(node, "launch_step", {"step": step})
 
     def step_input(self, node: str, body: dict[str, Any]) -> None:

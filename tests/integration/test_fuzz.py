@@ -26,7 +26,7 @@ from cli import sbatch
 from cli.client import Client, ClientError
 from cli.errors import CommandError
 from cli.options import SBATCH_TABLE
-from schedd import keys, protocol
+from schedd import keys, operations, protocol
 from schedd.localsock import HEADER
 from tests.integration.cluster import Cluster, cleanup, world_tempdir
 from tests.integration.conftest import BACKENDS, _cluster
@@ -194,7 +194,7 @@ def _check_reply(kind: str, frame: bytes, reply: dict | None) -> None:
 def test_fuzzed_client_frames_get_error_replies(target: Cluster) -> None:
     before = _rows(target)
     client = Local(_ipc(target))
-    ops = {k: v for k, v in protocol.CLIENT_OPS.items()
+    ops = {k: v for k, v in operations.CLIENT_OPS.items()
            if k not in ("update_node", "sacctmgr", "step_wait")}  # admin changes; a long wait
 
     @FUZZ
@@ -254,7 +254,7 @@ def test_fuzzed_agent_frames_get_error_replies(target: Cluster, fuzz_key) -> Non
     ids = itertools.count(100)
 
     @FUZZ
-    @given(frames(protocol.AGENT_OPS))
+    @given(frames(operations.AGENT_OPS))
     def fuzz(case: tuple[str, bytes]) -> None:
         kind, frame = case
         _check_reply(kind, frame, agent.ask([frame]))
@@ -310,7 +310,7 @@ class _Accepting:
         pass
 
     def call(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        protocol.check(body, protocol.CLIENT_OPS[op], op)
+        protocol.check(body, operations.CLIENT_OPS[op], op)
         assert set(body["job"]) <= protocol.SUBMIT_FIELDS
         json.dumps(body)  # it must travel
         _Accepting.submitted.append(body)

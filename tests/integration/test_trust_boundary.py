@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from schedd import protocol
+from schedd import operations, protocol
 from schedd.handlers.admission import NODE_CONFIG
 from schedd.protocol import Field
 from tests.integration.cluster import BIN, Cluster, until
@@ -241,7 +241,7 @@ def fuzz_cases() -> list[tuple[str, dict[str, Any], str, str]]:
         where = ".".join([op, *path])
 
         def body_with(change) -> dict[str, Any]:
-            body = valid_body(protocol.CLIENT_OPS[op])
+            body = valid_body(operations.CLIENT_OPS[op])
             inner = body
             for p in path:
                 inner = inner.setdefault(p, {})
@@ -267,7 +267,7 @@ def fuzz_cases() -> list[tuple[str, dict[str, Any], str, str]]:
             if spec.kind == "obj" and spec.schema:
                 walk(op, spec.schema, [*path, name])
 
-    for op, schema in protocol.CLIENT_OPS.items():
+    for op, schema in operations.CLIENT_OPS.items():
         walk(op, schema, [])
     return cases
 
@@ -276,7 +276,7 @@ def test_every_op_refuses_unknown_misspelled_and_mistyped_fields(cluster: Cluste
                                                                  other_user: str) -> None:
     cases = fuzz_cases()
     assert len(cases) <= 600, len(cases)  # bounded
-    assert {op for op, *_ in cases} == set(protocol.CLIENT_OPS)
+    assert {op for op, *_ in cases} == set(operations.CLIENT_OPS)
     before = ledger_picture(cluster)
     replies = as_user(cluster, other_user, [(op, body) for op, body, _, _ in cases], "raw")
     assert len(replies) == len(cases), f"no reply to {cases[len(replies) - 1][:2]}"

@@ -13,7 +13,7 @@ import pytest
 import zmq
 
 from cli.client import Client, ClientError
-from schedd import protocol
+from schedd import operations, protocol
 from schedd.localsock import LocalServer
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -32,7 +32,7 @@ class FakeSchedd:
         self._thread.start()
 
     def _answer(self, frame: bytes, caller: Any) -> bytes:
-        msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+        msg_id, op, body = protocol.decode_request(frame, operations.CLIENT_OPS)
         self.requests.append((op, body))
         try:
             return protocol.reply_ok(msg_id, self.handler(op, body))

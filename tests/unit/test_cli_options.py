@@ -248,7 +248,6 @@ def test_srun_reads_its_slurm_variables_but_not_an_allocations_own(monkeypatch) 
 
 def test_every_input_variable_names_an_option_of_its_command() -> None:
     from cli import salloc, srun
-    from cli.options import SALLOC_ENV_VARS, SRUN_ENV_VARS
 
-    assert set(SALLOC_ENV_VARS.values()) <= set(salloc.SALLOC_TABLE.by_long)
-    assert set(SRUN_ENV_VARS.values()) <= set(srun.SRUN_TABLE.by_long)
+    assert set(salloc.SALLOC_ENV_VARS.values()) <= set(salloc.SALLOC_TABLE.by_long)
+    assert set(srun.SRUN_ENV_VARS.values()) <= set(srun.SRUN_TABLE.by_long)

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from cli.client import LOST, UNREACHABLE, Client, ClientError
-from schedd import protocol
+from schedd import operations, protocol
 from schedd.identity import Caller
 from schedd.localsock import HEADER, LocalServer, Work
 
@@ -33,7 +33,7 @@ class Served:
 
     def _echo(self, frame: bytes, caller: Caller) -> bytes:
         self.callers.append(caller)
-        msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+        msg_id, op, body = protocol.decode_request(frame, operations.CLIENT_OPS)
         return protocol.reply_ok(msg_id, {"op": op, "uid": caller.uid})
 
     def _run(self) -> None:
@@ -266,7 +266,7 @@ def test_a_quick_request_is_answered_while_a_long_one_runs(tmp_path: Path) -> No
     long = Counting("long", 10_000, log)
 
     def dispatch(frame: bytes, caller: Caller):
-        msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+        msg_id, op, body = protocol.decode_request(frame, operations.CLIENT_OPS)
         return long if op == "acct_jobs" else protocol.reply_ok(msg_id, {"left": long.left})
 
     served = Served(tmp_path / "s.sock", dispatch)
@@ -301,7 +301,7 @@ def test_a_reply_in_pieces_reaches_the_client_whole(tmp_path: Path) -> None:
     and schedd never held it in one buffer."""
 
     def dispatch(frame: bytes, caller: Caller):
-        msg_id, op, body = protocol.decode_request(frame, protocol.CLIENT_OPS)
+        msg_id, op, body = protocol.decode_request(frame, operations.CLIENT_OPS)
         return Pieces(msg_id, 60) if op == "acct_jobs" else protocol.reply_ok(msg_id, {})
 
     served = Served(tmp_path / "s.sock", dispatch)

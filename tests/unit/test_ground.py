@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from schedd import protocol
+from schedd import operations, protocol
 from schedd.domain.jobenv import expand_output_pattern, job_environment
 from schedd.model import Job, JobState, NodeAllocation, StopMark
 from schedd.slurm import arrayspec, dependency, hostlist
@@ -102,7 +102,7 @@ def test_job_environment() -> None:
 
 
 def test_protocol_rejects_bad_requests() -> None:
-    ops = protocol.CLIENT_OPS
+    ops = operations.CLIENT_OPS
     good = protocol.request("hold", {"job_ids": ["1"]}, 3)
     assert protocol.decode_request(good, ops) == (3, "hold", {"job_ids": ["1"]})
     bad = [
@@ -126,7 +126,7 @@ def test_protocol_rejects_bad_requests() -> None:
 @given(st.binary(max_size=200))
 def test_protocol_never_raises_anything_else(frame: bytes) -> None:
     try:
-        protocol.decode_request(frame, protocol.CLIENT_OPS)
+        protocol.decode_request(frame, operations.CLIENT_OPS)
     except protocol.ProtocolError:
         pass
 
@@ -142,6 +142,32 @@ def test_submit_fields_are_job_fields() -> None:
                        "set_aside",
                        "reason", "exit_code", "exit_signal", "start_time", "end_time"}
     assert not protocol.SUBMIT_FIELDS & owned_by_schedd
+
+
+@given(st.dictionaries(st.text(), st.text()))
+@example({"A": "x", "B": "\udcff", "\udc80": "y"})  # os.environ's undecodable bytes
+@example({"PATH": "/bin", "LANG": "é", "X": "\udcff"})
+def test_environment_bytes_is_the_utf8_size_of_name_value_pairs(env: dict[str, str]) -> None:
+    """The ASCII shortcut counts what encoding each pair counts, and a string UTF-8 cannot
+    hold (a lone surrogate) fails with the same error as before."""
+    def each() -> object:
+        try:
+            return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
+        except UnicodeEncodeError as exc:
+            return str(exc)
+
+    try:
+        got: object = protocol.environment_bytes(env)
+    except UnicodeEncodeError as exc:
+        got = str(exc)
+    assert got == each()
+
+
+def test_submit_fields_name_the_submit_schema() -> None:
+    """sbatch sends what protocol.SUBMIT_FIELDS names, schedd checks it by operations'
+    SUBMIT_SCHEMA (not built in a command's start): the two lists are one."""
+    assert protocol.SUBMIT_FIELDS == set(operations.SUBMIT_SCHEMA)
+    assert operations.CLIENT_OPS["submit"]["job"].schema is operations.SUBMIT_SCHEMA
 
 
 def test_job_wire_round_trip() -> None:

@@ -226,13 +226,13 @@ def test_an_environment_over_a_mebibyte_is_refused_in_one_line(ctx) -> None:
 
 
 def test_a_script_over_the_cap_in_a_message_under_it_gets_an_error_reply() -> None:
-    from schedd import protocol
+    from schedd import operations, protocol
 
     job = _spec(script="#!/bin/sh\n" + "#" * (protocol.MAX_SCRIPT_BYTES + 10))
     frame = protocol.request("submit", {"job": job}, 7)
     assert len(frame) < protocol.MAX_MESSAGE_BYTES
     with pytest.raises(protocol.ProtocolError) as err:
-        protocol.decode_request(frame, protocol.CLIENT_OPS)
+        protocol.decode_request(frame, operations.CLIENT_OPS)
     assert err.value.message == "submit.job.script: string longer than 4194304"
 
 

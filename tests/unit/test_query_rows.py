@@ -17,7 +17,7 @@ from cli.formats import (
     job_sort_key,
     sort_column,
 )
-from schedd import protocol
+from schedd import operations, protocol
 from schedd.context import RequestError
 from schedd.handlers.query import column_reply, row_columns
 from schedd.model import ROW_FIELDS, Job, JobState, NodeAllocation
@@ -131,7 +131,7 @@ def test_bad_fields_are_refused(fields: list[Any], message: str) -> None:
 
 def test_fields_are_in_the_wire_contract() -> None:
     frame = protocol.request("query_jobs", {"fields": ["id", "state"], "states": ["PD"]}, 4)
-    assert protocol.decode_request(frame, protocol.CLIENT_OPS)[2]["fields"] == ["id", "state"]
+    assert protocol.decode_request(frame, operations.CLIENT_OPS)[2]["fields"] == ["id", "state"]
 
 
 ARGVS = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentd import relay as agent_relay
-from schedd import protocol, relay
+from schedd import operations, protocol, relay
 from schedd.config import Config
 from schedd.daemon import Daemon
 from schedd.ledger.migrate import upgrade
@@ -40,7 +40,7 @@ def _relay(d: Daemon, inner: bytes, node: str | None = "node2", uid: int = USER,
            body_node: str = "node2", msg_id: int = 7) -> bytes | None:
     frame = protocol.request("relay", {"node": body_node, "uid": uid, "gid": uid, "pid": 99,
                                        "request": inner.decode()}, msg_id)
-    return d._dispatch(frame, protocol.AGENT_OPS, AGENT_HANDLERS, node,
+    return d._dispatch(frame, operations.AGENT_OPS, AGENT_HANDLERS, node,
                        denied="this agent's CURVE key is not its node's",
                        route=[(node or "x").encode()])
 
@@ -90,7 +90,7 @@ def test_root_is_relayed_only_from_nodes_allowed_to(daemon: Daemon) -> None:
     assert not own["ok"]  # schedd's own user is an administrator too
     frame = protocol.request("relay", {"node": "trusted", "uid": 0, "gid": 0,
                                        "request": protocol.request("ping").decode()}, 1)
-    assert daemon._dispatch(frame, protocol.AGENT_OPS, AGENT_HANDLERS, "trusted",
+    assert daemon._dispatch(frame, operations.AGENT_OPS, AGENT_HANDLERS, "trusted",
                             route=[b"node2"]) is None
     assert json.loads(_reply(daemon)[1])["ok"]
 
@@ -120,7 +120,7 @@ def test_a_large_reply_is_fetched_chunk_by_chunk(daemon: Daemon, monkeypatch) ->
     assert len(daemon.relays.held) == 1
     while header["body"]["more"]:
         frame = protocol.request("relay_next", {"node": "node2", "handle": handle}, 8)
-        assert daemon._dispatch(frame, protocol.AGENT_OPS, AGENT_HANDLERS, "node2",
+        assert daemon._dispatch(frame, operations.AGENT_OPS, AGENT_HANDLERS, "node2",
                                 route=[b"node2"]) is None
         header, chunk = _reply(daemon)
         assert len(chunk) <= 100
@@ -129,7 +129,7 @@ def test_a_large_reply_is_fetched_chunk_by_chunk(daemon: Daemon, monkeypatch) ->
     assert len(json.loads(data)["body"]["jobs"]) == 5
     # another node cannot fetch it, nor a handle nobody holds
     frame = protocol.request("relay_next", {"node": "node2", "handle": handle}, 8)
-    reply = json.loads(daemon._dispatch(frame, protocol.AGENT_OPS, AGENT_HANDLERS, "node2",
+    reply = json.loads(daemon._dispatch(frame, operations.AGENT_OPS, AGENT_HANDLERS, "node2",
                                         route=[b"node2"]) or b"{}")
     assert reply == {} or not reply.get("ok")
 
@@ -181,7 +181,7 @@ def test_the_agent_relays_with_the_kernels_identity_and_says_when_schedd_is_gone
         sock.sendall(len(protocol.request("ping", {}, 2)).to_bytes(4, "big")
                      + protocol.request("ping", {}, 2))
         _serve(r)
-        relayed = protocol.decode_request(out.pop(), protocol.AGENT_OPS)
+        relayed = protocol.decode_request(out.pop(), operations.AGENT_OPS)
         assert relayed[1] == "relay"
         body = relayed[2]
         assert (body["uid"], body["gid"], body["node"]) == (os.getuid(), os.getgid(), "node2")
@@ -190,7 +190,7 @@ def test_the_agent_relays_with_the_kernels_identity_and_says_when_schedd_is_gone
         inner = protocol.reply_ok(2, {"pong": True})
         r.on_reply({"id": relayed[0], "ok": True,
                     "body": {"size": len(inner), "handle": 4, "more": True}}, [inner[:10]])
-        nxt = protocol.decode_request(out.pop(), protocol.AGENT_OPS)
+        nxt = protocol.decode_request(out.pop(), operations.AGENT_OPS)
         assert nxt[1] == "relay_next" and nxt[2]["handle"] == 4
         r.on_reply({"id": nxt[0], "ok": True,
                     "body": {"size": len(inner), "handle": 4, "more": False}}, [inner[10:]])
@@ -238,11 +238,11 @@ def test_a_relayed_long_request_is_worked_in_slices(daemon: Daemon) -> None:
 
 def test_a_relay_only_agent_says_hello(daemon: Daemon) -> None:
     frame = protocol.request("relay_hello", {"node": "node2"}, 3)
-    reply = json.loads(daemon._dispatch(frame, protocol.AGENT_OPS, AGENT_HANDLERS, "node2",
+    reply = json.loads(daemon._dispatch(frame, operations.AGENT_OPS, AGENT_HANDLERS, "node2",
                                         route=[b"node2"]))
     assert reply["ok"] and reply["body"]["heartbeat_interval"] == daemon.cfg.heartbeat_interval
     frame = protocol.request("relay_hello", {"node": "node1"}, 3)
-    reply = json.loads(daemon._dispatch(frame, protocol.AGENT_OPS, AGENT_HANDLERS, "node2",
+    reply = json.loads(daemon._dispatch(frame, operations.AGENT_OPS, AGENT_HANDLERS, "node2",
                                         route=[b"node2"]))
     assert not reply["ok"]
     assert "node2" not in daemon.state.nodes  # a hello registers nothing

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedd import protocol
+from schedd import operations, protocol
 from schedd.context import RequestError
 from schedd.handlers import salloc as h
 from schedd.ledger.records import StepRecord
@@ -33,7 +33,7 @@ def _allocation(ctx) -> Job:
 def _call(ctx, handler, caller, **body):
     """The handler as the daemon calls it: the body checked against the op's schema first."""
     op = handler.__name__
-    protocol.check(body, protocol.CLIENT_OPS[op], op)
+    protocol.check(body, operations.CLIENT_OPS[op], op)
     return handler(ctx, caller, body)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from schedd import loopwatch, protocol, slicing
+from schedd import loopwatch, operations, protocol, slicing
 from schedd.config import Config
 from schedd.daemon import Daemon, Slices
 from schedd.identity import Caller
@@ -45,7 +45,7 @@ def daemon(tmp_path: Path):
     job = {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "held": "user"}
     for n in range(30):
         answer = d._dispatch(protocol.request("submit", {"job": {**job, "name": f"j{n}"}}, 1),
-                             protocol.CLIENT_OPS, CLIENT_HANDLERS, USER)
+                             operations.CLIENT_OPS, CLIENT_HANDLERS, USER)
         assert json.loads(answer)["ok"]
     yield d
     d.close()
@@ -53,7 +53,7 @@ def daemon(tmp_path: Path):
 
 def worked(d: Daemon, op: str, body: dict[str, Any], caller: Caller) -> tuple[bytes, int]:
     """The reply to a request run as the loop runs it, and how many slices it took."""
-    answer = d._dispatch(protocol.request(op, body, 5), protocol.CLIENT_OPS, CLIENT_HANDLERS,
+    answer = d._dispatch(protocol.request(op, body, 5), operations.CLIENT_OPS, CLIENT_HANDLERS,
                          caller)
     slices = 0
     while isinstance(answer, Slices):
@@ -119,7 +119,7 @@ def test_a_full_listing_goes_in_slices_and_says_what_it_said_in_one_piece(
     assert json.loads(reply) == json.loads(protocol.reply_ok(5, {"jobs": expected, "now": T0}))
     # squeue's column query stays a quick one, answered at once
     answer = daemon._dispatch(protocol.request("query_jobs", {"fields": ["id", "state"]}, 6),
-                              protocol.CLIENT_OPS, CLIENT_HANDLERS, USER)
+                              operations.CLIENT_OPS, CLIENT_HANDLERS, USER)
     assert isinstance(answer, bytes) and json.loads(answer)["body"]["count"] == 30  # the queue
 
 

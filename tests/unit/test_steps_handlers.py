@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from schedd import protocol
+from schedd import operations, protocol
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
 from schedd.handlers import agent
@@ -37,7 +37,7 @@ class Agents:
     sent: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     def launch_step(self, node: str, step: dict[str, Any]) -> None:
-        protocol.check(step, protocol.STEP_LAUNCH_FIELDS, "launch_step")
+        protocol.check(step, operations.STEP_LAUNCH_FIELDS, "launch_step")
         self.sent.append(("launch_step", node, step))
 
     def terminate_steps(self, node: str, job_id: int, step_id: int | None, state: str) -> None:
@@ -45,7 +45,7 @@ class Agents:
                                                     "state": state}))
 
     def step_input(self, node: str, body: dict[str, Any]) -> None:
-        protocol.check(body, protocol.SCHEDD_TO_AGENT_OPS["step_input"], "step_input")
+        protocol.check(body, operations.SCHEDD_TO_AGENT_OPS["step_input"], "step_input")
         self.sent.append(("step_input", node, body))
 
     def terminate(self, job: Job, state: str) -> None:
@@ -103,7 +103,7 @@ def _start(ctx, caller: Caller = OWNER, **kw: Any) -> dict[str, Any]:
     step = {"job_id": 7, "argv": ["hostname"], "environment": {"PATH": "/bin"}, "cwd": "/work",
             "forward": True, **kw}
     body = {"step": step}
-    protocol.check(body, protocol.CLIENT_OPS["step_start"], "step_start")  # as the daemon does
+    protocol.check(body, operations.CLIENT_OPS["step_start"], "step_start")  # as the daemon does
     return h.step_start(ctx, caller, body)
 
 
@@ -262,7 +262,7 @@ def _output(ctx, node: str, procid: int, offset: int, data: bytes,
             stream: str = "out") -> dict[str, Any]:
     body = {"node": node, "job_id": 7, "step_id": 0, "procid": procid, "stream": stream,
             "offset": offset, "data": base64.b64encode(data).decode()}
-    protocol.check(body, protocol.AGENT_OPS["step_output"], "step_output")
+    protocol.check(body, operations.AGENT_OPS["step_output"], "step_output")
     return h.step_output(ctx, node, body)
 
 
@@ -271,7 +271,7 @@ def test_a_peek_sees_the_steps_end_but_leaves_its_output_and_result_to_srun(ctx)
     output, and is told ``done`` only once srun collected the step (then from the ledger)."""
     _start(ctx)
     peek = {"job_id": 7, "step_id": 0, "peek": True}
-    protocol.check(peek, protocol.CLIENT_OPS["step_wait"], "step_wait")
+    protocol.check(peek, operations.CLIENT_OPS["step_wait"], "step_wait")
     assert h.step_wait(ctx, OWNER, peek) == {"done": False, "ended": False}
     assert _output(ctx, "node1", 0, 0, b"a\n") == {"expected": 2}
     _end(ctx, "node1", [[0, 0, 0], [1, 3, 0]])
@@ -318,7 +318,7 @@ def test_step_output_is_checked(ctx) -> None:
         _output(ctx, "node1", 9, 0, b"x")
     with pytest.raises(protocol.ProtocolError, match="'in' is not one of"):
         protocol.check({"node": "node1", "job_id": 7, "step_id": 0, "procid": 0, "stream": "in",
-                        "offset": 0, "data": ""}, protocol.AGENT_OPS["step_output"],
+                        "offset": 0, "data": ""}, operations.AGENT_OPS["step_output"],
                        "step_output")
     with pytest.raises(RequestError, match="base64"):
         h.step_output(ctx, "node1", {"node": "node1", "job_id": 7, "step_id": 0, "procid": 0,
@@ -326,7 +326,7 @@ def test_step_output_is_checked(ctx) -> None:
     with pytest.raises(protocol.ProtocolError, match="longer than"):
         protocol.check({"node": "n", "job_id": 7, "step_id": 0, "procid": 0, "stream": "out",
                         "offset": 0, "data": "A" * (protocol.MAX_OUTPUT_DATA + 4)},
-                       protocol.AGENT_OPS["step_output"], "step_output")
+                       operations.AGENT_OPS["step_output"], "step_output")
     assert _output(ctx, "node3", 0, 0, b"x") == {"gone": True}  # not a node of the step
 
 
@@ -356,7 +356,7 @@ def test_terminal_input_goes_to_its_node_from_the_owner_only(ctx) -> None:
     _start(ctx, pty=True)
     body = {"job_id": 7, "step_id": 0, "offset": 0, "data": base64.b64encode(b"ls\r").decode(),
             "winsize": [40, 100]}
-    protocol.check(body, protocol.CLIENT_OPS["step_input"], "step_input")
+    protocol.check(body, operations.CLIENT_OPS["step_input"], "step_input")
     assert h.step_input(ctx, OWNER, body) == {"delivered": True}
     assert ctx.agents.sent[-1] == ("step_input", "node1", body)
     with pytest.raises(RequestError, match="permission denied"):
