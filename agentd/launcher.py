@@ -725,7 +725,8 @@ def _workdir(path: str) -> tuple[str, str]:
 
 
 def enter_workdir(path: str, cgroup_fds: list[int] | None = None) -> Callable[[], None]:
-    """A ``preexec_fn`` (for srun's tasks) that joins the step's cgroup (``cgroup_fds``: its
+    """A ``preexec_fn`` (for srun's tasks) that puts every signal back to its default
+    (``stepd.default_signals``), joins the step's cgroup (``cgroup_fds``: its
     ``cgroup.procs``, opened by root; ``agentd.cgroups.join_fds``) and enters the job's
     directory in the child, *after* it became the user: CPython's _posixsubprocess changes
     into ``cwd=`` before setgroups/setregid/setreuid,
@@ -734,6 +735,7 @@ def enter_workdir(path: str, cgroup_fds: list[int] | None = None) -> Callable[[]
     the job's file) and /tmp, as Slurm does."""
 
     def enter() -> None:
+        stepd.default_signals()  # nothing ignored that the agent was started ignoring
         if cgroup_fds:
             join_fds(cgroup_fds)
         try:

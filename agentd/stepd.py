@@ -101,18 +101,25 @@ class SetupError(Exception):
     """The job's child failed before exec (a ``before_exec`` hook, the switch to the user)."""
 
 
+def default_signals() -> None:
+    """In a job's child (a batch script's, an srun task's), before exec: every signal a job
+    may be sent back to its default. An ignored signal stays ignored across exec: the
+    supervisor's own, SIGXFSZ, which Python ignores in every process it starts (a job over its
+    file size limit dies, as under Slurm), and whatever the daemon itself was started ignoring
+    (a shell's ``agentd &`` ignores SIGINT and SIGQUIT), which Ctrl-C and Ctrl-\\ of an
+    ``srun --pty`` must reach."""
+    for sig in (*IGNORED_SIGNALS, _signal.SIGXFSZ, _signal.SIGCHLD):
+        _signal.signal(sig, _signal.SIG_DFL)
+    _signal.set_wakeup_fd(-1)
+
+
 def child_setup(launch: dict[str, Any]) -> None:
     """In the job's child, between fork and exec: its own session, ignored signals back to
     their defaults, the hooks as root, then the user's groups, gid and uid, the umask, and the
     working directory entered as the user (one the user may not enter gives Slurm's note on
     stderr and /tmp, as Slurm does)."""
     os.setsid()
-    # an ignored signal stays ignored across exec: the supervisor's, and SIGXFSZ, which Python
-    # ignores in every process it starts (a job over its file size limit dies, as under Slurm)
-    for sig in (*IGNORED_SIGNALS, _signal.SIGXFSZ):
-        _signal.signal(sig, _signal.SIG_DFL)
-    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-    _signal.set_wakeup_fd(-1)
+    default_signals()
     before_exec(launch)
     if launch["switch_user"]:
         os.setgroups(launch["groups"])

@@ -869,3 +869,19 @@ def test_a_directory_symlink_planted_by_another_user_is_not_followed(launcher, b
                              stdout=str(sticky / "mydir" / "x.out")))
     assert "refusing to follow a symlink owned by uid" in str(info.value)
     assert (victim_dir / "x.out").read_text() == "precious\n"
+
+
+def test_an_srun_task_ignores_nothing_the_agent_was_started_ignoring(tmp_path):
+    """A shell's ``agentd &`` ignores SIGINT and SIGQUIT, and an ignored signal stays ignored
+    across exec: srun's tasks (``enter_workdir``, their ``preexec_fn``) put every signal back
+    to its default, so Ctrl-C and Ctrl-\\ of ``srun --pty`` reach the task, as the batch
+    script's child (``stepd.child_setup``) always did."""
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        out = subprocess.run(["grep", "SigIgn", "/proc/self/status"], capture_output=True,
+                             text=True, preexec_fn=launcher_mod.enter_workdir(str(tmp_path)),
+                             check=True).stdout
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert int(out.split()[1], 16) == 0
