@@ -9,8 +9,6 @@ unexpected is still reduced to one line, because scripts parse our stderr and pe
 import os
 import sys
 
-# Annotations are written as strings rather than through `from __future__ import annotations`:
-# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -36,8 +36,6 @@ from schedd.protocol import (
     environment_bytes,
 )
 
-# Annotations are written as strings rather than through `from __future__ import annotations`:
-# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
     from collections.abc import Sequence

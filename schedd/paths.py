@@ -16,9 +16,6 @@ import os
 
 from schedd import wirejson
 
-# Annotations are written as strings rather than through `from __future__ import annotations`:
-# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
-
 SYSTEM_CONF = "/etc/kiln/kiln.toml"
 DEFAULT_MAX_ARRAY_SIZE = 1001
 

@@ -16,8 +16,6 @@ library only: ``sbatch`` pays for every import.
 
 from schedd import wirejson
 
-# Annotations are written as strings rather than through `from __future__ import annotations`:
-# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
     from typing import Any

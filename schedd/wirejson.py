@@ -15,8 +15,6 @@ without those imports. It produces and accepts exactly what ``json`` does:
 Where ``_json`` is missing (not CPython), both are plain ``json``.
 """
 
-# Annotations are written as strings rather than through `from __future__ import annotations`:
-# importing `__future__` costs every command ~0.1 ms of CPU (docs/benchmarks.md, issue 13).
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
     from typing import Any

@@ -91,7 +91,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     preemptions = preempt.decide(snapshot, plan.starts, plan.reasons, order, config)
     preempt.hold_for(plan.reserved_nodes, preemptions)
     plan.reasons.update(dict.fromkeys(held, "Priority"))  # behind the job that preempted them
-    passed_over = passed_on(snapshot, config, walk, plan.starts, owed) \
+    passed_over = passed_on(snapshot, walk, plan.starts, owed) \
         if config.bf_overtake else {}
     return Decisions(
         starts=[Start(job_id, alloc) for job_id, alloc in plan.starts],
@@ -106,8 +106,8 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     )
 
 
-def passed_on(snapshot: Snapshot, config: SchedulerConfig, walk: Walk,
-              starts: list[tuple[int, list]], owed: frozenset[int]) -> dict[int, float]:
+def passed_on(snapshot: Snapshot, walk: Walk, starts: list[tuple[int, list]],
+              owed: frozenset[int]) -> dict[int, float]:
     """The next snapshot's ``passed_over`` (``bf_overtake``): this cycle's fill counted, the
     owed jobs marked, the started ones dropped (``overtake.carried``)."""
     started = {job_id for job_id, _ in starts}
