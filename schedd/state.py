@@ -118,7 +118,9 @@ class State:
         """The run-time history and the forecasts' record, from the ledger's recent jobs."""
         for job in self.store.recent_runs([s.value for s in RUN_ENDS], RUNS_LOADED):
             self._record_run(job)
-        for job in reversed(self.store.started_since(0.0, LEADS_LOADED)):
+        started = [job for page in self.store.iter_started_since(0.0, LEADS_LOADED, 1000)
+                   for job in page]
+        for job in reversed(started):
             band = job.forecast_band
             if band:
                 self.leads.published(job.id, band[2], band[3], band[4], band[1])

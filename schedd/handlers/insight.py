@@ -4,8 +4,8 @@ wait" and "how much can I trust squeue --start".
 ``job_why`` is answered from memory: the job, its place among the pending jobs of its
 partition (in the order the scheduler considers them: priority, then submit time), the
 weighted priority factors of the jobs ahead (``schedd.explain``), and the last plan's
-expected start. ``forecast_stats`` reads the ledger: every job that started in the window with
-a published forecast (``schedd.forecast``).
+expected start. ``forecast_stats`` reads the ledger, a page at a time (a long request): every job
+that started in the window with a published forecast (``schedd.forecast``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ AHEAD_SHOWN = 5  # jobs ahead whose factors are listed
 ENDING_SHOWN = 3  # running jobs on the partition listed by their end
 DEFAULT_WINDOW = 7 * 86400  # kiln stats looks this far back unless told otherwise
 MAX_JOBS = 5000  # ... at the most recent this many started jobs
+STATS_PAGE = 200  # started jobs read from the ledger per slice (about 3 ms)
 
 
 def _target(ctx: Context, text: str) -> Job:
@@ -180,13 +181,21 @@ def _ending(ctx: Context, job: Job, now: float) -> list[dict[str, Any]]:
             for end, r in ends[:ENDING_SHOWN]]
 
 
-def forecast_stats(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+def forecast_stats(ctx: Context, caller: Caller,
+                   body: dict[str, Any]) -> Generator[None, None, dict[str, Any]]:
+    """kiln stats, and the calibration line of kiln why: how the published starts of the jobs
+    that started in the window held up. A long request (schedd/slicing.py): the ledger is read
+    a page at a time, and the loop answers others between pages."""
     now = ctx.now()
     since = float(body["since"]) if "since" in body else now - DEFAULT_WINDOW
     if since > now:
         raise RequestError("the window starts in the future")
-    jobs = ctx.state.store.started_since(since, MAX_JOBS)
+    jobs: list[Job] = []
+    for page in ctx.state.store.iter_started_since(since, MAX_JOBS, STATS_PAGE):
+        jobs.extend(page)
+        yield
     errors = forecast.errors_of(jobs)
+    yield
     tolerance = float(ctx.cfg.scheduler.bf_resolution)
     waiting = [j for j in ctx.state.pending() if j.expected_start]
     return {

@@ -29,6 +29,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.exc import SQLAlchemyError
@@ -487,30 +488,30 @@ class Store:
                 return
             after = jobs[-1].id
 
-    def started_since(self, since: float, limit: int) -> list[Job]:
-        """The last ``limit`` jobs started at or after ``since``, with only what forecasts need
-        (id, start, the first and last published forecasts): ``kiln stats`` runs on schedd's
-        thread, so it reads a bounded sample (about 80 ms for 5,000 jobs on SQLite) rather
-        than a busy week's tens of thousands of rows."""
+    def iter_started_since(self, since: float, limit: int,
+                           page: int = 200) -> Iterator[list[Job]]:
+        """The last ``limit`` jobs started at or after ``since``, newest first, a page at a time
+        (each page its own short read, walking ``ix_jobs_start_time`` down from the newest), with
+        only what forecasts need (id, start, the published forecasts). ``kiln stats`` and every
+        ``kiln why`` of a pending job read this, so it is a long request: one page a slice, where
+        5,000 rows in one read held schedd's loop 60-95 ms (issue 12's bystander)."""
         c = t.jobs.c
-        stmt = (select(c.id, c.start_time, c.forecast_first, c.forecast_last, c.forecast_band)
-                .where(c.start_time >= since, c.start_time > 0)
-                .order_by(c.start_time.desc()).limit(limit))
-        out = []
-        with self._read("reading started jobs") as conn:
-            for row in conn.execute(stmt):
-                try:
-                    first = _load_field("forecast_first", row.forecast_first)
-                    last = _load_field("forecast_last", row.forecast_last)
-                except ValueError:
-                    first = last = None
-                try:
-                    band = _load_field("forecast_band", row.forecast_band)
-                except ValueError:
-                    band = None
-                out.append(Job(id=row.id, start_time=row.start_time, forecast_first=first,
-                               forecast_last=last, forecast_band=band))
-        return out
+        after: tuple[float, int] | None = None
+        while limit > 0:
+            stmt = (select(c.id, c.start_time, c.forecast_first, c.forecast_last,
+                           c.forecast_band)
+                    .where(c.start_time >= since, c.start_time > 0))
+            if after is not None:
+                stmt = stmt.where(tuple_(c.start_time, c.id) < after)
+            stmt = stmt.order_by(c.start_time.desc(), c.id.desc()).limit(min(page, limit))
+            with self._read("reading started jobs") as conn:
+                rows = conn.execute(stmt).all()
+            if rows:
+                yield [_started_job(row) for row in rows]
+            if len(rows) < min(page, limit):
+                return
+            limit -= len(rows)
+            after = (rows[-1].start_time, rows[-1].id)
 
     def recent_runs(self, states: Iterable[str], limit: int) -> list[Job]:
         """The last ``limit`` runs that ended in one of ``states``, with only what a run-time
@@ -864,3 +865,19 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _started_job(row: Any) -> Job:
+    """A started job's forecasts as ``iter_started_since`` reads them; one that does not parse
+    counts as none published."""
+    try:
+        first = _load_field("forecast_first", row.forecast_first)
+        last = _load_field("forecast_last", row.forecast_last)
+    except ValueError:
+        first = last = None
+    try:
+        band = _load_field("forecast_band", row.forecast_band)
+    except ValueError:
+        band = None
+    return Job(id=row.id, start_time=row.start_time, forecast_first=first, forecast_last=last,
+               forecast_band=band)

@@ -141,12 +141,13 @@ class JobRow(Base):
     set_aside: Mapped[str] = mapped_column(String, default="")
     mail_sent: Mapped[str] = mapped_column(String, default="")
 
-    # what squeue and sacct filter on
+    # what squeue and sacct filter on, and forecast_stats reads newest first
     __table_args__ = (
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_user", "user"),
         Index("ix_jobs_array_job_id", "array_job_id"),
         Index("ix_jobs_end_time", "end_time"),
+        Index("ix_jobs_start_time", "start_time"),  # kiln stats, kiln why: the newest starts
     )
 
 

@@ -592,3 +592,26 @@ def test_recent_runs_for_the_runtime_history(store):
     assert (got[1].user, got[1].gpus_per_node, got[1].time_limit) == ("ann", 8, 600)
     assert got[1].end_time - got[1].start_time == 300.0
     assert [j.id for j in store.recent_runs(states, 2)] == [1, 2]  # the most recent two
+
+
+def test_started_jobs_are_read_newest_first_a_page_at_a_time(store):
+    """``kiln stats`` and ``kiln why`` read the newest starts in pages (issue 12: one read of
+    5,000 held schedd's loop): ties of start time cut across pages by id, nothing read twice
+    or skipped, the limit and the window kept."""
+    starts = {i: 1000.0 + (i // 4) for i in range(1, 31)}  # four jobs share each start
+    store.insert_jobs([Job(id=i, name="s", user="u", start_time=start,
+                           forecast_first=[start - 5, start - 50],
+                           forecast_band=[start, start + 60, start - 50, start, start + 60])
+                       for i, start in starts.items()]
+                      + [Job(id=31, name="pending", user="u")])  # never started
+    pages = list(store.iter_started_since(0.0, 100, page=3))
+    assert [len(p) for p in pages] == [3] * 10
+    read = [j.id for p in pages for j in p]
+    assert read == sorted(starts, key=lambda i: (starts[i], i), reverse=True)
+    assert pages[0][0].forecast_first == [starts[30] - 5, starts[30] - 50]
+    assert pages[0][0].forecast_last is None and pages[0][0].forecast_band[1] == starts[30] + 60
+    limited = [j.id for p in store.iter_started_since(0.0, 7, page=3) for j in p]
+    assert limited == read[:7]
+    window = [j.id for p in store.iter_started_since(1006.0, 100, page=4) for j in p]
+    assert window == [i for i in read if starts[i] >= 1006.0]
+    assert list(store.iter_started_since(2000.0, 100)) == []
