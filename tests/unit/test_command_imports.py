@@ -1,7 +1,7 @@
 """What a command's start loads, module by module, beyond what the interpreter loaded itself
 (docs/benchmarks.md, issue 13). Run with ``-S`` and the checkout on ``PYTHONPATH``, so that no
-``.pth`` file (an editable install's finder imports ``re`` and ``pathlib``) loads them first
-and hides an import."""
+``.pth`` file loads them first and hides an import (setuptools' editable-install finder, before
+pyproject.toml's ``package-dir``, imported ``re`` and ``pathlib`` at every start)."""
 
 from __future__ import annotations
 
