@@ -177,6 +177,18 @@ def test_quickstart_from_a_clean_clone_as_root(box: Box, other_user: str) -> Non
         assert "hello from node1, GPU 0\n" in out, out
         who = box.run("squeue", "-h", "-t", "all", "-o", "%u", user=other_user)
         assert who.stdout.split() == [other_user], who.stdout
+        box.run("kiln", "down")
+        # root in a plain root shell (no sudo): the cluster comes up and quickstart says how a
+        # user submits; it ran into `set -u` on the hint's $CUDA_VISIBLE_DEVICES and failed
+        root = subprocess.run(
+            ["nsenter", "-t", str(box.holder.pid), "-m", "--", "env", "-i",
+             f"--chdir={clone / 'kiln'}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+             "bin/quickstart", "--fake-gpus", "2xA100"],
+            capture_output=True, text=True, timeout=900)
+        assert root.returncode == 0, root.stdout + root.stderr
+        assert "kiln is running for every user of this machine; root's jobs are refused.\n" \
+            f"As any user, no environment needed: {clone / 'kiln' / '.venv' / 'bin' / 'sbatch'} " \
+            "--gres=gpu:1 --wrap 'echo $CUDA_VISIBLE_DEVICES'\n" in root.stdout, root.stdout
     finally:
         box.run("kiln", "down")
         cleanup(clone)
