@@ -503,12 +503,13 @@ class Store:
                     .where(c.start_time >= since, c.start_time > 0))
             if after is not None:
                 stmt = stmt.where(tuple_(c.start_time, c.id) < after)
-            stmt = stmt.order_by(c.start_time.desc(), c.id.desc()).limit(min(page, limit))
+            size = min(page, limit)
+            stmt = stmt.order_by(c.start_time.desc(), c.id.desc()).limit(size)
             with self._read("reading started jobs") as conn:
                 rows = conn.execute(stmt).all()
             if rows:
                 yield [_started_job(row) for row in rows]
-            if len(rows) < min(page, limit):
+            if len(rows) < size:
                 return
             limit -= len(rows)
             after = (rows[-1].start_time, rows[-1].id)
