@@ -1,8 +1,13 @@
 """Chaos: schedd is kill -9'd while four users submit; nothing acknowledged may be lost.
 
-Four submitters run 250 `sbatch` each while schedd is killed (SIGKILL) and brought back with
-`kiln up` three times at random moments. Afterwards every job id any submitter printed exists
-with its script, ids are unique, and every job ran to completion exactly once.
+Four submitters each run `sbatch` until 250 of theirs are acknowledged while schedd is killed
+(SIGKILL) and brought back with `kiln up` three times at random moments. Afterwards every job id
+any submitter printed exists with its script, ids are unique, and every job ran to completion
+exactly once.
+
+A submission refused while schedd is down is retried after a pause, as a user would, so the
+number acknowledged does not depend on how many refusals a machine fits into a restart (a fixed
+count of attempts left the floor to the ratio of the two speeds and failed on a slower host).
 
 "Exactly once" is proven by evidence a second run could not erase: each run of a job appends a
 line (its job id, a fresh random nonce, its shell's pid) to ``runs.log``, a file only the jobs
@@ -30,6 +35,8 @@ from tests.integration.conftest import BACKENDS, _cluster
 SUBMITTERS = 4
 JOBS_EACH = 250
 KILLS = 3
+ATTEMPTS_EACH = 4 * JOBS_EACH  # a submitter that cannot get its jobs in by then fails the test
+RETRY_PAUSE = 0.2  # seconds between a refused sbatch and the next
 # one line per run of a job: job id, a nonce no other run can repeat, the batch shell's pid
 RUN_LINE = 'echo "$SLURM_JOB_ID $(cat /proc/sys/kernel/random/uuid) $$" >> runs.log'
 
@@ -49,7 +56,9 @@ def chaos(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 
 def _submitter(cluster: Cluster, index: int, workdir, printed: list[int], errors: list[str]):
-    for n in range(JOBS_EACH):
+    for n in range(ATTEMPTS_EACH):
+        if len(printed) == JOBS_EACH:
+            return
         try:
             res = cluster.run("sbatch", "--parsable", "-J", f"s{index}", "-t", "5", "--wrap",
                               f"echo chaos-{index}-{n}; {RUN_LINE}", cwd=workdir)
@@ -60,6 +69,7 @@ def _submitter(cluster: Cluster, index: int, workdir, printed: list[int], errors
             printed.append(int(res.stdout.strip()))
         else:
             errors.append(res.stderr.strip())
+            time.sleep(RETRY_PAUSE)
 
 
 def test_kill9_of_schedd_loses_no_acknowledged_job(chaos: Cluster) -> None:
@@ -83,7 +93,8 @@ def test_kill9_of_schedd_loses_no_acknowledged_job(chaos: Cluster) -> None:
             t.join(timeout=600)
         ids = [i for chunk in printed for i in chunk]
         assert len(ids) == len(set(ids)), "an id was printed twice"
-        assert len(ids) >= SUBMITTERS * JOBS_EACH // 2, f"too few submissions: {errors[:3]}"
+        short = [i for i, chunk in enumerate(printed) if len(chunk) < JOBS_EACH]
+        assert not short, f"submitters {short} got too few jobs in: {errors[-3:]}"
         deadline = time.time() + 300
         res = chaos.run("squeue", "-h", "-o", "%i")
         while res.stdout.strip() and time.time() < deadline:
