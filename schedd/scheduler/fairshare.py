@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from schedd.scheduler.snapshot import AssociationView, AssocKey
@@ -54,46 +56,86 @@ def decay(usage: float, seconds: float, half_life: float) -> float:
     return usage * math.pow(2.0, -seconds / half_life)
 
 
+@dataclass(slots=True, frozen=True)
+class _Shape:
+    """What ``factors`` derives from the tree's shape alone (who hangs under whom, with how many
+    shares), kept while the shape stays the same: between two cycles only the usage moves.
+
+    ``keys`` are the associations in first-seen order, ``pick`` the index of the view that
+    stands for each (the last with that key), ``chains`` each one's own key and its ancestors
+    in the order its usage is added to their subtrees (a loop of parents is cut after as many
+    steps as there are associations)."""
+
+    keys: tuple[AssocKey, ...]
+    pick: tuple[int, ...]
+    shares: dict[AssocKey, int]
+    parent_of: dict[AssocKey, AssocKey | None]
+    sibling_shares: dict[AssocKey | None, int]
+    chains: tuple[tuple[AssocKey, ...], ...]
+
+
+_SHAPE = attrgetter("account", "user", "parent", "shares")
+_USAGE = attrgetter("usage")
+
+
+@lru_cache(maxsize=8)
+def _shape_of(shape: tuple[tuple[str, str, str, int], ...]) -> _Shape:
+    last = {(account, user): i for i, (account, user, _, _) in enumerate(shape)}
+    keys = tuple(last)
+    limit = len(keys)
+    parent_of: dict[AssocKey, AssocKey | None] = {}
+    sibling_shares: dict[AssocKey | None, int] = {}
+    for key, i in last.items():
+        account, user, parent_name, shares = shape[i]
+        if user:
+            parent: AssocKey | None = (account, "")
+        elif not parent_name or parent_name == ROOT or parent_name == account:
+            parent = None
+        else:
+            parent = (parent_name, "")
+        if parent is not None and parent not in last:
+            parent = None
+        parent_of[key] = parent
+        sibling_shares[parent] = sibling_shares.get(parent, 0) + max(shares, 0)
+    chains = []
+    for key in keys:
+        chain: list[AssocKey] = []
+        k: AssocKey | None = key
+        while k is not None and len(chain) <= limit:
+            chain.append(k)
+            k = parent_of[k]
+        chains.append(tuple(chain))
+    return _Shape(keys, tuple(last.values()), {k: shape[i][3] for k, i in last.items()},
+                  parent_of, sibling_shares, tuple(chains))
+
+
 def factors(associations: Iterable[AssociationView],
             wanted: Collection[AssocKey] | None = None) -> dict[AssocKey, float]:
     """Slurm's classic fair-share factor of every association (or of the ``wanted`` ones and
     their ancestors), in [0, 1].
 
-    Iterative and linear in the tree: the simulator calls it every cycle. A missing parent, or
-    a loop of parents, puts the association directly under root.
+    Linear in the tree, and the simulator calls it every cycle, so what depends on the tree's
+    shape alone is kept between calls (``_Shape``); the sums of usage are redone every call,
+    each in the same order. A missing parent, or a loop of parents, puts the association
+    directly under root.
     """
-    assocs = {(a.account, a.user): a for a in associations}
-    if not assocs:
+    views = associations if isinstance(associations, list) else list(associations)
+    if not views:
         return {}
-    limit = len(assocs)
-    parent_of: dict[AssocKey, AssocKey | None] = {}
-    sibling_shares: dict[AssocKey | None, int] = {}
-    for key, a in assocs.items():
-        if a.user:
-            parent: AssocKey | None = (a.account, "")
-        elif not a.parent or a.parent == ROOT or a.parent == a.account:
-            parent = None
-        else:
-            parent = (a.parent, "")
-        if parent is not None and parent not in assocs:
-            parent = None
-        parent_of[key] = parent
-        sibling_shares[parent] = sibling_shares.get(parent, 0) + max(a.shares, 0)
-    subtree = dict.fromkeys(assocs, 0.0)
+    tree = _shape_of(tuple(map(_SHAPE, views)))
+    parent_of, sibling_shares, shares = tree.parent_of, tree.sibling_shares, tree.shares
+    limit = len(tree.keys)
+    usages = list(map(_USAGE, views))
+    subtree = dict.fromkeys(tree.keys, 0.0)
     cluster = 0.0
-    for key, a in assocs.items():
-        usage = a.usage
+    for chain, usage in zip(tree.chains, map(usages.__getitem__, tree.pick), strict=True):
         if usage:
-            k: AssocKey | None = key
-            steps = 0
-            while k is not None and steps <= limit:
+            for k in chain:
                 subtree[k] += usage
-                k = parent_of[k]
-                steps += 1
             cluster += usage
     out: dict[AssocKey, float] = {}
     norm: dict[AssocKey, tuple[float, float]] = {}  # key -> (S_norm, U_eff)
-    for key in assocs if wanted is None else (k for k in wanted if k in assocs):
+    for key in tree.keys if wanted is None else (k for k in wanted if k in shares):
         chain = []
         k = key
         while k is not None and k not in norm and len(chain) <= limit:
@@ -104,7 +146,7 @@ def factors(associations: Iterable[AssociationView],
         for k in reversed(chain):
             parent = None if top else parent_of[k]
             top = False
-            part = max(assocs[k].shares, 0) / (sibling_shares[parent_of[k]] or 1)
+            part = max(shares[k], 0) / (sibling_shares[parent_of[k]] or 1)
             s_norm = s_parent * part
             u_norm = subtree[k] / cluster if cluster > 0 else 0.0
             u_eff = u_norm if parent is None else u_norm + (u_parent - u_norm) * part

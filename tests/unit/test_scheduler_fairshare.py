@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedd.config import SchedulerConfig
 from schedd.scheduler.cycle import schedule
@@ -120,3 +122,77 @@ def test_tree_incremental_usage_and_round_trip() -> None:
     assert tree.assocs[("a", "ann")].usage == pytest.approx(ann / 2)
     tree.remove_association("b", "bob")
     assert ("b", "bob") not in tree.factors()
+
+
+
+def _classic(views: list[AssociationView]) -> dict:
+    """The classic factor straight from its definition (docs/scheduler.md), for a tree without
+    loops: the last view of a key stands for it, a missing parent means root."""
+    last = {(v.account, v.user): v for v in views}
+
+    def parent(key):
+        v = last[key]
+        if v.user:
+            up = (v.account, "")
+        elif v.parent in ("", "root", v.account):
+            up = None
+        else:
+            up = (v.parent, "")
+        return up if up in last else None
+
+    def ancestors(key):
+        while key is not None:
+            yield key
+            key = parent(key)
+
+    cluster = sum(v.usage for v in last.values())
+    out = {}
+    for key in last:
+        s_norm, u_eff = 1.0, 0.0
+        for k in reversed(list(ancestors(key))):
+            siblings = sum(max(last[o].shares, 0) for o in last if parent(o) == parent(k))
+            part = max(last[k].shares, 0) / (siblings or 1)
+            u_norm = (sum(last[o].usage for o in last if k in ancestors(o)) / cluster
+                      if cluster > 0 else 0.0)
+            u_eff = u_norm if parent(k) is None else u_norm + (u_eff - u_norm) * part
+            s_norm *= part
+        out[key] = 2 ** (-u_eff / s_norm) if s_norm > 0 else 0.0
+    return out
+
+
+_NAMES = ["a", "b", "c", "d"]
+# an account's parent comes before it in _NAMES (or is root, or missing: "e"): no loops
+_VIEW = st.builds(lambda i, up, user, shares, usage: AssociationView(
+                      _NAMES[i], parent=(["", "root", "e", *_NAMES])[up % (i + 3)], user=user,
+                      shares=shares, usage=usage),
+                  st.integers(0, 3), st.integers(0, 6), st.sampled_from(["", "", "u1", "u2"]),
+                  st.integers(-1, 4), st.sampled_from([0.0, 1.0, 2.5, 1e6]))
+_CHANGE = st.one_of(
+    st.tuples(st.just("usage"), st.integers(0, 20), st.floats(0, 1e6)),
+    st.tuples(st.just("shares"), st.integers(0, 20), st.integers(-1, 4)),
+    st.tuples(st.just("parent"), st.integers(0, 20), st.sampled_from(["", "root", "e"])),
+    st.tuples(st.just("add"), st.integers(0, 20), _VIEW),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_VIEW, min_size=1, max_size=12), st.lists(_CHANGE, max_size=8))
+def test_factors_follow_the_tree_as_it_changes(views: list[AssociationView],
+                                               changes: list) -> None:
+    """factors() keeps what the tree's shape gives between calls (the simulator calls it every
+    cycle on the same view objects, changing their usage and appending users): after each
+    change made in place (usage, shares, parent, a new association, duplicate keys and missing
+    parents included) it still gives the classic factor of the tree as it is now, for every
+    association and for the ``wanted`` ones."""
+    wanted = [("a", "u1"), ("b", ""), ("c", "u2"), ("zz", "")]
+    for kind, index, value in [("usage", 0, views[0].usage), *changes]:
+        if kind == "add":
+            views.append(value)
+        else:
+            setattr(views[index % len(views)], kind, value)
+        expected = _classic(views)
+        assert factors(views) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+        assert factors(tuple(views)) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+        some = factors(views, wanted)
+        assert {k: some[k] for k in wanted if k in expected} == pytest.approx(
+            {k: expected[k] for k in wanted if k in expected}, rel=1e-9, abs=1e-12)
