@@ -128,9 +128,9 @@ def factors(associations: Iterable[AssociationView],
     usages = list(map(_USAGE, views))
     subtree = dict.fromkeys(tree.keys, 0.0)
     cluster = 0.0
-    for chain, usage in zip(tree.chains, map(usages.__getitem__, tree.pick), strict=True):
+    for ancestors, usage in zip(tree.chains, map(usages.__getitem__, tree.pick), strict=True):
         if usage:
-            for k in chain:
+            for k in ancestors:
                 subtree[k] += usage
             cluster += usage
     out: dict[AssocKey, float] = {}

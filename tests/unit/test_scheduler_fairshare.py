@@ -124,7 +124,6 @@ def test_tree_incremental_usage_and_round_trip() -> None:
     assert ("b", "bob") not in tree.factors()
 
 
-
 def _classic(views: list[AssociationView]) -> dict:
     """The classic factor straight from its definition (docs/scheduler.md), for a tree without
     loops: the last view of a key stands for it, a missing parent means root."""
