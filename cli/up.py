@@ -366,9 +366,57 @@ def _report(where: Install, cfg: kconfig.Config, names: list[str], fake_gpus: st
 
 
 @click.command()
-def down() -> None:
-    """Stop the agents and schedd started by 'kiln up' (running jobs are left alone)."""
-    run = install().run
+@click.option("--cancel", is_flag=True,
+              help="Cancel every pending and running job first (as scancel would).")
+def down(cancel: bool) -> None:
+    """Stop the agents and schedd started by 'kiln up'. Running jobs are left alone (their
+    processes go on, and 'kiln up' takes them back) unless --cancel cancels them first; the
+    output says how many were left."""
+    where = install()
+    cfg = kconfig.load(where.conf) if where.conf.exists() else None
+    live = _live_jobs(cfg) if cfg is not None else {}
+    if cancel and live:
+        _cancel_all(cfg, sorted(live))
+        live = {}
+    stopped = _stop_daemons(where.run)
+    click.echo(f"kiln is down ({stopped} daemon(s) stopped)")
+    if live:
+        running = sum(1 for state in live.values() if state != "PENDING")
+        click.echo(f"{len(live)} job(s) left: {running} running (their processes go on; "
+                   f"'kiln up' takes them back), {len(live) - running} pending; "
+                   "'kiln down --cancel' cancels them before stopping")
+
+
+def _live_jobs(cfg: kconfig.Config) -> dict[str, str]:
+    """Each job schedd still has pending or running (id -> state); empty when it does not
+    answer (nothing to report then)."""
+    from cli.client import Client, ClientError
+
+    try:
+        with Client(cfg=cfg, timeout=2.0) as client:
+            jobs = client.call("query_jobs", {"states": ["PENDING", "RUNNING", "SUSPENDED"]})
+    except ClientError:
+        return {}
+    return {str(j["id"]): str(j.get("state") or "")
+            for j in jobs.get("jobs") or []}
+
+
+def _cancel_all(cfg: kconfig.Config, ids: list[str]) -> None:
+    """Cancel ``ids`` and wait (up to 30 s) until schedd has none of them live."""
+    from cli.client import Client, ClientError
+
+    try:
+        with Client(cfg=cfg, timeout=10.0) as client:
+            client.call("cancel", {"job_ids": ids})
+    except ClientError as exc:
+        raise click.ClickException(f"could not cancel the jobs: {exc.message}") from None
+    deadline = time.time() + 30
+    while time.time() < deadline and _live_jobs(cfg):
+        time.sleep(0.2)
+    click.echo(f"cancelled {len(ids)} job(s)")
+
+
+def _stop_daemons(run: Path) -> int:
     pid_files = sorted(run.glob("agentd-*.pid")) + [run / "schedd.pid"]
     stopped = []
     for pid_file in pid_files:
@@ -383,7 +431,7 @@ def down() -> None:
         if _pid_alive(pid_file):
             os.kill(pid, signal.SIGKILL)
         pid_file.unlink(missing_ok=True)
-    click.echo(f"kiln is down ({len(stopped)} daemon(s) stopped)")
+    return len(stopped)
 
 
 @click.command()

@@ -18,6 +18,7 @@ from tests.integration.cluster import (
     remove_users,
     world_tempdir,
 )
+from tests.integration.sysbox import box  # noqa: F401  (the fixture, for every test here)
 from tests.pgutil import fresh_database
 
 BACKENDS = ["sqlite", "postgresql"]

@@ -14,76 +14,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
+import shutil
 import subprocess
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from tests.integration.cluster import BIN, CLI_TIMEOUT, cleanup, world_tempdir
-
-SYSTEM_DIRS = ("/etc/kiln", "/run/kiln", "/var/lib/kiln", "/var/log/kiln")
-BARE_PATH = f"{BIN}:/usr/bin:/bin"
-
-
-@dataclass
-class Box:
-    """A mount namespace holding a system install's directories (see the module's doc)."""
-
-    holder: subprocess.Popen
-
-    @property
-    def root(self) -> Path:
-        return Path(f"/proc/{self.holder.pid}/root")
-
-    def run(self, *argv: str, user: str | None = None, cwd: str = "/tmp"
-            ) -> subprocess.CompletedProcess[str]:
-        """``argv`` inside the namespace with an empty environment (only PATH, to find the
-        commands), as root or as ``user``."""
-        bare = ["env", "-i", f"--chdir={cwd}", f"PATH={BARE_PATH}", *argv]
-        if user is not None:
-            bare = ["runuser", "-u", user, "--", *bare]
-        return subprocess.run(["nsenter", "-t", str(self.holder.pid), "-m", "--", *bare],
-                              capture_output=True, text=True, timeout=CLI_TIMEOUT)
-
-
-@pytest.fixture
-def box() -> Iterator[Box]:
-    made = [d for d in SYSTEM_DIRS if not os.path.exists(d)]
-    for d in made:
-        os.makedirs(d)  # an empty mount point; nothing of kiln's is ever written there
-    scratch = world_tempdir("kiln-sys-")
-    holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--",
-                               "sleep", "infinity"], start_new_session=True)
-    box = Box(holder)
-    try:
-        while not _in_own_namespace(holder.pid):
-            assert holder.poll() is None, "unshare --mount failed (the tests run as root)"
-            time.sleep(0.05)
-        for i, d in enumerate(SYSTEM_DIRS):
-            (scratch / str(i)).mkdir()
-            res = subprocess.run(["nsenter", "-t", str(holder.pid), "-m", "--", "mount",
-                                  "--bind", str(scratch / str(i)), d],
-                                 capture_output=True, text=True, timeout=30)
-            assert res.returncode == 0, f"mount --bind over {d}: {res.stderr}"
-        yield box
-    finally:
-        box.run("kiln", "down")
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait()
-        for d in made:
-            os.rmdir(d)
-        cleanup(scratch)
-
-
-def _in_own_namespace(pid: int) -> bool:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
-    except OSError:
-        return False
+from tests.integration.cluster import cleanup, world_tempdir
+from tests.integration.sysbox import Box
 
 
 def _wait_done(box: Box, job: str, user: str) -> str:
@@ -147,6 +84,16 @@ def test_root_kiln_up_is_a_system_install_every_user_reaches(box: Box, other_use
     assert "all already running" in again.stdout
 
 
+def _user_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def _ids(user: str) -> tuple[int, int]:
     import pwd
 
@@ -156,8 +103,10 @@ def _ids(user: str) -> tuple[int, int]:
 
 def test_quickstart_from_a_clean_clone_as_root(box: Box, other_user: str) -> None:
     """bin/quickstart as the README says, from a fresh clone: its own venv, kiln installed,
-    a system install up, and the first GPU job run as the user who ran sudo."""
+    a system install up, and the first GPU job run as the user who ran sudo; then as root
+    without sudo, where it runs as kiln-demo."""
     clone = world_tempdir("kiln-clone-")
+    made: list[str] = []
     try:
         repo = Path(__file__).resolve().parents[2]
         res = subprocess.run(["git", "clone", "-q", str(repo), str(clone / "kiln")],
@@ -178,20 +127,33 @@ def test_quickstart_from_a_clean_clone_as_root(box: Box, other_user: str) -> Non
         who = box.run("squeue", "-h", "-t", "all", "-o", "%u", user=other_user)
         assert who.stdout.split() == [other_user], who.stdout
         box.run("kiln", "down")
-        # root in a plain root shell (no sudo): the cluster comes up and quickstart says how a
-        # user submits; it ran into `set -u` on the hint's $CUDA_VISIBLE_DEVICES and failed
+        # root in a plain root shell (a container, a fresh VM: no sudo), with the README's
+        # exact arguments, over a venv an interrupted run left half-made (pip gone): the venv
+        # is made again and the first job runs as kiln-demo, a system account made for it
+        for pip in (clone / "kiln" / ".venv" / "lib").glob("python3*/site-packages/pip"):
+            shutil.rmtree(pip)
+        demo_existed = _user_exists("kiln-demo")
         root = subprocess.run(
             ["nsenter", "-t", str(box.holder.pid), "-m", "--", "env", "-i",
              f"--chdir={clone / 'kiln'}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-             "bin/quickstart", "--fake-gpus", "2xA100"],
+             "bin/quickstart", "--nodes", "2", "--fake-gpus", "4xA100"],
             capture_output=True, text=True, timeout=900)
+        if not demo_existed:
+            made.append("kiln-demo")
         assert root.returncode == 0, root.stdout + root.stderr
-        assert "kiln is running for every user of this machine; root's jobs are refused.\n" \
-            f"As any user, no environment needed: {clone / 'kiln' / '.venv' / 'bin' / 'sbatch'} " \
-            "--gres=gpu:1 --wrap 'echo $CUDA_VISIBLE_DEVICES'\n" in root.stdout, root.stdout
+        assert "is not a whole virtualenv of /usr/bin/python3: making it again" in root.stderr
+        assert "the first job runs as kiln-demo, a system account made for it" in root.stdout
+        assert re.search(r"JobState=COMPLETED ", root.stdout), root.stdout
+        assert re.search(r"^hello from node[12], GPU 0$", root.stdout, re.M), root.stdout
+        who = box.run("sacct", "-n", "-X", "-P", "-o", "User", "-j",
+                      re.search(r"submitted job (\d+)", root.stdout).group(1))
+        assert who.stdout.split() == ["kiln-demo"], who.stdout
     finally:
         box.run("kiln", "down")
         cleanup(clone)
+        for name in made:
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
 
 
 def test_root_personal_cluster_says_it_runs_roots_jobs(box: Box) -> None:
