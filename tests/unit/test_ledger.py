@@ -558,6 +558,8 @@ def test_kiln_db_upgrade_bad_url_is_one_line(bad_url, message):
 
 def test_kiln_db_upgrade_defaults_to_the_cluster_database(tmp_path, monkeypatch):
     monkeypatch.delenv("KILN_CONF", raising=False)
+    # a system install on the test host (bin/quickstart as root makes one) is not this cluster
+    monkeypatch.setattr("schedd.paths.SYSTEM_CONF", str(tmp_path / "no-system" / "kiln.toml"))
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
     result = CliRunner().invoke(kiln, ["db", "upgrade"])
     assert result.exit_code == 0, result.output
