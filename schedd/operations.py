@@ -255,14 +255,21 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
 # usage = the batch step's live figures (schedd.slurm.stats.USAGE_KEYS), for sstat
 _USAGE = Map(Num(0), size=64)
 _RUNNING = Obj({"job_id": Int(0, required=True), "generation": Int(0, required=True),
-                "checkpoint_age": Num(0), "usage": _USAGE})
+                "checkpoint_age": Num(0), "usage": _USAGE,
+                # its prolog runs: allocated here, nothing of it started yet (CONFIGURING)
+                "configuring": Bool()})
 _ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=True),
                   "generation": Int(0, required=True), "state": Str(32, required=True),
                   "exit_code": Int(0, 255, required=True),
                   "exit_signal": Int(0, 128, required=True),
                   "end_time": Num(0, 1e13, required=True),
                   "stats": Map(Num(0), size=64),
-                  "error": Str(512)}  # why the agent could not start the job
+                  "error": Str(512),  # why the agent could not start the job
+                  # the node's prolog or epilog failed (agentd/prolog.py): schedd drains the
+                  # node with this reason ("Prolog error", "Epilog error") first
+                  "drain": Str(256),
+                  # the run never started: its prolog failed (requeued held, as Slurm)
+                  "prolog_failed": Bool()}
 
 AGENT_OPS: dict[str, Schema] = {
     # agent -> schedd

@@ -56,12 +56,15 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"heartbeat_interval": ctx.cfg.heartbeat_interval, "kill_wait": ctx.cfg.kill_wait}
 
 
-def _drain(ctx: Context, node: Node, reason: str) -> None:
-    """Slurm's UnkillableStepTimeout: the agent could not empty a job's cgroup, so the node
-    takes no new jobs until an admin resumes it (a DOWN or DRAIN node keeps its state)."""
+def _drain(ctx: Context, node: Node, reason: str, now: float = 0.0) -> None:
+    """Slurm's UnkillableStepTimeout (the agent could not empty a job's cgroup), a failed
+    prolog or epilog: the node takes no new jobs until an admin resumes it (a DOWN or DRAIN
+    node keeps its state). ``now``: when, for sinfo -R (set by root, as slurmd's own)."""
     if node.state in (NodeState.DRAIN, NodeState.DOWN):
         return
     drained = dataclasses.replace(node, state=NodeState.DRAIN, reason=reason)
+    if now:
+        drained.reason_time, drained.reason_uid = now, 0
     ctx.state.save_node(drained)
     log.error("node %s drained: %s", node.name, reason)
 
@@ -117,6 +120,8 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float,
         if not ours:
             ctx.agents.fence(node, job_id, gen)
             continue
+        if item.get("configuring"):
+            continue  # in its prolog: here, not started (salloc waits; agentd/prolog.py)
         ctx.agents.confirmed.add((job_id, gen))
         if item.get("usage"):
             usage[(job_id, "batch")] = clean_usage(item["usage"])
@@ -161,6 +166,10 @@ def job_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
 def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
     """A run's end as its agent saw it, to the lifecycle's one door; a report about another
     node's job or an older run (generation) is dropped there or here."""
+    if report.get("drain"):  # its prolog or epilog failed: no new job here (agentd/prolog.py)
+        known = ctx.state.nodes.get(node)
+        if known is not None:
+            _drain(ctx, known, str(report["drain"]), ctx.now())
     job = ctx.state.jobs.get(report["job_id"])
     if job is None or job.batch_host != node:
         return
@@ -169,4 +178,4 @@ def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
         end_time=float(report["end_time"]), exit_code=report["exit_code"],
         exit_signal=report["exit_signal"], stats=clean_stats(report.get("stats")),
         detail=f"on {node}: {report['error']}" if report.get("error") else f"on {node}",
-        reason=report.get("error") or ""))
+        reason=report.get("error") or "", prolog_failed=bool(report.get("prolog_failed"))))

@@ -29,7 +29,7 @@ from typing import Any
 from schedd.context import Context
 from schedd.domain.steps import in_nodelist_order
 from schedd.ledger.records import JobEvent, StepRecord
-from schedd.model import Job, JobState, NodeAllocation, StopMark
+from schedd.model import LAUNCH_FAILED_HELD, Job, JobState, NodeAllocation, StopMark
 from schedd.slurm.hostlist import compress
 from schedd.state import RUNNING_STATES
 
@@ -59,6 +59,7 @@ class RunEnd:
     stats: dict[str, float] = field(default_factory=dict)
     detail: str = ""
     reason: str = ""  # the agent's, when it could not start the run; else the state's
+    prolog_failed: bool = False  # the node's prolog failed: nothing of the run ever ran
 
 
 @dataclass(slots=True)
@@ -72,6 +73,7 @@ class Verdict:
     final: bool = False  # a judge has spoken for good (later judges leave it be)
     end_time: float = 0.0  # when the run ended (set by end_run before the after-hooks)
     exit: tuple[int, int] | None = None  # (code, signal) recorded instead of the agent's
+    pending_reason: str = ""  # the requeued job's Reason, instead of its hold's
 
 
 Judge = Callable[[Job, RunEnd, Verdict], None]
@@ -221,6 +223,8 @@ def end_run(ctx: Context, job: Job, end: RunEnd) -> bool:
     batch = _batch_row(job, verdict.state, end_time, exit_code, exit_signal)
     if verdict.requeue:
         fields.update(requeue_fields(job, end_time, verdict.hold))
+        if verdict.pending_reason:
+            fields["reason"] = verdict.pending_reason
         events.append(JobEvent(job.id, end_time, JobState.REQUEUED.value, detail=verdict.why))
     ctx.state.commit([(job, fields)], events, [batch])
     verdict.end_time = end_time
@@ -304,6 +308,18 @@ def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
     verdict.why = "node set DOWN" if node_down else "scontrol requeue"
     verdict.exit = mark.exit
     verdict.final = True
+
+
+@judge(35, "prolog")
+def _prolog_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
+    """A run whose prolog failed never ran a process: the job goes back to the queue held
+    (Slurm's ``launch failed requeued held``, without ``nohold_on_prolog_fail``), whatever
+    its --requeue, until someone releases it (the node it failed on is drained)."""
+    if verdict.final or not end.prolog_failed:
+        return
+    verdict.requeue, verdict.hold, verdict.final = True, True, True
+    verdict.pending_reason = LAUNCH_FAILED_HELD
+    verdict.why = end.detail or "prolog failed"
 
 
 @judge(40, "node_fail")

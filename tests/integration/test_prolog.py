@@ -1,0 +1,204 @@
+"""Prolog and Epilog (Slurm's, run by the agent as root around each job; agentd/prolog.py):
+what they see, and what a failing or hung one does to the node and the job.
+
+One node; one program serves as both prolog and epilog (``SLURM_SCRIPT_CONTEXT`` says
+which). It writes its environment to ``<context>.<job id>.env`` and, while a flag file is
+there, fails (``prolog-exit`` / ``epilog-exit`` hold the exit status) or hangs
+(``prolog-hang``), so each test switches on the failure it looks at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cluster import (
+    Cluster,
+    cleanup,
+    node_state,
+    pid_exists,
+    until,
+    world_tempdir,
+)
+from tests.integration.conftest import _cluster
+
+PROGRAM = """#!/bin/sh
+d={dir}
+ctx=${{SLURM_SCRIPT_CONTEXT%_slurmd}}
+env > "$d/$ctx.$SLURM_JOB_ID.env"
+if [ "$ctx" = epilog ] && [ -e "$d/left.$SLURM_JOB_ID" ]; then
+    left=/proc/$(cat "$d/left.$SLURM_JOB_ID")
+    if [ ! -e "$left" ] || grep -q "^State:[[:space:]]*Z" "$left/status"; then
+        touch "$d/epilog-saw-none-left.$SLURM_JOB_ID"  # gone, or dead and not yet reaped
+    fi
+fi
+if [ -e "$d/$ctx-hang" ]; then
+    sleep 300 &
+    echo $! > "$d/$ctx.sleep.pid"
+    wait
+fi
+if [ -e "$d/$ctx-exit" ]; then
+    echo "$ctx says no"
+    exit "$(cat "$d/$ctx-exit")"
+fi
+exit 0
+"""
+
+
+@pytest.fixture(scope="module")
+def scripts() -> Iterator[Path]:
+    path = world_tempdir("kiln-prolog-")
+    os.chmod(path, 0o777)
+    program = path / "prolog.sh"
+    program.write_text(PROGRAM.format(dir=path))
+    program.chmod(0o755)
+    yield path
+    cleanup(path)
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest, scripts: Path) -> Iterator[Cluster]:
+    extra = (f'prolog = "{scripts}/prolog.sh"\nepilog = "{scripts}/prolog.sh"\n'
+             f"prolog_timeout = 3\n")
+    yield from _cluster(request, "sqlite", nodes=1, fake_gpus="4xA100", kill_wait=3,
+                        agent_extra=extra)
+
+
+@pytest.fixture
+def flags(scripts: Path, cluster: Cluster) -> Iterator[Path]:
+    """The flag files are removed and the node resumed after each test."""
+    yield scripts
+    for name in ("prolog-exit", "prolog-hang", "epilog-exit"):
+        (scripts / name).unlink(missing_ok=True)
+    cluster.run("scontrol", "update", "NodeName=node1", "State=RESUME")
+    until(lambda: node_state(cluster, "node1") in ("idle", "mixed", "allocated"), "resumed")
+
+
+def _env(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def _sinfo_reason(cluster: Cluster) -> tuple[str, str, str]:
+    """(REASON, USER, NODELIST) of sinfo -R's first row."""
+    lines = cluster.run("sinfo", "-R").stdout.splitlines()
+    assert lines[0].startswith("REASON"), lines
+    assert len(lines) == 2, lines
+    reason, user, _stamp, nodes = lines[1][:20].strip(), *lines[1][20:].split()
+    return reason, user, nodes
+
+
+def test_prolog_and_epilog_run_around_the_job_with_slurms_environment(
+        cluster: Cluster, flags: Path) -> None:
+    marker = flags / "ran"
+    job = cluster.sbatch(
+        "-J", "envcheck", "--gres=gpu:2", "-o", "/dev/null", "--wrap",
+        # the prolog has run before the job's first process; a process the job leaves
+        # behind is gone (killed with the job) before the epilog runs
+        f'test -e {flags}/prolog.$SLURM_JOB_ID.env && touch {marker}.$SLURM_JOB_ID; '
+        f'setsid sleep 300 & echo $! > {flags}/left.$SLURM_JOB_ID; exit 0')
+    cluster.wait(job, {"COMPLETED"})
+    assert (flags / f"ran.{job}").exists(), "the job ran before its prolog"
+    assert (flags / f"epilog-saw-none-left.{job}").exists(), \
+        "the epilog ran before the job's last process ended"
+    prolog = _env(flags / f"prolog.{job}.env")
+    epilog = _env(flags / f"epilog.{job}.env")
+    for env, context in ((prolog, "prolog_slurmd"), (epilog, "epilog_slurmd")):
+        assert env["SLURM_SCRIPT_CONTEXT"] == context
+        assert env["SLURM_JOB_ID"] == str(job)
+        assert env["SLURM_JOB_USER"] == "root"
+        assert (env["SLURM_JOB_UID"], env["SLURM_JOB_GID"]) == ("0", "0")
+        assert env["SLURM_JOB_PARTITION"] == "gpu"
+        assert env["SLURMD_NODENAME"] == "node1"
+        assert env["SLURM_JOB_NAME"] == "envcheck"
+        gpus = env["SLURM_JOB_GPUS"].split(",")
+        assert len(gpus) == 2 and all(g.isdigit() for g in gpus), env["SLURM_JOB_GPUS"]
+        assert env["CUDA_VISIBLE_DEVICES"] == env["SLURM_JOB_GPUS"]
+    assert epilog["SLURM_JOB_EXIT_CODE2"] == "0:0"
+    assert node_state(cluster, "node1") == "idle"
+
+
+def test_salloc_allocations_get_the_prolog(cluster: Cluster, flags: Path) -> None:
+    res = cluster.run("salloc", "--gres=gpu:1", "true", cwd=flags)
+    assert res.returncode == 0, res.stderr
+    job = re.search(r"salloc: Granted job allocation (\d+)", res.stderr).group(1)
+    assert _env(flags / f"prolog.{job}.env")["SLURM_JOB_ID"] == job
+    until(lambda: (flags / f"epilog.{job}.env").exists(), "the allocation's epilog")
+
+
+def _requeued_held(cluster: Cluster, job: int) -> None:
+    until(lambda: (j := cluster.job(job))["state"] == "PENDING" and j["restart_count"] == 1,
+          "job requeued")
+    assert cluster.job(job)["reason"] == "launch failed requeued held"
+    squeue = cluster.run("squeue", "-h", "-j", str(job), "-o", "%T %R")
+    assert squeue.stdout.strip() == "PENDING (launch failed requeued held)", squeue.stdout
+    shown = cluster.scontrol_show_job(job)
+    assert shown["Reason"] == "launch_failed_requeued_held", shown
+    assert shown["Restarts"] == "1"
+
+
+def test_a_failing_prolog_drains_the_node_and_requeues_the_job_held(
+        cluster: Cluster, flags: Path) -> None:
+    cluster.expect_log(r"prolog .* failed: exit status 3")
+    cluster.expect_log(r"node node1 drained: Prolog error")
+    (flags / "prolog-exit").write_text("3\n")
+    job = cluster.sbatch("-o", "/dev/null", "--wrap", f"touch {flags}/ran.$SLURM_JOB_ID")
+    _requeued_held(cluster, job)
+    assert not (flags / f"ran.{job}").exists(), "a process of the job ran"
+    assert _sinfo_reason(cluster) == ("Prolog error", "root", "node1")
+    assert node_state(cluster, "node1") == "drained"
+    # the admin mends the prolog and resumes the node; the job, released, runs
+    (flags / "prolog-exit").unlink()
+    assert cluster.run("scontrol", "update", "NodeName=node1", "State=RESUME").returncode == 0
+    res = cluster.run("scontrol", "release", str(job))
+    assert res.returncode == 0, res.stderr
+    cluster.wait(job, {"COMPLETED"})
+    assert (flags / f"ran.{job}").exists()
+
+
+def test_a_prolog_past_its_timeout_is_killed_and_counts_as_failed(
+        cluster: Cluster, flags: Path) -> None:
+    cluster.expect_log(r"prolog .* failed: timed out after 3 s")
+    cluster.expect_log(r"node node1 drained: Prolog error")
+    (flags / "prolog-hang").touch()
+    job = cluster.sbatch("-o", "/dev/null", "--wrap", f"touch {flags}/ran.$SLURM_JOB_ID")
+    until(lambda: (flags / "prolog.sleep.pid").exists(), "the prolog hangs")
+    sleeper = int((flags / "prolog.sleep.pid").read_text())
+    _requeued_held(cluster, job)
+    assert not (flags / f"ran.{job}").exists(), "a process of the job ran"
+    assert _sinfo_reason(cluster) == ("Prolog error", "root", "node1")
+    until(lambda: not pid_exists(sleeper), "the prolog's process group killed")
+    (flags / "prolog.sleep.pid").unlink()
+    cluster.run("scancel", str(job))
+
+
+def test_a_failing_epilog_drains_the_node(cluster: Cluster, flags: Path) -> None:
+    cluster.expect_log(r"epilog .* failed: exit status 4")
+    cluster.expect_log(r"node node1 drained: Epilog error")
+    (flags / "epilog-exit").write_text("4\n")
+    job = cluster.sbatch("-o", "/dev/null", "--wrap", "exit 0")
+    cluster.wait(job, {"COMPLETED"})  # the job's own end stands
+    assert _sinfo_reason(cluster) == ("Epilog error", "root", "node1")
+    assert node_state(cluster, "node1") == "drained"
+    waiting = cluster.sbatch("-o", "/dev/null", "--wrap", "exit 0")
+    until(lambda: cluster.job(waiting)["reason"] in ("ReqNodeNotAvail", "Resources"),
+          "no new job on the drained node")
+    assert cluster.job(waiting)["state"] == "PENDING"
+    cluster.run("scancel", str(waiting))
+
+
+def test_a_job_cancelled_in_its_prolog_never_runs(cluster: Cluster, flags: Path) -> None:
+    (flags / "prolog-hang").write_text("")
+    job = cluster.sbatch("-o", "/dev/null", "--wrap", f"touch {flags}/ran.$SLURM_JOB_ID")
+    until(lambda: (flags / "prolog.sleep.pid").exists(), "the prolog hangs")
+    sleeper = int((flags / "prolog.sleep.pid").read_text())
+    (flags / "prolog-hang").unlink()
+    assert cluster.run("scancel", str(job)).returncode == 0
+    cluster.wait(job, {"CANCELLED"})
+    until(lambda: not pid_exists(sleeper), "the prolog killed")
+    (flags / "prolog.sleep.pid").unlink()
+    assert not (flags / f"ran.{job}").exists()
+    assert node_state(cluster, "node1") == "idle"
