@@ -95,7 +95,8 @@ class Agent:
         self.steps = StepRunner(  # srun's tasks (agentd/step_tasks.py)
             self.launcher, node_name,
             step_cap=check_cap(cfg.agent.step_spool_cap_mb, "step_spool_cap_mb"),
-            node_cap=check_cap(cfg.agent.node_spool_cap_mb, "node_spool_cap_mb"))
+            node_cap=check_cap(cfg.agent.node_spool_cap_mb, "node_spool_cap_mb"),
+            task_prolog=cfg.agent.task_prolog, task_epilog=cfg.agent.task_epilog)
         self._step_reports: dict[int, tuple[int, int]] = {}  # msg id -> (job id, step id)
         self._step_outputs: dict[int, Any] = {}  # msg id -> the chunk it carried (its token)
         self.ctx = zmq.Context()

@@ -165,6 +165,9 @@ STEP_START_FIELDS: Schema = {
     "name": Str(),
     "pty": Bool(),  # srun --pty: task 0 under a pseudo-terminal, its input from srun
     "winsize": WINSIZE,  # the terminal's [rows, columns] at the start
+    # srun --task-prolog / --task-epilog: absolute paths, run as the user around each task
+    "task_prolog": Str(4096),
+    "task_epilog": Str(4096),
 }
 
 CLIENT_OPS: dict[str, Schema] = {
@@ -339,6 +342,9 @@ STEP_LAUNCH_FIELDS: Schema = {
                        "memory_mb": Int(0, INT32, required=True),
                        "gpus": List(Int(0, 4096), size=4096),
                        "cpu_ids": List(Int(0, 2**20), size=4096)}),
+    # srun --task-prolog / --task-epilog (agentd/task_wrapper.py runs them as the user)
+    "task_prolog": Str(4096),
+    "task_epilog": Str(4096),
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job

@@ -49,13 +49,32 @@ exit 0
 """
 
 
+# the site's TaskProlog ([agent] task_prolog), and srun --task-prolog / --task-epilog's
+SITE_TASK_PROLOG = """#!/bin/sh
+echo "export SITE_VAR=from-site"
+echo "export SHARED=site"
+echo "unset UNSET_ME"
+echo "print hello from task $SLURM_PROCID"
+echo "this line is neither and is ignored"
+"""
+USER_TASK_PROLOG = """#!/bin/sh
+echo "export USER_VAR=$SITE_VAR-seen"
+echo "export SHARED=user"
+"""
+USER_TASK_EPILOG = """#!/bin/sh
+echo "$USER_VAR" > {dir}/task-epilog.$SLURM_JOB_ID.$SLURM_PROCID
+"""
+
+
 @pytest.fixture(scope="module")
 def scripts() -> Iterator[Path]:
     path = world_tempdir("kiln-prolog-")
     os.chmod(path, 0o777)
-    program = path / "prolog.sh"
-    program.write_text(PROGRAM.format(dir=path))
-    program.chmod(0o755)
+    for name, text in (("prolog.sh", PROGRAM), ("site-task-prolog.sh", SITE_TASK_PROLOG),
+                       ("user-task-prolog.sh", USER_TASK_PROLOG),
+                       ("user-task-epilog.sh", USER_TASK_EPILOG)):
+        (path / name).write_text(text.format(dir=path) if "{dir}" in text else text)
+        (path / name).chmod(0o755)
     yield path
     cleanup(path)
 
@@ -63,7 +82,7 @@ def scripts() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest, scripts: Path) -> Iterator[Cluster]:
     extra = (f'prolog = "{scripts}/prolog.sh"\nepilog = "{scripts}/prolog.sh"\n'
-             f"prolog_timeout = 3\n")
+             f'prolog_timeout = 3\ntask_prolog = "{scripts}/site-task-prolog.sh"\n')
     yield from _cluster(request, "sqlite", nodes=1, fake_gpus="4xA100", kill_wait=3,
                         agent_extra=extra)
 
@@ -202,3 +221,34 @@ def test_a_job_cancelled_in_its_prolog_never_runs(cluster: Cluster, flags: Path)
     (flags / "prolog.sleep.pid").unlink()
     assert not (flags / f"ran.{job}").exists()
     assert node_state(cluster, "node1") == "idle"
+
+
+def test_task_prologs_export_into_each_task_and_task_epilogs_run_after_it(
+        cluster: Cluster, flags: Path) -> None:
+    """The site's TaskProlog first, then srun --task-prolog (which sees what the first
+    exported), each as the task; their export/unset/print lines; --task-epilog after."""
+    res = cluster.run(
+        "srun", "-n2", f"--task-prolog={flags}/user-task-prolog.sh",
+        f"--task-epilog={flags}/user-task-epilog.sh", "sh", "-c",
+        'echo "task $SLURM_PROCID: $SITE_VAR $USER_VAR $SHARED ${UNSET_ME-gone}"',
+        cwd=flags, env={"UNSET_ME": "still-here"})
+    assert res.returncode == 0, res.stderr
+    lines = sorted(res.stdout.splitlines())
+    assert lines == ["hello from task 0", "hello from task 1",
+                     "task 0: from-site from-site-seen user gone",
+                     "task 1: from-site from-site-seen user gone"], res.stdout
+    epilogs = sorted(flags.glob("task-epilog.*"))
+    assert [p.read_text() for p in epilogs] == ["from-site-seen\n"] * 2, epilogs
+    job = epilogs[0].name.split(".")[1]
+    assert {p.name for p in epilogs} == {f"task-epilog.{job}.0", f"task-epilog.{job}.1"}
+
+
+def test_a_failing_task_prolog_stops_the_task(cluster: Cluster, flags: Path) -> None:
+    failing = flags / "failing-task-prolog.sh"
+    failing.write_text("#!/bin/sh\nexit 7\n")
+    failing.chmod(0o755)
+    res = cluster.run("srun", f"--task-prolog={failing}", "touch", str(flags / "task-ran"),
+                      cwd=flags)
+    assert res.returncode == 7, (res.returncode, res.stderr)
+    assert "TaskProlog failed status=7" in res.stderr
+    assert not (flags / "task-ran").exists()
