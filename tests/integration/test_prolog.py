@@ -157,6 +157,8 @@ def _requeued_held(cluster: Cluster, job: int) -> None:
     shown = cluster.scontrol_show_job(job)
     assert shown["Reason"] == "launch_failed_requeued_held", shown
     assert shown["Restarts"] == "1"
+    why = cluster.run("kiln", "why", str(job))
+    assert "the prolog failed on the node" in why.stdout, why.stdout + why.stderr
 
 
 def test_a_failing_prolog_drains_the_node_and_requeues_the_job_held(
