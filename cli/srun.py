@@ -538,6 +538,10 @@ def _wait_released(client: Client, job_id: int) -> None:
             return
         if not jobs or jobs[0]["state"] in _FINISHED:
             return
+        if jobs[0]["state"] == "PENDING":  # requeued (its prolog failed, its node died)
+            print(f"{PROG}: error: Job allocation {job_id} has been revoked.",
+                  file=sys.stderr, flush=True)
+            return
         time.sleep(poll)
         poll = min(poll * 2, POLL_MAX)
 

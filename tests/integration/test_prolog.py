@@ -180,6 +180,20 @@ def test_a_failing_prolog_drains_the_node_and_requeues_the_job_held(
     assert (flags / f"ran.{job}").exists()
 
 
+def test_srun_outside_an_allocation_whose_prolog_fails_says_so_and_ends(
+        cluster: Cluster, flags: Path) -> None:
+    cluster.expect_log(r"prolog .* failed: exit status 3")
+    cluster.expect_log(r"node node1 drained: Prolog error")
+    (flags / "prolog-exit").write_text("3\n")
+    res = cluster.run("srun", "touch", str(flags / "srun-ran"), cwd=flags)
+    assert res.returncode != 0
+    assert "has been revoked" in res.stderr, res.stderr
+    assert not (flags / "srun-ran").exists()
+    job = re.search(r"Job allocation (\d+) has been revoked", res.stderr).group(1)
+    assert cluster.job(job)["reason"] == "launch failed requeued held"
+    cluster.run("scancel", job)
+
+
 def test_a_prolog_past_its_timeout_is_killed_and_counts_as_failed(
         cluster: Cluster, flags: Path) -> None:
     cluster.expect_log(r"prolog .* failed: timed out after 3 s")
