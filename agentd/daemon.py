@@ -54,6 +54,7 @@ from schedd.slurm import stats as stat_keys
 log = logging.getLogger("agentd")
 
 TICK_MS = 100
+NODE_PROLOG = "_node_prolog"  # marks a prolog's payload: a job whose batch host is elsewhere
 RESEND_AFTER = 3.0  # seconds before an unacknowledged report is sent again
 
 
@@ -84,6 +85,9 @@ class Agent:
         self.scripts = Scripts(a.prolog, a.epilog, a.prolog_timeout, a.epilog_timeout,
                                spool / "prolog")
         self._held_steps: dict[int, list[dict[str, Any]]] = {}  # job id -> steps (prolog)
+        # the prologs run here for multi-node jobs whose batch host is another node:
+        # (job, generation) -> (passed, why not), answered again to a resent job_prolog
+        self._node_prologs: OrderedDict[tuple[int, int], tuple[bool, str]] = OrderedDict()
         # (job, generation) -> the environment its epilog gets (kept from its launch)
         self._script_envs: dict[tuple[int, int], dict[str, str]] = {}
         for r in self.launcher.running():  # re-attached after a restart: from the spool
@@ -340,6 +344,8 @@ class Agent:
             return
         if op == "launch":
             self._launch(body["launch"])
+        elif op == "job_prolog":
+            self._node_prolog(body["prolog"])
         elif op == "terminate":
             key = (body["job_id"], body["generation"])
             if self.scripts.has(key, "epilog"):
@@ -399,6 +405,29 @@ class Agent:
                 return
         self._try_launch(spec, time.time() + self.cfg.agent.output_dir_wait)
 
+    def _node_prolog(self, spec: dict[str, Any]) -> None:
+        """The prolog of a multi-node job whose batch host is another node (schedd sends
+        the batch script once every node's prolog has passed); its result goes back in
+        ``prolog_done``, again for a resend."""
+        key = (spec["job_id"], spec["generation"])
+        if self.scripts.has(key, "prolog"):
+            return
+        if key in self._node_prologs:
+            self._prolog_done(key, *self._node_prologs[key])
+            return
+        self.scripts.start("prolog", key, script_env(spec, self.name, "prolog_slurmd"),
+                           {**spec, NODE_PROLOG: True})
+
+    def _prolog_done(self, key: tuple[int, int], ok: bool, why: str) -> None:
+        self._node_prologs[key] = (ok, why)
+        while len(self._node_prologs) > 10_000:
+            self._node_prologs.popitem(last=False)
+        body: dict[str, Any] = {"node": self.name, "job_id": key[0], "generation": key[1],
+                                "ok": ok}
+        if why:
+            body["error"] = why[:512]
+        self._send("prolog_done", body)
+
     def _script_done(self, outcome: Outcome) -> None:
         """A prolog or epilog has ended (agentd/prolog.py): start the job, or report its end;
         a failure drains this node (and a failed prolog requeues the job held)."""
@@ -407,6 +436,12 @@ class Agent:
         if outcome.kind == "prolog":
             spec = outcome.payload
             steps = self._held_steps.pop(job_id, [])  # srun's, sent while the prolog ran
+            if spec.get(NODE_PROLOG):  # not the batch host: schedd decides
+                self._prolog_done(outcome.key, outcome.ok,
+                                  "" if outcome.ok else f"prolog failed: {outcome.why}")
+                for step in steps if outcome.ok else []:
+                    self.steps.launch(step)
+                return
             if outcome.ok:
                 self._try_launch(spec, now + self.cfg.agent.output_dir_wait)
                 for step in steps:

@@ -290,6 +290,11 @@ AGENT_OPS: dict[str, Schema] = {
                     "generation": Int(0, required=True), "start_time": Num(required=True),
                     "pid": Int(0)},
     "job_ended": _ENDED,
+    # a node of a multi-node job, not its batch host, has run its prolog (job_prolog): ok,
+    # or why not (schedd drains the node and requeues the job held)
+    "prolog_done": {"node": Str(256, required=True), "job_id": Int(0, required=True),
+                    "generation": Int(0, required=True), "ok": Bool(required=True),
+                    "error": Str(512)},
     # every task of a step on this node has ended; tasks: [[procid, exit_code, exit_signal]];
     # cpu: [user, system] seconds the node's tasks used, when the agent reaped them
     "step_ended": {"node": Str(256, required=True), "job_id": Int(0, required=True),
@@ -380,8 +385,22 @@ LAUNCH_FIELDS: Schema = {
     "fence_kill_wait": Int(0, INT32),  # seconds from a fence's SIGTERM to its SIGKILL
 }
 
+# The prolog of a multi-node job on a node that is not its batch host (agentd/prolog.py): the
+# job's identity, that node's GPUs and the job's SLURM_* variables there.
+PROLOG_FIELDS: Schema = {
+    "job_id": Int(0, required=True),
+    "generation": Int(0, required=True),
+    "name": Str(required=True),
+    "user": Str(256, required=True),
+    "uid": Int(0, 2**32, required=True),
+    "gid": Int(0, 2**32, required=True),
+    "gpus": List(Int(0, 4096), size=4096, required=True),
+    "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
+}
+
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "launch": {"launch": Obj(LAUNCH_FIELDS, required=True)},
+    "job_prolog": {"prolog": Obj(PROLOG_FIELDS, required=True)},
     "signal": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
                "signal": Str(32, required=True), "batch_only": Bool(), "full": Bool()},
     "terminate": {"job_id": Int(0, required=True), "generation": Int(0, required=True),

@@ -115,13 +115,14 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float,
         job_id, gen = item["job_id"], item["generation"]
         reported.add((job_id, gen))
         job = ctx.state.jobs.get(job_id)
-        ours = (job is not None and job.generation == gen and job.state in RUNNING_STATES
-                and job.batch_host == node)
+        current = job is not None and job.generation == gen and job.state in RUNNING_STATES
+        if current and item.get("configuring") and \
+                any(a.node == node for a in job.allocation):  # type: ignore[union-attr]
+            continue  # its prolog runs on one of its nodes (the batch host's or another's)
+        ours = current and job.batch_host == node  # type: ignore[union-attr]
         if not ours:
             ctx.agents.fence(node, job_id, gen)
             continue
-        if item.get("configuring"):
-            continue  # in its prolog: here, not started (salloc waits; agentd/prolog.py)
         ctx.agents.confirmed.add((job_id, gen))
         if item.get("usage"):
             usage[(job_id, "batch")] = clean_usage(item["usage"])
@@ -154,6 +155,28 @@ def _reconcile_steps(ctx: Context, node: str, job_ids: list[int]) -> None:
 def job_started(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     _same_node(caller, body["node"])
     ctx.agents.confirmed.add((body["job_id"], body["generation"]))
+    return {}
+
+
+def prolog_done(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A node of a multi-node job, not its batch host, ran its prolog: passed, the batch
+    script may go once every node's has; failed, the node is drained and the run ends as a
+    failed prolog (requeued held), before any process of the job started anywhere."""
+    name = _same_node(caller, body["node"])
+    job = ctx.state.jobs.get(body["job_id"])
+    if job is None or job.generation != body["generation"] or \
+            job.state not in RUNNING_STATES or all(a.node != name for a in job.allocation):
+        return {}  # an older run's, or a job ended meanwhile
+    if body["ok"]:
+        ctx.agents.prolog_passed(job, name)
+        return {}
+    node = ctx.state.nodes.get(name)
+    if node is not None:
+        _drain(ctx, node, "Prolog error", ctx.now())
+    error = str(body.get("error") or "prolog failed")
+    transitions.end_run(ctx, job, transitions.RunEnd(
+        generation=job.generation, state=JobState.FAILED.value, end_time=ctx.now(),
+        exit_code=1, detail=f"on {name}: {error}", reason=error, prolog_failed=True))
     return {}
 
 

@@ -30,6 +30,7 @@ PROGRAM = """#!/bin/sh
 d={dir}
 ctx=${{SLURM_SCRIPT_CONTEXT%_slurmd}}
 env > "$d/$ctx.$SLURM_JOB_ID.env"
+env > "$d/$ctx.$SLURM_JOB_ID.$SLURMD_NODENAME.env"
 if [ "$ctx" = epilog ] && [ -e "$d/left.$SLURM_JOB_ID" ]; then
     left=/proc/$(cat "$d/left.$SLURM_JOB_ID")
     if [ ! -e "$left" ] || grep -q "^State:[[:space:]]*Z" "$left/status"; then
@@ -41,10 +42,12 @@ if [ -e "$d/$ctx-hang" ]; then
     echo $! > "$d/$ctx.sleep.pid"
     wait
 fi
-if [ -e "$d/$ctx-exit" ]; then
-    echo "$ctx says no"
-    exit "$(cat "$d/$ctx-exit")"
-fi
+for flag in "$d/$ctx-exit" "$d/$ctx-exit.$SLURMD_NODENAME"; do
+    if [ -e "$flag" ]; then
+        echo "$ctx says no"
+        exit "$(cat "$flag")"
+    fi
+done
 exit 0
 """
 
@@ -68,6 +71,16 @@ echo "$USER_VAR" > {dir}/task-epilog.$SLURM_JOB_ID.$SLURM_PROCID
 
 @pytest.fixture(scope="module")
 def scripts() -> Iterator[Path]:
+    yield from _scripts()
+
+
+@pytest.fixture(scope="module")
+def pair_scripts() -> Iterator[Path]:
+    """The two-node cluster's own (its job ids are the other cluster's too)."""
+    yield from _scripts()
+
+
+def _scripts() -> Iterator[Path]:
     path = world_tempdir("kiln-prolog-")
     os.chmod(path, 0o777)
     for name, text in (("prolog.sh", PROGRAM), ("site-task-prolog.sh", SITE_TASK_PROLOG),
@@ -268,3 +281,45 @@ def test_a_failing_task_prolog_stops_the_task(cluster: Cluster, flags: Path) -> 
     assert res.returncode == 7, (res.returncode, res.stderr)
     assert "TaskProlog failed status=7" in res.stderr
     assert not (flags / "task-ran").exists()
+
+
+@pytest.fixture(scope="module")
+def pair(request: pytest.FixtureRequest, pair_scripts: Path) -> Iterator[Cluster]:
+    """Two nodes with the same prolog and epilog."""
+    extra = f'prolog = "{pair_scripts}/prolog.sh"\nepilog = "{pair_scripts}/prolog.sh"\n'
+    yield from _cluster(request, "sqlite", nodes=2, fake_gpus="2xA100", kill_wait=3,
+                        agent_extra=extra)
+
+
+def test_a_multi_node_jobs_script_starts_after_every_nodes_prolog(
+        pair: Cluster, pair_scripts: Path) -> None:
+    job = pair.sbatch("-N2", "--gres=gpu:1", "-o", "/dev/null", "--wrap",
+                      f"test -e {pair_scripts}/prolog.$SLURM_JOB_ID.node2.env && "
+                      f"touch {pair_scripts}/ran.$SLURM_JOB_ID")
+    pair.wait(job, {"COMPLETED"})
+    assert (pair_scripts / f"ran.{job}").exists(), "the script started before node2's prolog"
+    for node in ("node1", "node2"):
+        env = _env(pair_scripts / f"prolog.{job}.{node}.env")
+        assert (env["SLURMD_NODENAME"], env["SLURM_JOB_ID"]) == (node, str(job))
+        assert env["SLURM_JOB_NODELIST"] == "node[1-2]"
+        assert len(env["SLURM_JOB_GPUS"].split(",")) == 1
+
+
+def test_a_prolog_failing_on_another_node_requeues_before_the_script_runs(
+        pair: Cluster, pair_scripts: Path) -> None:
+    pair.expect_log(r"prolog .* failed: exit status 5")
+    pair.expect_log(r"node node2 drained: Prolog error")
+    (pair_scripts / "prolog-exit.node2").write_text("5\n")
+    try:
+        job = pair.sbatch("-N2", "-o", "/dev/null", "--wrap",
+                          f"touch {pair_scripts}/ran.$SLURM_JOB_ID")
+        _requeued_held(pair, job)
+        assert not (pair_scripts / f"ran.{job}").exists(), "a process of the job ran"
+        # the batch host was never sent the script, so its prolog never ran either
+        assert not (pair_scripts / f"prolog.{job}.node1.env").exists()
+        assert _sinfo_reason(pair) == ("Prolog error", "root", "node2")
+        assert node_state(pair, "node1") == "idle"
+        pair.run("scancel", str(job))
+    finally:
+        (pair_scripts / "prolog-exit.node2").unlink()
+        pair.run("scontrol", "update", "NodeName=node2", "State=RESUME")
