@@ -55,6 +55,7 @@ log = logging.getLogger("agentd")
 
 TICK_MS = 100
 NODE_PROLOG = "_node_prolog"  # marks a prolog's payload: a job whose batch host is elsewhere
+NODE_EPILOG = "node epilog"  # the payload of such a job's epilog
 RESEND_AFTER = 3.0  # seconds before an unacknowledged report is sent again
 
 
@@ -88,6 +89,10 @@ class Agent:
         # the prologs run here for multi-node jobs whose batch host is another node:
         # (job, generation) -> (passed, why not), answered again to a resent job_prolog
         self._node_prologs: OrderedDict[tuple[int, int], tuple[bool, str]] = OrderedDict()
+        # epilogs of such jobs, waiting for the job's step tasks here to be gone
+        self._node_epilogs: dict[tuple[int, int], dict[str, Any]] = {}
+        self._node_epilogs_running: set[tuple[int, int]] = set()
+        self._drains: list[str] = []  # reasons for schedd to drain this node (heartbeat)
         # (job, generation) -> the environment its epilog gets (kept from its launch)
         self._script_envs: dict[tuple[int, int], dict[str, str]] = {}
         for r in self.launcher.running():  # re-attached after a restart: from the spool
@@ -235,7 +240,8 @@ class Agent:
         # reported)
         out += [{"job_id": j, "generation": g, "configuring": True}
                 for j, g in self.scripts.running("prolog")]
-        out += [{"job_id": j, "generation": g} for j, g in self.scripts.running("epilog")]
+        out += [{"job_id": j, "generation": g} for j, g in self.scripts.running("epilog")
+                if (j, g) not in self._node_epilogs_running]  # those are schedd's no more
         return out
 
     def _end_body(self, fin: Finished) -> dict[str, Any]:
@@ -346,6 +352,9 @@ class Agent:
             self._launch(body["launch"])
         elif op == "job_prolog":
             self._node_prolog(body["prolog"])
+        elif op == "job_epilog":  # run once no step task of the job is left here
+            spec = body["epilog"]
+            self._node_epilogs[(spec["job_id"], spec["generation"])] = spec
         elif op == "terminate":
             key = (body["job_id"], body["generation"])
             if self.scripts.has(key, "epilog"):
@@ -418,6 +427,20 @@ class Agent:
         self.scripts.start("prolog", key, script_env(spec, self.name, "prolog_slurmd"),
                            {**spec, NODE_PROLOG: True})
 
+    def _start_node_epilogs(self) -> None:
+        if not self._node_epilogs:
+            return
+        live = set(self.steps.job_ids())
+        for key, spec in list(self._node_epilogs.items()):
+            if key[0] in live or self.scripts.has(key, "epilog"):
+                continue
+            del self._node_epilogs[key]
+            env = script_env(spec, self.name, "epilog_slurmd")
+            env.update(exit_env(int(spec.get("exit_code") or 0),
+                                int(spec.get("exit_signal") or 0)))
+            self.scripts.start("epilog", key, env, NODE_EPILOG)
+            self._node_epilogs_running.add(key)
+
     def _prolog_done(self, key: tuple[int, int], ok: bool, why: str) -> None:
         self._node_prologs[key] = (ok, why)
         while len(self._node_prologs) > 10_000:
@@ -452,6 +475,11 @@ class Agent:
                                   now, now),
                          error=f"prolog failed: {outcome.why}",
                          drain="Prolog error", prolog_failed=True)
+            return
+        if outcome.payload == NODE_EPILOG:  # a job whose batch host is elsewhere
+            self._node_epilogs_running.discard(outcome.key)
+            if not outcome.ok:
+                self._drains.append("Epilog error")
             return
         fin, error = outcome.payload
         if outcome.ok:
@@ -521,6 +549,7 @@ class Agent:
             self.sampler.tick(now, self.launcher.running(), self.steps.live_tasks())
             for fin in self.launcher.poll(now):
                 self._job_over(fin, error=f"launch failed: {fin.error}" if fin.error else "")
+            self._start_node_epilogs()
             for outcome in self.scripts.poll(now):
                 self._script_done(outcome)
             for key, body in self.steps.poll(now):
@@ -580,6 +609,8 @@ class Agent:
                 "step_usage": self.sampler.step_usage()}
         if self.launcher.unkillable:  # UnkillableStepTimeout: schedd drains the node, once
             body["drain"] = self.launcher.unkillable.pop(0)[:256]
+        elif self._drains:  # a failed epilog of a job whose batch host is another node
+            body["drain"] = self._drains.pop(0)[:256]
         self._send("heartbeat", body)
         for key, (sent, body) in list(self._unacked.items()):
             if now - sent >= RESEND_AFTER:

@@ -401,6 +401,10 @@ PROLOG_FIELDS: Schema = {
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "launch": {"launch": Obj(LAUNCH_FIELDS, required=True)},
     "job_prolog": {"prolog": Obj(PROLOG_FIELDS, required=True)},
+    # the job has ended: its epilog on a node other than the batch host, once no step task
+    # of the job is left there (a failure drains the node through the heartbeat's drain)
+    "job_epilog": {"epilog": Obj({**PROLOG_FIELDS, "exit_code": Int(0, 255),
+                                  "exit_signal": Int(0, 128)}, required=True)},
     "signal": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
                "signal": Str(32, required=True), "batch_only": Bool(), "full": Bool()},
     "terminate": {"job_id": Int(0, required=True), "generation": Int(0, required=True),

@@ -93,7 +93,7 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
         ctx.wake_scheduler()
     health.node_heard(ctx, node, now)
     if body.get("drain"):
-        _drain(ctx, node, str(body["drain"]))
+        _drain(ctx, node, str(body["drain"]), now)
     usage = _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
     _reconcile_steps(ctx, name, body.get("steps") or [])
     for item in body.get("step_usage") or []:

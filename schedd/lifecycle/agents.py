@@ -7,6 +7,7 @@ confirmed and fences (kills) anything it runs that schedd no longer knows as run
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from collections.abc import Callable
@@ -78,6 +79,16 @@ class AgentRegistry:
         return {"job_id": job.id, "generation": job.generation, "name": job.name,
                 "user": job.user, "uid": job.uid, "gid": job.gid, "gpus": list(alloc.gpus),
                 "environment": {k: v for k, v in env.items() if k.startswith("SLURM_")}}
+
+    def epilogs(self, job: Job, allocation: list[NodeAllocation], exit_code: int,
+                exit_signal: int) -> None:
+        """The ended run's epilog on each of its nodes but the batch host (``job_epilog``)."""
+        ran = dataclasses.replace(job, allocation=allocation)
+        for index, alloc in enumerate(allocation[1:], start=1):
+            spec = self._prolog_spec(ran, alloc, index, ())
+            spec.update(exit_code=max(0, min(exit_code, 255)),
+                        exit_signal=max(0, min(exit_signal, 128)))
+            self._tell(alloc.node, "job_epilog", {"epilog": spec})
 
     def _launch(self, job: Job, array_ids: tuple[int, ...]) -> None:
         alloc = job.allocation[0]

@@ -74,6 +74,7 @@ class Verdict:
     end_time: float = 0.0  # when the run ended (set by end_run before the after-hooks)
     exit: tuple[int, int] | None = None  # (code, signal) recorded instead of the agent's
     pending_reason: str = ""  # the requeued job's Reason, instead of its hold's
+    allocation: list[NodeAllocation] = field(default_factory=list)  # the run's (after-hooks)
 
 
 Judge = Callable[[Job, RunEnd, Verdict], None]
@@ -226,6 +227,7 @@ def end_run(ctx: Context, job: Job, end: RunEnd) -> bool:
         if verdict.pending_reason:
             fields["reason"] = verdict.pending_reason
         events.append(JobEvent(job.id, end_time, JobState.REQUEUED.value, detail=verdict.why))
+    verdict.allocation = list(job.allocation)  # a requeue clears the job's
     ctx.state.commit([(job, fields)], events, [batch])
     verdict.end_time = end_time
     now = ctx.now()
@@ -332,6 +334,16 @@ def _node_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
 @after(20, "agents")
 def _forget_run(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     ctx.agents.forget_run(job.id, job.generation)
+
+
+@after(25, "epilogs")
+def _epilogs(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+    """The epilog of a multi-node job on its nodes other than the batch host (whose agent
+    runs its own before it reports the end); none after a failed prolog."""
+    if ctx.cfg.agent.epilog and len(verdict.allocation) > 1 and \
+            verdict.pending_reason != LAUNCH_FAILED_HELD:
+        exit_code, exit_signal = verdict.exit or (job.exit_code, job.exit_signal)
+        ctx.agents.epilogs(job, verdict.allocation, exit_code, exit_signal)
 
 
 @after(40, "mail")

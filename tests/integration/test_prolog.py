@@ -323,3 +323,26 @@ def test_a_prolog_failing_on_another_node_requeues_before_the_script_runs(
     finally:
         (pair_scripts / "prolog-exit.node2").unlink()
         pair.run("scontrol", "update", "NodeName=node2", "State=RESUME")
+
+
+def test_a_multi_node_jobs_epilog_runs_on_its_other_nodes_and_a_failing_one_drains(
+        pair: Cluster, pair_scripts: Path) -> None:
+    pair.expect_log(r"epilog .* failed: exit status 6")
+    pair.expect_log(r"node node2 drained: Epilog error")
+    job = pair.sbatch("-N2", "-o", "/dev/null", "--wrap", "srun -N2 true")
+    pair.wait(job, {"COMPLETED"})
+    until(lambda: (pair_scripts / f"epilog.{job}.node2.env").exists(), "node2's epilog")
+    env = _env(pair_scripts / f"epilog.{job}.node2.env")
+    assert (env["SLURMD_NODENAME"], env["SLURM_JOB_ID"], env["SLURM_JOB_EXIT_CODE2"]) == (
+        "node2", str(job), "0:0")
+    assert (pair_scripts / f"epilog.{job}.node1.env").exists()
+    (pair_scripts / "epilog-exit.node2").write_text("6\n")
+    try:
+        job = pair.sbatch("-N2", "-o", "/dev/null", "--wrap", "exit 0")
+        pair.wait(job, {"COMPLETED"})
+        until(lambda: node_state(pair, "node2") == "drained", "node2 drained")
+        assert _sinfo_reason(pair) == ("Epilog error", "root", "node2")
+        assert node_state(pair, "node1") == "idle"
+    finally:
+        (pair_scripts / "epilog-exit.node2").unlink()
+        pair.run("scontrol", "update", "NodeName=node2", "State=RESUME")
