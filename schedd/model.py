@@ -21,6 +21,7 @@ from schedd.slurm.states import (  # noqa: F401  (re-exported: the domain's word
     ACTIVE_STATES,
     COMPACT_STATES,
     FINISHED_STATES,
+    LAUNCH_FAILED_HELD,
     JobState,
     NodeState,
 )

@@ -165,6 +165,9 @@ STEP_START_FIELDS: Schema = {
     "name": Str(),
     "pty": Bool(),  # srun --pty: task 0 under a pseudo-terminal, its input from srun
     "winsize": WINSIZE,  # the terminal's [rows, columns] at the start
+    # srun --task-prolog / --task-epilog: absolute paths, run as the user around each task
+    "task_prolog": Str(4096),
+    "task_epilog": Str(4096),
 }
 
 CLIENT_OPS: dict[str, Schema] = {
@@ -255,14 +258,21 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
 # usage = the batch step's live figures (schedd.slurm.stats.USAGE_KEYS), for sstat
 _USAGE = Map(Num(0), size=64)
 _RUNNING = Obj({"job_id": Int(0, required=True), "generation": Int(0, required=True),
-                "checkpoint_age": Num(0), "usage": _USAGE})
+                "checkpoint_age": Num(0), "usage": _USAGE,
+                # its prolog runs: allocated here, nothing of it started yet (CONFIGURING)
+                "configuring": Bool()})
 _ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=True),
                   "generation": Int(0, required=True), "state": Str(32, required=True),
                   "exit_code": Int(0, 255, required=True),
                   "exit_signal": Int(0, 128, required=True),
                   "end_time": Num(0, 1e13, required=True),
                   "stats": Map(Num(0), size=64),
-                  "error": Str(512)}  # why the agent could not start the job
+                  "error": Str(512),  # why the agent could not start the job
+                  # the node's prolog or epilog failed (agentd/prolog.py): schedd drains the
+                  # node with this reason ("Prolog error", "Epilog error") first
+                  "drain": Str(256),
+                  # the run never started: its prolog failed (requeued held, as Slurm)
+                  "prolog_failed": Bool()}
 
 AGENT_OPS: dict[str, Schema] = {
     # agent -> schedd
@@ -280,6 +290,11 @@ AGENT_OPS: dict[str, Schema] = {
                     "generation": Int(0, required=True), "start_time": Num(required=True),
                     "pid": Int(0)},
     "job_ended": _ENDED,
+    # a node of a multi-node job, not its batch host, has run its prolog (job_prolog): ok,
+    # or why not (schedd drains the node and requeues the job held)
+    "prolog_done": {"node": Str(256, required=True), "job_id": Int(0, required=True),
+                    "generation": Int(0, required=True), "ok": Bool(required=True),
+                    "error": Str(512)},
     # every task of a step on this node has ended; tasks: [[procid, exit_code, exit_signal]];
     # cpu: [user, system] seconds the node's tasks used, when the agent reaped them
     "step_ended": {"node": Str(256, required=True), "job_id": Int(0, required=True),
@@ -332,6 +347,9 @@ STEP_LAUNCH_FIELDS: Schema = {
                        "memory_mb": Int(0, INT32, required=True),
                        "gpus": List(Int(0, 4096), size=4096),
                        "cpu_ids": List(Int(0, 2**20), size=4096)}),
+    # srun --task-prolog / --task-epilog (agentd/task_wrapper.py runs them as the user)
+    "task_prolog": Str(4096),
+    "task_epilog": Str(4096),
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job
@@ -367,8 +385,26 @@ LAUNCH_FIELDS: Schema = {
     "fence_kill_wait": Int(0, INT32),  # seconds from a fence's SIGTERM to its SIGKILL
 }
 
+# The prolog of a multi-node job on a node that is not its batch host (agentd/prolog.py): the
+# job's identity, that node's GPUs and the job's SLURM_* variables there.
+PROLOG_FIELDS: Schema = {
+    "job_id": Int(0, required=True),
+    "generation": Int(0, required=True),
+    "name": Str(required=True),
+    "user": Str(256, required=True),
+    "uid": Int(0, 2**32, required=True),
+    "gid": Int(0, 2**32, required=True),
+    "gpus": List(Int(0, 4096), size=4096, required=True),
+    "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
+}
+
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "launch": {"launch": Obj(LAUNCH_FIELDS, required=True)},
+    "job_prolog": {"prolog": Obj(PROLOG_FIELDS, required=True)},
+    # the job has ended: its epilog on a node other than the batch host, once no step task
+    # of the job is left there (a failure drains the node through the heartbeat's drain)
+    "job_epilog": {"epilog": Obj({**PROLOG_FIELDS, "exit_code": Int(0, 255),
+                                  "exit_signal": Int(0, 128)}, required=True)},
     "signal": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
                "signal": Str(32, required=True), "batch_only": Bool(), "full": Bool()},
     "terminate": {"job_id": Int(0, required=True), "generation": Int(0, required=True),

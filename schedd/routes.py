@@ -73,6 +73,7 @@ AGENT_HANDLERS: dict[str, Handler] = {
     "heartbeat": agent.heartbeat,
     "job_started": agent.job_started,
     "job_ended": agent.job_ended,
+    "prolog_done": agent.prolog_done,
     "step_ended": srun.step_ended,
     "step_output": srun.step_output,
 }

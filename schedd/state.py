@@ -23,7 +23,15 @@ from schedd.domain.runtimes import LeadCalibration, RuntimeHistory, shape_of
 from schedd.domain.usage import UsageMeter
 from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepRecord
 from schedd.ledger.store import Store
-from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
+from schedd.model import (
+    ACTIVE_STATES,
+    LAUNCH_FAILED_HELD,
+    Job,
+    JobState,
+    Node,
+    NodeState,
+    Partition,
+)
 from schedd.scheduler.snapshot import (
     NodeView,
     PendingJob,
@@ -361,6 +369,8 @@ class State:
     def ineligible_reason(self, job: Job, now: float, running_per_array: dict[int, int]) -> str:
         """Why a pending job may not be considered at all yet ('' when it may)."""
         if job.held:
+            if job.reason == LAUNCH_FAILED_HELD:  # kept until it is released
+                return LAUNCH_FAILED_HELD
             return "JobHeldAdmin" if job.held == "admin" else "JobHeldUser"
         if job.begin_time and job.begin_time > now:
             return "BeginTime"

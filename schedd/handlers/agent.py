@@ -56,12 +56,15 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"heartbeat_interval": ctx.cfg.heartbeat_interval, "kill_wait": ctx.cfg.kill_wait}
 
 
-def _drain(ctx: Context, node: Node, reason: str) -> None:
-    """Slurm's UnkillableStepTimeout: the agent could not empty a job's cgroup, so the node
-    takes no new jobs until an admin resumes it (a DOWN or DRAIN node keeps its state)."""
+def _drain(ctx: Context, node: Node, reason: str, now: float = 0.0) -> None:
+    """Slurm's UnkillableStepTimeout (the agent could not empty a job's cgroup), a failed
+    prolog or epilog: the node takes no new jobs until an admin resumes it (a DOWN or DRAIN
+    node keeps its state). ``now``: when, for sinfo -R (set by root, as slurmd's own)."""
     if node.state in (NodeState.DRAIN, NodeState.DOWN):
         return
     drained = dataclasses.replace(node, state=NodeState.DRAIN, reason=reason)
+    if now:
+        drained.reason_time, drained.reason_uid = now, 0
     ctx.state.save_node(drained)
     log.error("node %s drained: %s", node.name, reason)
 
@@ -90,7 +93,7 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
         ctx.wake_scheduler()
     health.node_heard(ctx, node, now)
     if body.get("drain"):
-        _drain(ctx, node, str(body["drain"]))
+        _drain(ctx, node, str(body["drain"]), now)
     usage = _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
     _reconcile_steps(ctx, name, body.get("steps") or [])
     for item in body.get("step_usage") or []:
@@ -112,8 +115,11 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float,
         job_id, gen = item["job_id"], item["generation"]
         reported.add((job_id, gen))
         job = ctx.state.jobs.get(job_id)
-        ours = (job is not None and job.generation == gen and job.state in RUNNING_STATES
-                and job.batch_host == node)
+        current = job is not None and job.generation == gen and job.state in RUNNING_STATES
+        if current and item.get("configuring") and \
+                any(a.node == node for a in job.allocation):  # type: ignore[union-attr]
+            continue  # its prolog runs on one of its nodes (the batch host's or another's)
+        ours = current and job.batch_host == node  # type: ignore[union-attr]
         if not ours:
             ctx.agents.fence(node, job_id, gen)
             continue
@@ -152,6 +158,28 @@ def job_started(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, An
     return {}
 
 
+def prolog_done(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A node of a multi-node job, not its batch host, ran its prolog: passed, the batch
+    script may go once every node's has; failed, the node is drained and the run ends as a
+    failed prolog (requeued held), before any process of the job started anywhere."""
+    name = _same_node(caller, body["node"])
+    job = ctx.state.jobs.get(body["job_id"])
+    if job is None or job.generation != body["generation"] or \
+            job.state not in RUNNING_STATES or all(a.node != name for a in job.allocation):
+        return {}  # an older run's, or a job ended meanwhile
+    if body["ok"]:
+        ctx.agents.prolog_passed(job, name)
+        return {}
+    node = ctx.state.nodes.get(name)
+    if node is not None:
+        _drain(ctx, node, "Prolog error", ctx.now())
+    error = str(body.get("error") or "prolog failed")
+    transitions.end_run(ctx, job, transitions.RunEnd(
+        generation=job.generation, state=JobState.FAILED.value, end_time=ctx.now(),
+        exit_code=1, detail=f"on {name}: {error}", reason=error, prolog_failed=True))
+    return {}
+
+
 def job_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     _same_node(caller, body["node"])
     _finish(ctx, caller, body)
@@ -161,6 +189,10 @@ def job_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
 def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
     """A run's end as its agent saw it, to the lifecycle's one door; a report about another
     node's job or an older run (generation) is dropped there or here."""
+    if report.get("drain"):  # its prolog or epilog failed: no new job here (agentd/prolog.py)
+        known = ctx.state.nodes.get(node)
+        if known is not None:
+            _drain(ctx, known, str(report["drain"]), ctx.now())
     job = ctx.state.jobs.get(report["job_id"])
     if job is None or job.batch_host != node:
         return
@@ -169,4 +201,4 @@ def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
         end_time=float(report["end_time"]), exit_code=report["exit_code"],
         exit_signal=report["exit_signal"], stats=clean_stats(report.get("stats")),
         detail=f"on {node}: {report['error']}" if report.get("error") else f"on {node}",
-        reason=report.get("error") or ""))
+        reason=report.get("error") or "", prolog_failed=bool(report.get("prolog_failed"))))
