@@ -148,7 +148,7 @@ def _qos_of(ctx: Context, jobs: list[Job]) -> list[Any]:
 
 
 def _node_views(ctx: Context) -> list[NodeView]:
-    return [NodeView(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=list(n.gpus),
+    return [NodeView(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.healthy_gpus,
                      gpu_type=n.gpu_model)
             for n in ctx.state.nodes.values()]
 
