@@ -424,6 +424,7 @@ class State:
                 name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.healthy_gpus,
                 gpu_type=n.gpu_model, features=frozenset(n.features),
                 partitions=frozenset(n.partitions),
+                failed_gpus=len(n.gpus) - len(n.healthy_gpus),
                 available=n.state == NodeState.IDLE and self.node_alive(n, now),
             )
             for n in self.nodes.values()

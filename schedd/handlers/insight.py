@@ -61,6 +61,12 @@ def job_why(ctx: Context, caller: Caller,
     if not visible_jobs(ctx, caller, [job]):  # PrivateData=jobs: not even that it exists
         raise RequestError(INVALID_JOB_ID, "invalid_job_id")
     reply: dict[str, Any] = {"now": now, "job": _summary(job)}
+    if job.restart_count:  # why it was last requeued (a failed GPU, a node DOWN, scontrol)
+        last = next((e for e in reversed(ctx.state.store.job_events(job.id))
+                     if e.state == JobState.REQUEUED.value), None)
+        if last is not None:
+            reply["requeued"] = {"count": job.restart_count, "time": last.time,
+                                 "why": last.detail}
     if job.state != JobState.PENDING:
         reply["job"].update(start_time=job.start_time, end_time=job.end_time,
                             node_list=job.node_list)

@@ -301,7 +301,8 @@ def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
     node_down = mark.cause in ("node_down", "gpu_fail")  # lost under the job: --requeue rules
     verdict.requeue = mark.requeue and (job.requeue or not node_down)
     verdict.hold = mark.hold
-    verdict.why = {"node_down": "node set DOWN", "gpu_fail": end.detail or "GPU failed"}.get(
+    # a failed GPU's stop: the job's reason since its notice names the GPU and the fault
+    verdict.why = {"node_down": "node set DOWN", "gpu_fail": job.reason or "GPU failed"}.get(
         mark.cause, "scontrol requeue")
     verdict.exit = mark.exit
     verdict.final = True
