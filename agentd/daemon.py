@@ -38,6 +38,7 @@ from typing import Any
 import zmq
 
 from agentd import cgroups as cgroup_mod
+from agentd import gpuhealth
 from agentd import gpus as gpu_discovery
 from agentd.forward import check_cap
 from agentd.launcher import Finished, Launcher, LaunchError, OutputDirMissing
@@ -73,7 +74,17 @@ class Agent:
             fake = "0"  # a login node offers nothing to jobs
         self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name,
                                            island_cpus=cfg.agent.gpu_island_cpus)
-        self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval)
+        # GPU faults (agentd/gpuhealth.py): fake GPUs' own NVML, which kiln fake-gpu feeds
+        self.fake_nvml = gpuhealth.FakeNvml(len(self.gpus)) if fake and self.gpus else None
+        self.health: gpuhealth.Watcher | None = None
+        if self.fake_nvml is not None:
+            self.health = gpuhealth.Watcher(self.fake_nvml, len(self.gpus), counters_every=0.5)
+        elif self.gpus:
+            self.health = gpuhealth.nvml_watcher(len(self.gpus))
+        self._gpu_faults: list[gpuhealth.Fault] = []  # not yet taken by schedd
+        self._fault_msgs: dict[int, list[gpuhealth.Fault]] = {}  # heartbeat id -> its faults
+        self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval,
+                                    overrides=self.fake_nvml)
         self.cpus = cpus or host_cpus
         self.memory_mb = memory_mb or host_mem
         self.features = features or []
@@ -214,7 +225,7 @@ class Agent:
             self._last_heartbeat = time.time()
             return
         node = {"name": self.name, "cpus": self.cpus, "memory_mb": self.memory_mb,
-                "gpus": [dataclasses.asdict(g) for g in self.gpus],
+                "gpus": [_gpu_wire(g) for g in self.gpus], "fake_gpus": bool(self.fake_nvml),
                 "features": self.features, "address": socket.gethostname(),
                 "boot_time": _boot_time(), "slurmd_start_time": _agent_start()}
         if self.cgroups is not None:  # scontrol show node's line, and the node's reason
@@ -305,6 +316,9 @@ class Agent:
                     self.steps.output_answered(token, {"gone": True})
             return
         body = msg.get("body") or {}
+        if op == "heartbeat":  # the faults it carried are schedd's now
+            taken = self._fault_msgs.pop(msg_id, [])  # type: ignore[arg-type]
+            self._gpu_faults = [f for f in self._gpu_faults if f not in taken]
         if op == "register":
             self._registered = True
             self.heartbeat_interval = float(body.get("heartbeat_interval", self.heartbeat_interval))
@@ -379,6 +393,26 @@ class Agent:
             self.steps.terminate(body["job_id"], body.get("step_id"), body["state"])
         elif op == "step_input":
             self.steps.input(body)
+        elif op == "fake_gpu":
+            self._fake_gpu(body)
+        elif op == "gpu_reset":
+            if self.health is not None:
+                self.health.reset(body["gpus"])
+            self._gpu_faults = [f for f in self._gpu_faults if f.index not in body["gpus"]]
+            log.info("GPUs %s resumed by schedd", body["gpus"])
+
+    def _fake_gpu(self, body: dict[str, Any]) -> None:
+        """kiln fake-gpu: inject into this node's fake NVML (schedd refuses real GPUs; an
+        agent with real ones refuses too)."""
+        if self.fake_nvml is None:
+            log.warning("kiln fake-gpu refused: this node's GPUs are not fake")
+            return
+        if body["gpu"] >= len(self.fake_nvml.devices):
+            log.warning("kiln fake-gpu refused: no GPU %d here", body["gpu"])
+            return
+        self.fake_nvml.inject(body["gpu"], body["action"], body.get("value") or 0)
+        log.warning("fake GPU %d: %s %s injected", body["gpu"], body["action"],
+                    body.get("value") if body["action"] in ("xid", "util") else "")
 
     def _signal(self, body: dict[str, Any]) -> None:
         """scancel --signal as Slurm 22.05 delivers it: by default to the job's srun steps
@@ -547,6 +581,7 @@ class Agent:
             self._retry_waiting()
             now = time.time()
             self.sampler.tick(now, self.launcher.running(), self.steps.live_tasks())
+            self._watch_gpus(now)
             for fin in self.launcher.poll(now):
                 self._job_over(fin, error=f"launch failed: {fin.error}" if fin.error else "")
             self._start_node_epilogs()
@@ -597,6 +632,17 @@ class Agent:
                 except KeyError:
                     pass
 
+    def _watch_gpus(self, now: float) -> None:
+        """New GPU faults go to schedd at once (a heartbeat now), until it has taken them."""
+        if self.health is None:
+            return
+        faults = self.health.poll(now)
+        for fault in faults:
+            log.error("GPU %d: %s (%s)", fault.index, fault.kind, fault.detail)
+        if faults:
+            self._gpu_faults = (self._gpu_faults + faults)[-256:]
+            self._last_heartbeat = 0.0
+
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now
         if self.relay_only:
@@ -611,7 +657,14 @@ class Agent:
             body["drain"] = self.launcher.unkillable.pop(0)[:256]
         elif self._drains:  # a failed epilog of a job whose batch host is another node
             body["drain"] = self._drains.pop(0)[:256]
-        self._send("heartbeat", body)
+        faults = self._gpu_faults[:64]
+        if faults:
+            body["gpu_faults"] = [f.wire() for f in faults]
+        msg_id = self._send("heartbeat", body)
+        if faults:
+            self._fault_msgs[msg_id] = faults
+            while len(self._fault_msgs) > 64:  # replies that never came: resent anyway
+                self._fault_msgs.pop(next(iter(self._fault_msgs)))
         for key, (sent, body) in list(self._unacked.items()):
             if now - sent >= RESEND_AFTER:
                 self._unacked[key] = (now, body)
@@ -619,6 +672,13 @@ class Agent:
 
     def stop(self, *_: Any) -> None:
         self._stopping = True
+
+
+def _gpu_wire(gpu: Any) -> dict[str, Any]:
+    """A GPU as registration describes it; its health is schedd's to keep (``fault``)."""
+    d = dataclasses.asdict(gpu)
+    d.pop("fault", None)
+    return d
 
 
 def _make_cgroups(cfg: kconfig.Config, node_name: str, spool: Path) -> cgroup_mod.Cgroups:

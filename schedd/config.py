@@ -192,6 +192,9 @@ class Config:
     # on_isolation is "kill" (docs/robustness.md, "Fencing"); shorter than node_timeout, so
     # they are gone before schedd requeues them elsewhere. 0: two thirds of node_timeout
     fence_timeout: float = 0.0
+    # a job on a GPU that failed gets its --signal, then this many seconds to checkpoint before
+    # it is stopped NODE_FAIL and requeued (schedd/lifecycle/gpuhealth.py)
+    gpu_fault_grace: float = 5.0
     max_array_size: int = 1001
     max_job_count: int = 10_000  # MaxJobCount: pending and running jobs schedd accepts
     allow_root_jobs: bool = False

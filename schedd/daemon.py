@@ -33,7 +33,7 @@ from schedd.domain.steps import StepTable
 from schedd.identity import Caller, set_admin_lookup
 from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
-from schedd.lifecycle import enforcement, health, mail, preemption, transitions
+from schedd.lifecycle import enforcement, gpuhealth, health, mail, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
 from schedd.localsock import LocalServer, Reply, Work
@@ -87,6 +87,7 @@ class Daemon:
         # named timers of the loop: (name, seconds between runs, what runs)
         self.timers: list[tuple[str, float, Callable[[float], None]]] = [
             ("preemption", 0.0, lambda now: preemption.tick(self, self.preemption, now)),
+            ("gpuhealth", 0.5, lambda now: gpuhealth.tick(self, now)),  # jobs on failed GPUs
             ("health", 1.0, self._health),
             ("purge", 5.0, self.state.purge),
             ("collector", 1.0, lambda now: self.collector.tick(now)),

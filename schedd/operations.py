@@ -32,6 +32,7 @@ from schedd.protocol import (
     Field,
     Schema,
 )
+from schedd.slurm.gpufaults import FAKE_ACTIONS, KINDS
 
 _BIG = 2**62  # any stored integer stays well inside 64 bits
 
@@ -241,6 +242,11 @@ CLIENT_OPS: dict[str, Schema] = {
     "job_priority": {"job_ids": List(_ID, size=MAX_JOB_REFS), "users": _NAMES},
     "sched_diag": {},
     "forecast_stats": {"since": Num()},
+    # kiln fake-gpu NODE GPU --xid N|--ecc|--lost|--util PCT|--clear (operators; fake GPUs)
+    "fake_gpu": {"node": Str(256, required=True), "gpu": Int(0, 4096, required=True),
+                 "action": Str(16, required=True, choices=FAKE_ACTIONS), "value": Int(0, 1000)},
+    # kiln events: the nodes' audit history (GPU faults, drains, resumes)
+    "node_events": {"names": _NAMES, "limit": Int(1, 10_000)},
 }
 
 _GPU = Obj({"index": Int(0, 4096, required=True), "uuid": Str(128, required=True),
@@ -252,7 +258,8 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          "features": List(Str(256), size=256), "address": Str(256), "boot_time": TIME,
          # containment (agentd/cgroups.py): scontrol's line, and what is not enforced
          "cgroup": Str(256), "cgroup_reason": Str(256),
-         "slurmd_start_time": TIME}
+         "slurmd_start_time": TIME,
+         "fake_gpus": Bool()}  # its GPUs are --fake-gpus (kiln fake-gpu may inject)
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
 # usage = the batch step's live figures (schedd.slurm.stats.USAGE_KEYS), for sstat
@@ -282,6 +289,11 @@ AGENT_OPS: dict[str, Schema] = {
                   "steps": List(Int(0)),  # ids of jobs with step tasks alive here
                   # a job's processes outlived UnkillableStepTimeout: drain with this reason
                   "drain": Str(256),
+                  # GPU faults NVML reported since the last heartbeat (agentd/gpuhealth.py);
+                  # schedd decides which drain the GPU (schedd.slurm.gpufaults)
+                  "gpu_faults": List(Obj({"index": Int(0, 4096, required=True),
+                                          "kind": Str(16, required=True, choices=KINDS),
+                                          "xid": Int(0, 2**31), "detail": Str(256)}), size=64),
                   # srun steps' live figures on this node, for sstat
                   "step_usage": List(Obj({"job_id": Int(0, required=True),
                                           "step_id": Int(0, required=True),
@@ -416,4 +428,9 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     # srun --pty's input for a step's terminal (at its offset), and/or the terminal's new size
     "step_input": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                    "offset": Int(0, 2**62), "data": _INPUT, "winsize": WINSIZE},
+    # kiln fake-gpu, relayed: inject into the agent's fake NVML (agentd/gpuhealth.py)
+    "fake_gpu": {"gpu": Int(0, 4096, required=True),
+                 "action": Str(16, required=True, choices=FAKE_ACTIONS), "value": Int(0, 1000)},
+    # scontrol update State=RESUME: the agent's GPU watch forgets what it reported of these
+    "gpu_reset": {"gpus": List(Int(0, 4096), size=4096, required=True)},
 }

@@ -13,6 +13,7 @@ from schedd.context import Context
 from schedd.handlers import (
     agent,
     control,
+    gpus,
     insight,
     jobcontrol,
     nodes,
@@ -66,6 +67,8 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "update_reservation": resv.update_reservation,
     "delete_reservation": resv.delete_reservation,
     "query_reservations": resv.query_reservations,
+    "fake_gpu": gpus.fake_gpu,
+    "node_events": gpus.node_events,
 }
 
 AGENT_HANDLERS: dict[str, Handler] = {

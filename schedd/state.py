@@ -306,9 +306,10 @@ class State:
             return "DOWN"
         if node.state == NodeState.DRAIN:
             return "DRAINING" if use.jobs else "DRAINED"
-        if use.jobs == 0:
-            return "IDLE"
-        full = use.cpus >= node.cpus or (node.gpus and use.gpus >= len(node.gpus))
+        healthy = len(node.healthy_gpus)
+        if use.jobs == 0:  # a failed GPU (lifecycle/gpuhealth.py): part of it is unavailable
+            return "MIXED" if healthy < len(node.gpus) else "IDLE"
+        full = use.cpus >= node.cpus or (node.gpus and use.gpus >= healthy)
         return "ALLOCATED" if full else "MIXED"
 
     def _in_memory(self, job_id: int, task: int | None) -> list[JobState]:
@@ -430,9 +431,10 @@ class State:
         """The core's input, plus the reasons of pending jobs it must not consider."""
         nodes = [
             NodeView(
-                name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=list(n.gpus),
+                name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.healthy_gpus,
                 gpu_type=n.gpu_model, features=frozenset(n.features),
                 partitions=frozenset(n.partitions),
+                failed_gpus=len(n.gpus) - len(n.healthy_gpus),
                 available=n.state == NodeState.IDLE and self.node_alive(n, now),
             )
             for n in self.nodes.values()

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.lifecycle import health, transitions
+from schedd.lifecycle import gpuhealth, health, transitions
 from schedd.model import GPU, JobState, Node, NodeState
 from schedd.slurm.stats import clean_stats, clean_usage
 from schedd.state import RUNNING_STATES
@@ -35,7 +35,8 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
                     address=str(d.get("address", "")), boot_time=float(d.get("boot_time", 0)),
                     cgroup=str(d.get("cgroup", "")),
                     # an agent that does not say (an older one): it started about now
-                    slurmd_start_time=float(d.get("slurmd_start_time") or ctx.now()))
+                    slurmd_start_time=float(d.get("slurmd_start_time") or ctx.now()),
+                    fake_gpus=bool(d.get("fake_gpus")))
     except (KeyError, TypeError, ValueError) as exc:
         raise RequestError(f"bad node description: {exc}") from None
     now = ctx.now()
@@ -43,6 +44,10 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     if known is not None:  # an admin's DRAIN/DOWN outlives agent restarts
         node.state, node.reason = known.state, known.reason
         node.reason_time, node.reason_uid = known.reason_time, known.reason_uid
+        # a failed GPU stays failed across agent restarts (the same device: its UUID)
+        faults = {(g.index, g.uuid): g.fault for g in known.gpus if g.fault}
+        for g in node.gpus:
+            g.fault = faults.get((g.index, g.uuid), "")
         if node.state == NodeState.DOWN and known.reason in ("", health.NOT_RESPONDING):
             node.state, node.reason = NodeState.IDLE, ""
     node.reason = _containment_reason(node.reason, str(d.get("cgroup_reason", "")))
@@ -94,6 +99,8 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
     health.node_heard(ctx, node, now)
     if body.get("drain"):
         _drain(ctx, node, str(body["drain"]), now)
+    if body.get("gpu_faults"):  # NVML's faults (agentd/gpuhealth.py): fatal ones fail the GPU
+        gpuhealth.record(ctx, name, body["gpu_faults"], now)
     usage = _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
     _reconcile_steps(ctx, name, body.get("steps") or [])
     for item in body.get("step_usage") or []:

@@ -41,6 +41,9 @@ class AgentRegistry:
         # node -> {(job id, step: "batch" or "0", "1", ...): its live usage there}, as the node's
         # last heartbeat reported it (schedd.slurm.stats; sstat reads it, nothing stores it)
         self.usage: dict[str, dict[tuple[int, str], dict[str, float]]] = {}
+        # jobs on a failed GPU already sent their notice: job id -> (generation, stop at)
+        # (schedd/lifecycle/gpuhealth.py; memory only, rebuilt from the GPUs' faults)
+        self.gpu_noticed: dict[int, tuple[int, float]] = {}
 
     def _tell(self, node: str, op: str, body: dict[str, Any]) -> None:
         self._send(node.encode(), protocol.request(op, body, next(self._ids)))
@@ -159,6 +162,14 @@ class AgentRegistry:
         if step_id is not None:
             body["step_id"] = step_id
         self._tell(node, "terminate_steps", body)
+
+    def fake_gpu(self, node: str, gpu: int, action: str, value: int) -> None:
+        """kiln fake-gpu: inject into the node's fake NVML (agentd/gpuhealth.py)."""
+        self._tell(node, "fake_gpu", {"gpu": gpu, "action": action, "value": value})
+
+    def gpu_reset(self, node: str, gpus: list[int]) -> None:
+        """The node's GPUs were resumed: its agent watches them afresh."""
+        self._tell(node, "gpu_reset", {"gpus": list(gpus)})
 
     def signal(self, job: Job, signum: int, batch_only: bool, full: bool = False) -> None:
         """Slurm's scancel --signal: the job's steps (every node of it), or with ``batch_only``

@@ -304,10 +304,12 @@ def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
         return
     if verdict.state != JobState.NODE_FAIL:
         verdict.state = JobState(mark.ended)
-    node_down = mark.cause == "node_down"
+    node_down = mark.cause in ("node_down", "gpu_fail")  # lost under the job: --requeue rules
     verdict.requeue = mark.requeue and (job.requeue or not node_down)
     verdict.hold = mark.hold
-    verdict.why = "node set DOWN" if node_down else "scontrol requeue"
+    # a failed GPU's stop: the job's reason since its notice names the GPU and the fault
+    verdict.why = {"node_down": "node set DOWN", "gpu_fail": job.reason or "GPU failed"}.get(
+        mark.cause, "scontrol requeue")
     verdict.exit = mark.exit
     verdict.final = True
 
