@@ -1,5 +1,5 @@
 """--mail-user is checked as recipients before it is stored (schedd/slurm/mailuser.py), with one
-line naming the option, at submit and at ``scontrol update``; and MailProg is called with ``--``
+line naming the option, at submit (admission.check_text); and MailProg is called with ``--``
 before the recipient, so a value read as an option could not reach mail(1) even from an older row.
 """
 
