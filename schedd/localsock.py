@@ -121,8 +121,12 @@ class Connection:
 
 
 class LocalServer:
-    def __init__(self, endpoint: str, dispatch: Dispatch, mode: int = 0o777):
+    def __init__(self, endpoint: str, dispatch: Dispatch, mode: int = 0o777,
+                 max_unsent_total: int = 0, max_unsent_per_uid: int = 0):
         self.path = socket_path(endpoint)
+        # the bounds on replies not yet taken (0: this module's defaults)
+        self.max_unsent_total = max_unsent_total
+        self.max_unsent_per_uid = max_unsent_per_uid
         self.dispatch = dispatch
         self.conns: dict[int, Connection] = {}
         self._poller: Any = None
@@ -309,17 +313,19 @@ class LocalServer:
         """Drop the slowest readers until the replies not yet taken are within the bounds,
         per user and in all; ``keep`` (the reply just queued) is never dropped here."""
         uid = keep.caller.uid
+        per_uid = self.max_unsent_per_uid or MAX_UNSENT_PER_UID
+        total = self.max_unsent_total or MAX_UNSENT_TOTAL
         while True:
             sending = [c for c in self.conns.values() if c.sending]
             by_user: dict[int, int] = {}
             for c in sending:
                 by_user[c.caller.uid] = by_user.get(c.caller.uid, 0) + c.unsent
-            if by_user.get(uid, 0) > MAX_UNSENT_PER_UID:
+            if by_user.get(uid, 0) > per_uid:
                 order = [uid]
-                why = f"its user's unread replies are over {MAX_UNSENT_PER_UID} bytes"
-            elif sum(by_user.values()) > MAX_UNSENT_TOTAL:
+                why = f"its user's unread replies are over {per_uid} bytes"
+            elif sum(by_user.values()) > total:
                 order = sorted(by_user, key=lambda u: (-by_user[u], u != uid))
-                why = f"unread replies of all clients are over {MAX_UNSENT_TOTAL} bytes"
+                why = f"unread replies of all clients are over {total} bytes"
             else:
                 return
             candidates: list[Connection] = []

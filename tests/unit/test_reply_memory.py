@@ -112,3 +112,25 @@ def test_within_the_bounds_nobody_is_dropped(tmp_path: Path, bounds) -> None:
         assert all(c in rig.server.conns.values() for c in conns)
     finally:
         rig.close()
+
+
+def test_the_bounds_come_from_the_config(tmp_path: Path) -> None:
+    """``[schedd] reply_buffer_bytes`` / ``reply_buffer_per_user_bytes`` reach the server."""
+    from schedd import config
+
+    path = tmp_path / "kiln.toml"
+    path.write_text("[schedd]\nreply_buffer_bytes = 4194304\n"
+                    "reply_buffer_per_user_bytes = 2097152\n")
+    cfg = config.load(path)
+    assert (cfg.reply_buffer_bytes, cfg.reply_buffer_per_user_bytes) == (4 << 20, 2 << 20)
+    rig = Rig(tmp_path, 1 * MB)
+    rig.server.max_unsent_total = cfg.reply_buffer_bytes
+    rig.server.max_unsent_per_uid = cfg.reply_buffer_per_user_bytes
+    try:
+        first = rig.ask(1001)
+        for _ in range(6):
+            rig.ask(1001)
+        assert first not in rig.server.conns.values()
+        assert rig.held(1001) <= 3 * MB + 64 * 1024
+    finally:
+        rig.close()
