@@ -197,6 +197,10 @@ class Config:
     gpu_fault_grace: float = 5.0
     max_array_size: int = 1001
     max_job_count: int = 10_000  # MaxJobCount: pending and running jobs schedd accepts
+    # bytes of replies clients have not taken yet, in all and per user (schedd/localsock.py):
+    # past either, the slowest reader is dropped
+    reply_buffer_bytes: int = 64 * 1024 * 1024
+    reply_buffer_per_user_bytes: int = 32 * 1024 * 1024
     allow_root_jobs: bool = False
     curve: bool = False  # agents must present a CURVE key listed in keys_dir/authorized
     keys_dir: str = ""  # default {home}/keys

@@ -64,7 +64,9 @@ class Daemon:
         set_admin_lookup(lambda uid: self.state.accounts.admin_level(uid))
         self.ctx = zmq.Context()
         # the commands' endpoint: a Unix stream socket, identity from SO_PEERCRED
-        self.local = LocalServer(cfg.client_endpoint, self._handle_client)
+        self.local = LocalServer(cfg.client_endpoint, self._handle_client,
+                                 max_unsent_total=cfg.reply_buffer_bytes,
+                                 max_unsent_per_uid=cfg.reply_buffer_per_user_bytes)
         self.keyring = self._start_curve() if cfg.curve else None
         self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint, curve=cfg.curve)
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
