@@ -97,6 +97,13 @@ class AgentConfig:
     # seconds a launch waits for the directory of its -o/-e file (submit libraries make it
     # just after sbatch prints the job id) before the job fails saying why
     output_dir_wait: float = 5.0
+    # health checks (Slurm's HealthCheckProgram/HealthCheckInterval, docs/admin-guide.md):
+    # a non-zero exit drains the node with the first line of the program's output; with
+    # health_check_resume a node the check drained is resumed once it passes again
+    health_check_program: str = ""
+    health_check_interval: float = 0.0  # seconds; 0 = never
+    health_check_timeout: float = 60.0  # seconds a check may run before it counts as failed
+    health_check_resume: bool = False
 
 
 @dataclass(slots=True)

@@ -272,6 +272,8 @@ AGENT_OPS: dict[str, Schema] = {
                   "steps": List(Int(0)),  # ids of jobs with step tasks alive here
                   # a job's processes outlived UnkillableStepTimeout: drain with this reason
                   "drain": Str(256),
+                  # the health check's latest verdict: "" passed, else the Reason to drain with
+                  "health": Str(256),
                   # srun steps' live figures on this node, for sstat
                   "step_usage": List(Obj({"job_id": Int(0, required=True),
                                           "step_id": Int(0, required=True),

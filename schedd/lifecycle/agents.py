@@ -34,6 +34,9 @@ class AgentRegistry:
         # node -> {(job id, step: "batch" or "0", "1", ...): its live usage there}, as the node's
         # last heartbeat reported it (schedd.slurm.stats; sstat reads it, nothing stores it)
         self.usage: dict[str, dict[tuple[int, str], dict[str, float]]] = {}
+        # node -> the Reason its health check drained it with ([agent] health_check_resume
+        # resumes only these, and only while the reason and its (lack of an) admin uid stand)
+        self.health_drained: dict[str, str] = {}
 
     def _tell(self, node: str, op: str, body: dict[str, Any]) -> None:
         self._send(node.encode(), protocol.request(op, body, next(self._ids)))
