@@ -110,6 +110,13 @@ class AgentConfig:
     # task prolog's "export NAME=value", "unset NAME" and "print ..." lines shape the task
     task_prolog: str = ""
     task_epilog: str = ""
+    # health checks (Slurm's HealthCheckProgram/HealthCheckInterval, docs/admin-guide.md):
+    # a non-zero exit drains the node with the first line of the program's output; with
+    # health_check_resume a node the check drained is resumed once it passes again
+    health_check_program: str = ""
+    health_check_interval: float = 0.0  # seconds; 0 = never
+    health_check_timeout: float = 60.0  # seconds a check may run before it counts as failed
+    health_check_resume: bool = False
 
 
 SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog")

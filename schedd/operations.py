@@ -294,6 +294,8 @@ AGENT_OPS: dict[str, Schema] = {
                   "gpu_faults": List(Obj({"index": Int(0, 4096, required=True),
                                           "kind": Str(16, required=True, choices=KINDS),
                                           "xid": Int(0, 2**31), "detail": Str(256)}), size=64),
+                  # the health check's latest verdict: "" passed, else the Reason to drain with
+                  "health": Str(256),
                   # srun steps' live figures on this node, for sstat
                   "step_usage": List(Obj({"job_id": Int(0, required=True),
                                           "step_id": Int(0, required=True),

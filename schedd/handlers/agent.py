@@ -74,6 +74,29 @@ def _drain(ctx: Context, node: Node, reason: str, now: float = 0.0) -> None:
     log.error("node %s drained: %s", node.name, reason)
 
 
+def _health(ctx: Context, node: Node, verdict: str, now: float) -> None:
+    """The node's health check said ``verdict`` ("" passed, else the Reason): a failure drains
+    a node that is not drained or down already; with ``[agent] health_check_resume`` a pass
+    resumes a node only the check drained (an admin's drain or a later admin update of the
+    reason sets reason_uid, and such a node is never resumed here)."""
+    if verdict:
+        if node.state in (NodeState.DRAIN, NodeState.DOWN):
+            return
+        ctx.state.save_node(dataclasses.replace(node, state=NodeState.DRAIN, reason=verdict,
+                                                reason_time=now, reason_uid=None))
+        ctx.agents.health_drained[node.name] = verdict
+        log.error("node %s drained by its health check: %s", node.name, verdict)
+        return
+    reason = ctx.agents.health_drained.pop(node.name, None)
+    if reason is None or not ctx.cfg.agent.health_check_resume:
+        return
+    if node.state == NodeState.DRAIN and node.reason == reason and node.reason_uid is None:
+        ctx.state.save_node(dataclasses.replace(node, state=NodeState.IDLE, reason="",
+                                                reason_time=0.0, reason_uid=None))
+        log.warning("node %s resumed: its health check passes again", node.name)
+        ctx.wake_scheduler()
+
+
 def _containment_reason(reason: str, cgroup_reason: str) -> str:
     """The node's reason with what its agent cannot enforce (``cgroups: not enforced: ...``):
     set while the node has no other reason, cleared once the agent enforces everything; an
@@ -101,6 +124,8 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
         _drain(ctx, node, str(body["drain"]), now)
     if body.get("gpu_faults"):  # NVML's faults (agentd/gpuhealth.py): fatal ones fail the GPU
         gpuhealth.record(ctx, name, body["gpu_faults"], now)
+    if body.get("health") is not None:
+        _health(ctx, ctx.state.nodes[name], str(body["health"]), now)
     usage = _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
     _reconcile_steps(ctx, name, body.get("steps") or [])
     for item in body.get("step_usage") or []:

@@ -44,6 +44,9 @@ class AgentRegistry:
         # jobs on a failed GPU already sent their notice: job id -> (generation, stop at)
         # (schedd/lifecycle/gpuhealth.py; memory only, rebuilt from the GPUs' faults)
         self.gpu_noticed: dict[int, tuple[int, float]] = {}
+        # node -> the Reason its health check drained it with ([agent] health_check_resume
+        # resumes only these, and only while the reason and its (lack of an) admin uid stand)
+        self.health_drained: dict[str, str] = {}
 
     def _tell(self, node: str, op: str, body: dict[str, Any]) -> None:
         self._send(node.encode(), protocol.request(op, body, next(self._ids)))
