@@ -135,9 +135,9 @@ class Agent:
         # launches waiting for their output directory: key -> (spec, give up at)
         self._waiting: dict[tuple[int, int], tuple[dict[str, Any], float]] = {}
         self.heartbeat_interval = cfg.heartbeat_interval
-        self.health = HealthCheck("" if self.relay_only else cfg.agent.health_check_program,
-                                  cfg.agent.health_check_interval, node_name,
-                                  timeout=cfg.agent.health_check_timeout)
+        self.health_check = HealthCheck(
+            "" if self.relay_only else cfg.agent.health_check_program,
+            cfg.agent.health_check_interval, node_name, timeout=cfg.agent.health_check_timeout)
         self._last_heartbeat = 0.0
         self._registered = False
         self._register_keys: list[tuple[int, int]] = []
@@ -598,7 +598,7 @@ class Agent:
             for pending in (self._step_reports, self._step_outputs):
                 if len(pending) > 10_000:  # replies that never came (resent on their own)
                     pending.clear()
-            self.health.tick(now)  # in a thread of its own: the loop never waits on it
+            self.health_check.tick(now)  # in a thread of its own: the loop never waits on it
             if now - self._last_heartbeat >= self.heartbeat_interval:
                 self._heartbeat(now)
             if now - self._last_heard > self._silence_window():
@@ -665,7 +665,7 @@ class Agent:
         faults = self._gpu_faults[:64]
         if faults:
             body["gpu_faults"] = [f.wire() for f in faults]
-        verdict = self.health.verdict()
+        verdict = self.health_check.verdict()
         if verdict is not None:  # "" passed; else the failing check's first line
             body["health"] = verdict
         msg_id = self._send("heartbeat", body)
