@@ -42,11 +42,11 @@ def test_quickstart_as_an_ordinary_user_runs_a_personal_cluster() -> None:
         assert re.search(r"^hello from node[12], GPU 0$", quick.stdout, re.M), quick.stdout
         assert (home / ".kiln" / "kiln.toml").exists()
         # the daemons are the user's own, not root's
-        daemons = [p for p in psutil.process_iter(["username", "cmdline"])
-                   if any(str(home / ".kiln") in a for a in p.info["cmdline"] or [])
-                   and any(a.endswith(("/schedd", "/agentd")) for a in p.info["cmdline"] or [])]
-        assert len(daemons) == 3, [p.info for p in daemons]
-        assert {p.info["username"] for p in daemons} == {user}
+        pid_files = sorted((home / ".kiln").rglob("*.pid"))
+        assert [p.name for p in pid_files] == ["agentd-node1.pid", "agentd-node2.pid",
+                                               "schedd.pid"], pid_files
+        owners = {psutil.Process(int(p.read_text().split()[0])).username() for p in pid_files}
+        assert owners == {user}
 
         job = _as(user, clone, "sbatch", "--parsable", "--wrap", "sleep 300")
         assert job.returncode == 0, job.stderr
