@@ -21,6 +21,7 @@ login node's agent does only that (``--relay-only``: no node registered, no jobs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -37,10 +38,13 @@ from typing import Any
 import zmq
 
 from agentd import cgroups as cgroup_mod
+from agentd import gpuhealth
 from agentd import gpus as gpu_discovery
 from agentd.forward import check_cap
+from agentd.health import HealthCheck
 from agentd.launcher import Finished, Launcher, LaunchError, OutputDirMissing
 from agentd.lease import RENEWING_OPS, Lease
+from agentd.prolog import Outcome, Scripts, exit_env, script_env
 from agentd.relay import Relay, should_serve
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
@@ -52,6 +56,8 @@ from schedd.slurm import stats as stat_keys
 log = logging.getLogger("agentd")
 
 TICK_MS = 100
+NODE_PROLOG = "_node_prolog"  # marks a prolog's payload: a job whose batch host is elsewhere
+NODE_EPILOG = "node epilog"  # the payload of such a job's epilog
 RESEND_AFTER = 3.0  # seconds before an unacknowledged report is sent again
 
 
@@ -69,7 +75,17 @@ class Agent:
             fake = "0"  # a login node offers nothing to jobs
         self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name,
                                            island_cpus=cfg.agent.gpu_island_cpus)
-        self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval)
+        # GPU faults (agentd/gpuhealth.py): fake GPUs' own NVML, which kiln fake-gpu feeds
+        self.fake_nvml = gpuhealth.FakeNvml(len(self.gpus)) if fake and self.gpus else None
+        self.health: gpuhealth.Watcher | None = None
+        if self.fake_nvml is not None:
+            self.health = gpuhealth.Watcher(self.fake_nvml, len(self.gpus), counters_every=0.5)
+        elif self.gpus:
+            self.health = gpuhealth.nvml_watcher(len(self.gpus))
+        self._gpu_faults: list[gpuhealth.Fault] = []  # not yet taken by schedd
+        self._fault_msgs: dict[int, list[gpuhealth.Fault]] = {}  # heartbeat id -> its faults
+        self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval,
+                                    overrides=self.fake_nvml)
         self.cpus = cpus or host_cpus
         self.memory_mb = memory_mb or host_mem
         self.features = features or []
@@ -78,10 +94,30 @@ class Agent:
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
                                  allow_root=cfg.allow_root_jobs, cgroups=self.cgroups)
         recovered = self.launcher.recover()
+        a = cfg.agent  # Prolog / Epilog (agentd/prolog.py), off the loop
+        self.scripts = Scripts(a.prolog, a.epilog, a.prolog_timeout, a.epilog_timeout,
+                               spool / "prolog")
+        self._held_steps: dict[int, list[dict[str, Any]]] = {}  # job id -> steps (prolog)
+        # the prologs run here for multi-node jobs whose batch host is another node:
+        # (job, generation) -> (passed, why not), answered again to a resent job_prolog
+        self._node_prologs: OrderedDict[tuple[int, int], tuple[bool, str]] = OrderedDict()
+        # epilogs of such jobs, waiting for the job's step tasks here to be gone
+        self._node_epilogs: dict[tuple[int, int], dict[str, Any]] = {}
+        self._node_epilogs_running: set[tuple[int, int]] = set()
+        self._drains: list[str] = []  # reasons for schedd to drain this node (heartbeat)
+        # (job, generation) -> the environment its epilog gets (kept from its launch)
+        self._script_envs: dict[tuple[int, int], dict[str, str]] = {}
+        for r in self.launcher.running():  # re-attached after a restart: from the spool
+            record = self.launcher.record(r["job_id"], r["generation"])
+            if self.scripts.configured("epilog") and record is not None:
+                with contextlib.suppress(KeyError):
+                    self._script_envs[(r["job_id"], r["generation"])] = script_env(
+                        record, node_name, "epilog_slurmd")
         self.steps = StepRunner(  # srun's tasks (agentd/step_tasks.py)
             self.launcher, node_name,
             step_cap=check_cap(cfg.agent.step_spool_cap_mb, "step_spool_cap_mb"),
-            node_cap=check_cap(cfg.agent.node_spool_cap_mb, "node_spool_cap_mb"))
+            node_cap=check_cap(cfg.agent.node_spool_cap_mb, "node_spool_cap_mb"),
+            task_prolog=cfg.agent.task_prolog, task_epilog=cfg.agent.task_epilog)
         self._step_reports: dict[int, tuple[int, int]] = {}  # msg id -> (job id, step id)
         self._step_outputs: dict[int, Any] = {}  # msg id -> the chunk it carried (its token)
         self.ctx = zmq.Context()
@@ -99,6 +135,9 @@ class Agent:
         # launches waiting for their output directory: key -> (spec, give up at)
         self._waiting: dict[tuple[int, int], tuple[dict[str, Any], float]] = {}
         self.heartbeat_interval = cfg.heartbeat_interval
+        self.health_check = HealthCheck(
+            "" if self.relay_only else cfg.agent.health_check_program,
+            cfg.agent.health_check_interval, node_name, timeout=cfg.agent.health_check_timeout)
         self._last_heartbeat = 0.0
         self._registered = False
         self._register_keys: list[tuple[int, int]] = []
@@ -190,7 +229,7 @@ class Agent:
             self._last_heartbeat = time.time()
             return
         node = {"name": self.name, "cpus": self.cpus, "memory_mb": self.memory_mb,
-                "gpus": [dataclasses.asdict(g) for g in self.gpus],
+                "gpus": [_gpu_wire(g) for g in self.gpus], "fake_gpus": bool(self.fake_nvml),
                 "features": self.features, "address": socket.gethostname(),
                 "boot_time": _boot_time(), "slurmd_start_time": _agent_start()}
         if self.cgroups is not None:  # scontrol show node's line, and the node's reason
@@ -212,6 +251,12 @@ class Agent:
                 item["usage"] = usage
             out.append(item)
         out += [{"job_id": j, "generation": g} for j, g in self._waiting]  # held, not started
+        # in their prolog (not started yet: "configuring") or their epilog (ended, not yet
+        # reported)
+        out += [{"job_id": j, "generation": g, "configuring": True}
+                for j, g in self.scripts.running("prolog")]
+        out += [{"job_id": j, "generation": g} for j, g in self.scripts.running("epilog")
+                if (j, g) not in self._node_epilogs_running]  # those are schedd's no more
         return out
 
     def _end_body(self, fin: Finished) -> dict[str, Any]:
@@ -227,10 +272,15 @@ class Agent:
             body["stats"] = stats
         return body
 
-    def _report(self, fin: Finished, error: str = "") -> None:
+    def _report(self, fin: Finished, error: str = "", drain: str = "",
+                prolog_failed: bool = False) -> None:
         body = self._end_body(fin)
         if error:
             body["error"] = error[:512]
+        if drain:  # schedd drains this node with the reason before it records the end
+            body["drain"] = drain[:256]
+        if prolog_failed:
+            body["prolog_failed"] = True
         key = (fin.job_id, fin.generation)
         self._unacked[key] = (time.time(), body)
         self._report_ids[self._send("job_ended", body)] = key
@@ -270,6 +320,9 @@ class Agent:
                     self.steps.output_answered(token, {"gone": True})
             return
         body = msg.get("body") or {}
+        if op == "heartbeat":  # the faults it carried are schedd's now
+            taken = self._fault_msgs.pop(msg_id, [])  # type: ignore[arg-type]
+            self._gpu_faults = [f for f in self._gpu_faults if f not in taken]
         if op == "register":
             self._registered = True
             self.heartbeat_interval = float(body.get("heartbeat_interval", self.heartbeat_interval))
@@ -315,8 +368,19 @@ class Agent:
             return
         if op == "launch":
             self._launch(body["launch"])
+        elif op == "job_prolog":
+            self._node_prolog(body["prolog"])
+        elif op == "job_epilog":  # run once no step task of the job is left here
+            spec = body["epilog"]
+            self._node_epilogs[(spec["job_id"], spec["generation"])] = spec
         elif op == "terminate":
-            self._waiting.pop((body["job_id"], body["generation"]), None)
+            key = (body["job_id"], body["generation"])
+            if self.scripts.has(key, "epilog"):
+                return  # it has ended; its end is reported once its epilog is done
+            if self.scripts.cancel(key, "prolog") is not None:  # cancelled in its prolog:
+                self._script_envs.pop(key, None)  # it never starts, and has no epilog
+                self._held_steps.pop(key[0], None)
+            self._waiting.pop(key, None)
             if not self.launcher.terminate(body["job_id"], body["generation"], body["state"]):
                 # not running here (never arrived, or long gone): schedd still waits for an end
                 self._report(Finished(body["job_id"], body["generation"], body["state"], 0, 0,
@@ -324,11 +388,35 @@ class Agent:
         elif op == "signal":
             self._signal(body)
         elif op == "launch_step":
-            self.steps.launch(body["step"])
+            job_id = body["step"].get("job_id")
+            if any(j == job_id for j, _ in self.scripts.running("prolog")):
+                self._held_steps.setdefault(job_id, []).append(body["step"])  # after it
+            else:
+                self.steps.launch(body["step"])
         elif op == "terminate_steps":
             self.steps.terminate(body["job_id"], body.get("step_id"), body["state"])
         elif op == "step_input":
             self.steps.input(body)
+        elif op == "fake_gpu":
+            self._fake_gpu(body)
+        elif op == "gpu_reset":
+            if self.health is not None:
+                self.health.reset(body["gpus"])
+            self._gpu_faults = [f for f in self._gpu_faults if f.index not in body["gpus"]]
+            log.info("GPUs %s resumed by schedd", body["gpus"])
+
+    def _fake_gpu(self, body: dict[str, Any]) -> None:
+        """kiln fake-gpu: inject into this node's fake NVML (schedd refuses real GPUs; an
+        agent with real ones refuses too)."""
+        if self.fake_nvml is None:
+            log.warning("kiln fake-gpu refused: this node's GPUs are not fake")
+            return
+        if body["gpu"] >= len(self.fake_nvml.devices):
+            log.warning("kiln fake-gpu refused: no GPU %d here", body["gpu"])
+            return
+        self.fake_nvml.inject(body["gpu"], body["action"], body.get("value") or 0)
+        log.warning("fake GPU %d: %s %s injected", body["gpu"], body["action"],
+                    body.get("value") if body["action"] in ("xid", "util") else "")
 
     def _signal(self, body: dict[str, Any]) -> None:
         """scancel --signal as Slurm 22.05 delivers it: by default to the job's srun steps
@@ -350,7 +438,102 @@ class Agent:
         self._seen[key] = None  # type: ignore[index]
         while len(self._seen) > 10_000:
             self._seen.popitem(last=False)
+        if self.scripts.configured("epilog"):
+            with contextlib.suppress(KeyError):  # a malformed launch: the launcher says why
+                self._script_envs[key] = script_env(  # type: ignore[index]
+                    spec, self.name, "epilog_slurmd")
+        if self.scripts.configured("prolog"):
+            try:
+                env = script_env(spec, self.name, "prolog_slurmd")
+            except KeyError:
+                env = None
+            if env is not None:  # the job starts once its prolog has passed (_script_done)
+                self.scripts.start("prolog", key, env, spec)  # type: ignore[arg-type]
+                return
         self._try_launch(spec, time.time() + self.cfg.agent.output_dir_wait)
+
+    def _node_prolog(self, spec: dict[str, Any]) -> None:
+        """The prolog of a multi-node job whose batch host is another node (schedd sends
+        the batch script once every node's prolog has passed); its result goes back in
+        ``prolog_done``, again for a resend."""
+        key = (spec["job_id"], spec["generation"])
+        if self.scripts.has(key, "prolog"):
+            return
+        if key in self._node_prologs:
+            self._prolog_done(key, *self._node_prologs[key])
+            return
+        self.scripts.start("prolog", key, script_env(spec, self.name, "prolog_slurmd"),
+                           {**spec, NODE_PROLOG: True})
+
+    def _start_node_epilogs(self) -> None:
+        if not self._node_epilogs:
+            return
+        live = set(self.steps.job_ids())
+        for key, spec in list(self._node_epilogs.items()):
+            if key[0] in live or self.scripts.has(key, "epilog"):
+                continue
+            del self._node_epilogs[key]
+            env = script_env(spec, self.name, "epilog_slurmd")
+            env.update(exit_env(int(spec.get("exit_code") or 0),
+                                int(spec.get("exit_signal") or 0)))
+            self.scripts.start("epilog", key, env, NODE_EPILOG)
+            self._node_epilogs_running.add(key)
+
+    def _prolog_done(self, key: tuple[int, int], ok: bool, why: str) -> None:
+        self._node_prologs[key] = (ok, why)
+        while len(self._node_prologs) > 10_000:
+            self._node_prologs.popitem(last=False)
+        body: dict[str, Any] = {"node": self.name, "job_id": key[0], "generation": key[1],
+                                "ok": ok}
+        if why:
+            body["error"] = why[:512]
+        self._send("prolog_done", body)
+
+    def _script_done(self, outcome: Outcome) -> None:
+        """A prolog or epilog has ended (agentd/prolog.py): start the job, or report its end;
+        a failure drains this node (and a failed prolog requeues the job held)."""
+        job_id, generation = outcome.key
+        now = time.time()
+        if outcome.kind == "prolog":
+            spec = outcome.payload
+            steps = self._held_steps.pop(job_id, [])  # srun's, sent while the prolog ran
+            if spec.get(NODE_PROLOG):  # not the batch host: schedd decides
+                self._prolog_done(outcome.key, outcome.ok,
+                                  "" if outcome.ok else f"prolog failed: {outcome.why}")
+                for step in steps if outcome.ok else []:
+                    self.steps.launch(step)
+                return
+            if outcome.ok:
+                self._try_launch(spec, now + self.cfg.agent.output_dir_wait)
+                for step in steps:
+                    self.steps.launch(step)
+                return
+            self._script_envs.pop(outcome.key, None)  # no epilog for a job that never ran
+            self._report(Finished(job_id, generation, "FAILED", outcome.exit_code & 0xFF, 0,
+                                  now, now),
+                         error=f"prolog failed: {outcome.why}",
+                         drain="Prolog error", prolog_failed=True)
+            return
+        if outcome.payload == NODE_EPILOG:  # a job whose batch host is elsewhere
+            self._node_epilogs_running.discard(outcome.key)
+            if not outcome.ok:
+                self._drains.append("Epilog error")
+            return
+        fin, error = outcome.payload
+        if outcome.ok:
+            self._report(fin, error=error)
+            return
+        self._report(fin, error=error, drain="Epilog error")
+
+    def _job_over(self, fin: Finished, error: str = "") -> None:
+        """A job has ended here (its cgroup empty): its epilog first, when there is one, then
+        the report to schedd."""
+        env = self._script_envs.pop((fin.job_id, fin.generation), None)
+        if env is None or not self.scripts.configured("epilog"):
+            self._report(fin, error=error)
+            return
+        env.update(exit_env(fin.exit_code, fin.exit_signal))
+        self.scripts.start("epilog", (fin.job_id, fin.generation), env, (fin, error))
 
     def _try_launch(self, spec: dict[str, Any], give_up_at: float) -> None:
         """Start the job; one whose output directory is missing waits (``_retry_waiting``)
@@ -377,8 +560,8 @@ class Agent:
         log.error("launch of job %s failed: %s", spec.get("job_id"), exc)
         now = time.time()
         code = exc.exit_code if isinstance(exc, LaunchError) else 1
-        self._report(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", code,
-                              0, now, now), error=f"launch failed: {exc}")
+        self._job_over(Finished(int(spec["job_id"]), int(spec["generation"]), "FAILED", code,
+                                0, now, now), error=f"launch failed: {exc}")
 
     def _retry_waiting(self) -> None:
         for spec, give_up_at in list(self._waiting.values()):
@@ -402,8 +585,12 @@ class Agent:
             self._retry_waiting()
             now = time.time()
             self.sampler.tick(now, self.launcher.running(), self.steps.live_tasks())
+            self._watch_gpus(now)
             for fin in self.launcher.poll(now):
-                self._report(fin, error=f"launch failed: {fin.error}" if fin.error else "")
+                self._job_over(fin, error=f"launch failed: {fin.error}" if fin.error else "")
+            self._start_node_epilogs()
+            for outcome in self.scripts.poll(now):
+                self._script_done(outcome)
             for key, body in self.steps.poll(now):
                 self._step_reports[self._send("step_ended", body)] = key
             for token, body in self.steps.output_due(now):
@@ -411,6 +598,7 @@ class Agent:
             for pending in (self._step_reports, self._step_outputs):
                 if len(pending) > 10_000:  # replies that never came (resent on their own)
                     pending.clear()
+            self.health_check.tick(now)  # in a thread of its own: the loop never waits on it
             if now - self._last_heartbeat >= self.heartbeat_interval:
                 self._heartbeat(now)
             if now - self._last_heard > self._silence_window():
@@ -428,6 +616,7 @@ class Agent:
         if self.relay is not None:
             self.relay.close()
         self.launcher.close()  # its supervisor fork server; the supervisors run on
+        self.scripts.close()  # a prolog's job never started: the next agent is sent it again
         if self.cgroups is not None:
             self.cgroups.close()  # this node's directories, once no job is left in them
         self.sock.close(0)
@@ -448,6 +637,17 @@ class Agent:
                 except KeyError:
                     pass
 
+    def _watch_gpus(self, now: float) -> None:
+        """New GPU faults go to schedd at once (a heartbeat now), until it has taken them."""
+        if self.health is None:
+            return
+        faults = self.health.poll(now)
+        for fault in faults:
+            log.error("GPU %d: %s (%s)", fault.index, fault.kind, fault.detail)
+        if faults:
+            self._gpu_faults = (self._gpu_faults + faults)[-256:]
+            self._last_heartbeat = 0.0
+
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now
         if self.relay_only:
@@ -460,7 +660,19 @@ class Agent:
                 "step_usage": self.sampler.step_usage()}
         if self.launcher.unkillable:  # UnkillableStepTimeout: schedd drains the node, once
             body["drain"] = self.launcher.unkillable.pop(0)[:256]
-        self._send("heartbeat", body)
+        elif self._drains:  # a failed epilog of a job whose batch host is another node
+            body["drain"] = self._drains.pop(0)[:256]
+        faults = self._gpu_faults[:64]
+        if faults:
+            body["gpu_faults"] = [f.wire() for f in faults]
+        verdict = self.health_check.verdict()
+        if verdict is not None:  # "" passed; else the failing check's first line
+            body["health"] = verdict
+        msg_id = self._send("heartbeat", body)
+        if faults:
+            self._fault_msgs[msg_id] = faults
+            while len(self._fault_msgs) > 64:  # replies that never came: resent anyway
+                self._fault_msgs.pop(next(iter(self._fault_msgs)))
         for key, (sent, body) in list(self._unacked.items()):
             if now - sent >= RESEND_AFTER:
                 self._unacked[key] = (now, body)
@@ -468,6 +680,13 @@ class Agent:
 
     def stop(self, *_: Any) -> None:
         self._stopping = True
+
+
+def _gpu_wire(gpu: Any) -> dict[str, Any]:
+    """A GPU as registration describes it; its health is schedd's to keep (``fault``)."""
+    d = dataclasses.asdict(gpu)
+    d.pop("fault", None)
+    return d
 
 
 def _make_cgroups(cfg: kconfig.Config, node_name: str, spool: Path) -> cgroup_mod.Cgroups:

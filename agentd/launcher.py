@@ -460,6 +460,12 @@ class Launcher:
         return [{"job_id": j.job_id, "generation": j.generation, "pid": self._job_pid(j),
                  "start_time": j.start_time} for j in self._jobs.values()]
 
+    def record(self, job_id: int, generation: int) -> dict[str, Any] | None:
+        """The spool record of a job running here (its launch spec, less its script and
+        environment), or None."""
+        job = self._jobs.get((job_id, generation))
+        return None if job is None else dict(job.record)
+
     def _job_pid(self, job: _Job) -> int:
         if not job.pid:
             with contextlib.suppress(OSError, ValueError):

@@ -66,16 +66,25 @@ def fake_gpu_sample(job_id: int, index: int, memory_mb: int) -> tuple[float, flo
 
 
 class FakeGPUs:
-    """Readings for ``--fake-gpus`` nodes (see ``fake_gpu_sample``)."""
+    """Readings for ``--fake-gpus`` nodes (see ``fake_gpu_sample``). ``overrides`` (the fake
+    NVML of agentd/gpuhealth.py: its ``util(index)``) may set a GPU's utilisation: ``kiln
+    fake-gpu NODE GPU --util PCT``, until ``--clear``."""
 
     simulated = True
 
-    def __init__(self, gpus: Iterable[GPU]):
+    def __init__(self, gpus: Iterable[GPU], overrides: Any = None):
         self.memory = {g.index: g.memory_mb for g in gpus}
+        self.overrides = overrides
 
     def sample(self, job_id: int, gpus: list[int], pids: set[int]) -> list[tuple[float, float]]:
-        return [fake_gpu_sample(job_id, i, self.memory.get(i, 0)) for i in gpus
-                if i in self.memory]
+        out = []
+        for i in gpus:
+            if i not in self.memory:
+                continue
+            util, memory = fake_gpu_sample(job_id, i, self.memory[i])
+            forced = self.overrides.util(i) if self.overrides is not None else None
+            out.append((util if forced is None else forced, memory))
+        return out
 
 
 class NvmlGPUs:
@@ -358,12 +367,14 @@ class Sampler:
         return samples.stats(cpu, peak_rss_kb)
 
 
-def make_sampler(gpus: list[GPU], fake: bool, interval: float) -> Sampler:
-    """The sampler for this node: fake readings for fake GPUs, NVML for real ones, RSS only
-    when the node has no GPU or NVML will not start."""
+def make_sampler(gpus: list[GPU], fake: bool, interval: float,
+                 overrides: Any = None) -> Sampler:
+    """The sampler for this node: fake readings for fake GPUs (``overrides``: see
+    ``FakeGPUs``), NVML for real ones, RSS only when the node has no GPU or NVML will not
+    start."""
     backend: GPUBackend | None = None
     if gpus and fake:
-        backend = FakeGPUs(gpus)
+        backend = FakeGPUs(gpus, overrides)
     elif gpus:
         try:
             backend = NvmlGPUs()

@@ -35,8 +35,10 @@ import os
 import shutil
 import signal as _signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentd import launcher as lch
@@ -57,6 +59,7 @@ from schedd import operations, protocol
 log = logging.getLogger("agentd.step_tasks")
 
 EXEC_FAILED = 2  # exit code of a task whose command could not be exec'd (slurmstepd's)
+TASK_WRAPPER = str(Path(__file__).with_name("task_wrapper.py"))  # TaskProlog / TaskEpilog
 DEFAULT_NODE_CAP = 1024 * 1024 * 1024  # bytes of forwarded output held on a node, at most
 
 
@@ -116,10 +119,13 @@ class StepRunner:
     the daemon must call both from its one thread."""
 
     def __init__(self, launcher: lch.Launcher, node_name: str,
-                 step_cap: int = DEFAULT_STEP_CAP, node_cap: int = DEFAULT_NODE_CAP):
+                 step_cap: int = DEFAULT_STEP_CAP, node_cap: int = DEFAULT_NODE_CAP,
+                 task_prolog: str = "", task_epilog: str = ""):
         if step_cap <= 0 or node_cap <= 0:
             raise ValueError("the forwarded-output caps must be positive")
         self.launcher = launcher
+        # the site's TaskProlog / TaskEpilog ([agent] task_prolog, task_epilog)
+        self.task_prolog, self.task_epilog = task_prolog, task_epilog
         self.node_name = node_name
         self.step_cap = step_cap  # bytes of one step's forwarded output held here, at most
         self.node_cap = node_cap  # ... of every step's together
@@ -251,6 +257,7 @@ class StepRunner:
                 task.exited, task.exit_code = True, 1
             return
         join: list[int] = []
+        argv = self._wrapped(spec)
         try:
             if step.cgroup is not None:
                 join = step.cgroup.open_procs(step.leaf)
@@ -264,7 +271,7 @@ class StepRunner:
                 if note and task is step.tasks[0]:
                     lch._write_fd(err_fd, note)
                 env = {**spec["environment"], **_strings(entry.get("env"))}
-                self._exec(step, task, spec["argv"], env, cwd, (in_fd, out_fd, err_fd), join)
+                self._exec(step, task, argv, env, cwd, (in_fd, out_fd, err_fd), join)
         except OSError as exc:
             log.error("step %d.%d cannot join its cgroup: %s", step.job_id, step.step_id, exc)
             for task in step.tasks:
@@ -273,6 +280,21 @@ class StepRunner:
         finally:
             for fd in {*fds.values(), *join}:
                 os.close(fd)
+
+    def _wrapped(self, spec: dict[str, Any]) -> list[str]:
+        """The task's command, behind ``agentd/task_wrapper.py`` when a TaskProlog or
+        TaskEpilog applies: the site's and srun's prologs (in that order) before it, srun's
+        and the site's epilogs after it, all run as the task."""
+        prologs = [p for p in (self.task_prolog, spec.get("task_prolog")) if p]
+        epilogs = [p for p in (spec.get("task_epilog"), self.task_epilog) if p]
+        if not prologs and not epilogs:
+            return list(spec["argv"])
+        argv = [sys.executable, "-I", TASK_WRAPPER]
+        for path in prologs:
+            argv += ["--prolog", path]
+        for path in epilogs:
+            argv += ["--epilog", path]
+        return [*argv, "--", *spec["argv"]]
 
     def _open_forwarded(self, step: _Step, spec: dict[str, Any]) -> dict[StreamKey, int]:
         """The agent's files for the streams schedd forwards; their write descriptors."""

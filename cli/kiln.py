@@ -1,4 +1,5 @@
-"""``kiln``: the umbrella command (up/down/status, db, sim, bench, keygen).
+"""``kiln``: the umbrella command (up/down/status, db, sim, bench, keygen, why, stats, top,
+fake-gpu, events).
 
 Each subcommand lives in its own module and is imported only when it runs, so ``kiln status``
 does not pay for SQLAlchemy and ``kiln db upgrade`` does not pay for the simulator.
@@ -22,6 +23,8 @@ SUBCOMMANDS = {
     "why": ("cli.why", "why"),
     "stats": ("cli.stats", "stats"),
     "top": ("cli.top", "top"),
+    "fake-gpu": ("cli.gpus", "fake_gpu"),
+    "events": ("cli.gpus", "events"),
 }
 
 

@@ -53,6 +53,17 @@ def gpu_sockets(node: dict[str, Any]) -> str:
     return format_cpu_list(near)
 
 
+def node_gres_drain(node: dict[str, Any]) -> str:
+    """The node's failed GPUs (kiln's per-GPU drain, schedd/lifecycle/gpuhealth.py) as Slurm
+    spells a GRES with indices, ``gpu:a100:1(IDX:0)``; '' when none failed."""
+    failed = [int(g["index"]) for g in node.get("gpus") or [] if g.get("fault")]
+    if not failed:
+        return ""
+    gtype = gres_type(str(node["gpus"][0].get("model", "")))
+    kind = f"gpu:{gtype}" if gtype else "gpu"
+    return f"{kind}:{len(failed)}(IDX:{format_cpu_list(failed)})"
+
+
 def node_gres_used(node: dict[str, Any]) -> str:
     gpus = node.get("gpus") or []
     if not gpus:

@@ -22,7 +22,7 @@ from cli.formats import (
     job_tres,
     mem_str,
 )
-from cli.nodeview import node_gres
+from cli.nodeview import node_gres, node_gres_drain
 from cli.options import (
     NO_ARG,
     Opt,
@@ -374,6 +374,7 @@ def node_lines(node: dict[str, Any], now: float) -> list[str]:
         f"AvailableFeatures={features}",
         f"ActiveFeatures={features}",
         f"Gres={node_gres(node)}",
+        *([f"GresDrain={node_gres_drain(node)}"] if node_gres_drain(node) else []),
         f"NodeAddr={address} NodeHostName={node['name']} Version=kiln",
         f"RealMemory={mem} AllocMem={alloc_mem} FreeMem=N/A Sockets={cpus} Boards=1",
         f"State={node.get('state_display') or node.get('state', 'IDLE')} ThreadsPerCore=1 "

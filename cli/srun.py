@@ -112,9 +112,11 @@ _MODES = {"n": NO_ARG, "r": REQUIRED, "o": OPTIONAL}
 _ALIASES = {"tasks-per-node": "ntasks-per-node"}
 # Options whose meaning kiln's srun does not implement and that change what runs.
 UNSUPPORTED = {"multi-prog", "no-allocate", "relative", "het-group", "bcast",
-               "task-prolog", "task-epilog", "prolog", "epilog", "send-libs", "test-only"}
+               "prolog", "epilog", "send-libs", "test-only"}
 # Settings of the submitted job that are per task for the srun inside it, not the job's.
-_STEP_ONLY = {"stdout", "stderr", "open_mode", "label", "unbuffered", "stdin"}
+_STEP_ONLY = {"stdout", "stderr", "open_mode", "label", "unbuffered", "stdin", "task_prolog",
+              "task_epilog"}
+TASK_SCRIPTS = {"task-prolog": "task_prolog", "task-epilog": "task_epilog"}
 
 # srun(1)'s INPUT ENVIRONMENT VARIABLES (22.05) that are a user's options -> option. Left
 # out on purpose: the variables an allocation exports to its shell or script (SLURM_JOB_ID,
@@ -180,12 +182,17 @@ def parse(argv: Sequence[str]) -> tuple[Settings, list[str]]:
             print(f"{PROG}: warning: {warning}", file=sys.stderr)
     settings: Settings = {"_max_array_size": paths.max_array_size()}
     try:
-        apply_options(settings, [(o, v) for o, v in parsed if o.dest != "input"])
+        apply_options(settings, [(o, v) for o, v in parsed
+                                 if o.dest != "input" and o.dest not in TASK_SCRIPTS])
     except OptionError as exc:
         raise CommandError(exc.message, prefixed=exc.prefixed) from None
     for opt, value in parsed:
         if opt.dest == "input" and (value or "").lower() != "none":
             fail("--input other than 'none' is not supported: tasks read /dev/null")
+        if opt.dest in TASK_SCRIPTS:  # run as the user on the task's node: a full path
+            if not value:
+                fail(f"--{opt.long} needs a program")
+            settings[TASK_SCRIPTS[opt.dest]] = os.path.abspath(value)
         if opt.dest == "jobid":
             if not (value or "").isdigit():
                 fail(f'Invalid numeric value "{value}" for --jobid.')
@@ -339,6 +346,9 @@ def step_body(job_id: int, settings: Settings, command: list[str],
         body["forward"] = True  # stdout (and stderr without -e) comes to srun over the wire
     if settings.get("open_mode"):
         body["open_mode"] = settings["open_mode"]
+    for name in ("task_prolog", "task_epilog"):
+        if settings.get(name):
+            body[name] = settings[name]
     return body
 
 
@@ -527,6 +537,10 @@ def _wait_released(client: Client, job_id: int) -> None:
                 raise
             return
         if not jobs or jobs[0]["state"] in _FINISHED:
+            return
+        if jobs[0]["state"] == "PENDING":  # requeued (its prolog failed, its node died)
+            print(f"{PROG}: error: Job allocation {job_id} has been revoked.",
+                  file=sys.stderr, flush=True)
             return
         time.sleep(poll)
         poll = min(poll * 2, POLL_MAX)

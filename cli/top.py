@@ -127,10 +127,12 @@ def nodes_table(state: ClusterState, view: View, limit: int | None = None) -> An
     for node in shown:
         total, alloc = len(node.get("gpus") or []), int(node.get("alloc_gpus") or 0)
         display = str(node.get("state_display") or node.get("state") or "")
-        drained = total - alloc if display.startswith(("DRAIN", "DOWN")) else 0
+        # a failed GPU (an NVML fault, until RESUME) is drained on its own: marked "!gpu"
+        failed = sum(1 for g in node.get("gpus") or [] if g.get("fault"))
+        drained = total - alloc if display.startswith(("DRAIN", "DOWN")) else failed
         util, mem, sim = sampled.get(node["name"], (None, None, False))
-        table.add_row(node["name"], display.lower(), str(total), str(alloc),
-                      str(total - alloc - drained), str(drained),
+        table.add_row(node["name"], display.lower() + (" !gpu" if failed else ""), str(total),
+                      str(alloc), str(max(total - alloc - drained, 0)), str(drained),
                       "-" if util is None else f"{util:.0f}%{' sim' if sim else ''}",
                       "-" if mem is None else f"{mem / 1024:.1f}G")
     if len(shown) < len(nodes):

@@ -41,13 +41,14 @@ def explain_lines(reply: dict[str, Any], stats: dict[str, Any] | None) -> list[s
     job, now = reply["job"], reply["now"]
     head = (f"Job {job['job_id']} ({job['user']}, account {job['account']}, partition "
             f"{job['partition']}) is {job['state']}")
+    requeued = _requeued(reply)
     if job["state"] != "PENDING":
         lines = [head + _not_pending(job, now) + "."]
         reason = job.get("reason") or ""
-        if job["state"] not in ("RUNNING", "COMPLETING") and reason not in ("", "None"):
-            lines.append(f"  Reason: {reason}")  # a launch failure says what went wrong
-        return lines
-    lines = [f"{head}: {job['reason']}."]
+        if job["state"] != "RUNNING" and reason not in ("", "None"):
+            lines.append(f"  Reason: {reason}")  # a launch failure, a failed GPU: what went wrong
+        return lines + requeued
+    lines = [f"{head}: {job['reason']}.", *requeued]
     limit = reply.get("limit")
     lines += _limit_lines(limit) if limit else [f"  Why: {reply['reason_text']}."]
     if reply.get("position"):
@@ -73,6 +74,15 @@ def explain_lines(reply: dict[str, Any], stats: dict[str, Any] | None) -> list[s
             lines.append(f"    {r['job_id']:>10} {r['user']:<10} {r['gpus']} GPUs on "
                          f"{r['node_list']}, ends by {ends}")
     return lines
+
+
+def _requeued(reply: dict[str, Any]) -> list[str]:
+    """Its last requeue: when and why (``GPU 1 of node1 failed: Xid 79 (...)``)."""
+    r = reply.get("requeued")
+    if not r:
+        return []
+    times = "once" if r["count"] == 1 else f"{r['count']} times"
+    return [f"  Requeued {times}, last at {fmt_time(r['time'])}: {r['why'] or 'no reason kept'}."]
 
 
 def _limit_lines(limit: dict[str, Any]) -> list[str]:

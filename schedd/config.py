@@ -97,6 +97,46 @@ class AgentConfig:
     # seconds a launch waits for the directory of its -o/-e file (submit libraries make it
     # just after sbatch prints the job id) before the job fails saying why
     output_dir_wait: float = 5.0
+    # --- Prolog / Epilog (agentd/prolog.py; docs/admin-guide.md, "Prolog and Epilog") ---
+    # programs run as root on the job's node: the prolog when the job is allocated, before
+    # any of its processes (Slurm's Prolog with PrologFlags=Alloc), the epilog once its last
+    # process has ended and its cgroup is empty; "" = none. A prolog that fails or outlives
+    # prolog_timeout drains the node and requeues the job held; a failed epilog drains it.
+    prolog: str = ""
+    epilog: str = ""
+    prolog_timeout: float = 0.0  # seconds; 0 = no limit (Slurm's PrologEpilogTimeout)
+    epilog_timeout: float = 0.0
+    # Slurm's TaskProlog / TaskEpilog: run as the user before / after each srun task; the
+    # task prolog's "export NAME=value", "unset NAME" and "print ..." lines shape the task
+    task_prolog: str = ""
+    task_epilog: str = ""
+    # health checks (Slurm's HealthCheckProgram/HealthCheckInterval, docs/admin-guide.md):
+    # a non-zero exit drains the node with the first line of the program's output; with
+    # health_check_resume a node the check drained is resumed once it passes again
+    health_check_program: str = ""
+    health_check_interval: float = 0.0  # seconds; 0 = never
+    health_check_timeout: float = 60.0  # seconds a check may run before it counts as failed
+    health_check_resume: bool = False
+
+
+SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog")
+
+
+def _check_agent_scripts(agent: AgentConfig) -> None:
+    """``[agent]`` prolog/epilog paths are absolute (or empty) and their timeouts are
+    seconds >= 0; the programs themselves are looked for on the node that runs them."""
+    for key in SCRIPT_KEYS:
+        value = getattr(agent, key)
+        if not isinstance(value, str) or (value and not value.startswith("/")) or \
+                "\0" in value:
+            raise ConfigError(f"[agent] {key}: an absolute path to a program (or \"\" for "
+                              f"none), not {value!r}")
+    for key in ("prolog_timeout", "epilog_timeout"):
+        value = getattr(agent, key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or \
+                not 0 <= value <= 1e7:
+            raise ConfigError(f"[agent] {key}: seconds >= 0 (0 = no limit), not {value!r}")
+        setattr(agent, key, float(value))
 
 
 @dataclass(slots=True)
@@ -159,8 +199,15 @@ class Config:
     # on_isolation is "kill" (docs/robustness.md, "Fencing"); shorter than node_timeout, so
     # they are gone before schedd requeues them elsewhere. 0: two thirds of node_timeout
     fence_timeout: float = 0.0
+    # a job on a GPU that failed gets its --signal, then this many seconds to checkpoint before
+    # it is stopped NODE_FAIL and requeued (schedd/lifecycle/gpuhealth.py)
+    gpu_fault_grace: float = 5.0
     max_array_size: int = 1001
     max_job_count: int = 10_000  # MaxJobCount: pending and running jobs schedd accepts
+    # bytes of replies clients have not taken yet, in all and per user (schedd/localsock.py):
+    # past either, the slowest reader is dropped
+    reply_buffer_bytes: int = 64 * 1024 * 1024
+    reply_buffer_per_user_bytes: int = 32 * 1024 * 1024
     allow_root_jobs: bool = False
     curve: bool = False  # agents must present a CURVE key listed in keys_dir/authorized
     keys_dir: str = ""  # default {home}/keys
@@ -203,6 +250,7 @@ class Config:
         if self.agent.serve_commands not in (True, False, "auto"):
             raise ConfigError(f"[agent] serve_commands: true, false or \"auto\", not "
                               f"{self.agent.serve_commands!r}")
+        _check_agent_scripts(self.agent)
         self._check_fencing()
         if not isinstance(self.relay_root_nodes, list) or not all(
                 isinstance(n, str) for n in self.relay_root_nodes):

@@ -33,7 +33,7 @@ from schedd.domain.steps import StepTable
 from schedd.identity import Caller, set_admin_lookup
 from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
-from schedd.lifecycle import enforcement, health, mail, preemption, transitions
+from schedd.lifecycle import enforcement, gpuhealth, health, mail, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
 from schedd.localsock import LocalServer, Reply, Work
@@ -64,7 +64,9 @@ class Daemon:
         set_admin_lookup(lambda uid: self.state.accounts.admin_level(uid))
         self.ctx = zmq.Context()
         # the commands' endpoint: a Unix stream socket, identity from SO_PEERCRED
-        self.local = LocalServer(cfg.client_endpoint, self._handle_client)
+        self.local = LocalServer(cfg.client_endpoint, self._handle_client,
+                                 max_unsent_total=cfg.reply_buffer_bytes,
+                                 max_unsent_per_uid=cfg.reply_buffer_per_user_bytes)
         self.keyring = self._start_curve() if cfg.curve else None
         self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint, curve=cfg.curve)
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
@@ -87,6 +89,7 @@ class Daemon:
         # named timers of the loop: (name, seconds between runs, what runs)
         self.timers: list[tuple[str, float, Callable[[float], None]]] = [
             ("preemption", 0.0, lambda now: preemption.tick(self, self.preemption, now)),
+            ("gpuhealth", 0.5, lambda now: gpuhealth.tick(self, now)),  # jobs on failed GPUs
             ("health", 1.0, self._health),
             ("purge", 5.0, self.state.purge),
             ("collector", 1.0, lambda now: self.collector.tick(now)),

@@ -12,7 +12,13 @@ Bounds (no client can make schedd hold more):
   an error reply and the connection is closed, without reading the body;
 - connections: at most ``MAX_CONNECTIONS`` in all and ``MAX_PER_UID`` per user (one more is
   accepted, told why and closed);
-- a reply not taken within ``STALL_SECONDS`` (the client stopped reading) drops the client.
+- a reply not taken within ``STALL_SECONDS`` (the client stopped reading) drops the client;
+- the bytes of replies not yet taken are bounded, per user (``MAX_UNSENT_PER_UID``) and in
+  all (``MAX_UNSENT_TOTAL``): a reply queued past either bound drops the slowest reader first
+  (of that user, or of the user holding the most), the client whose reply has waited longest,
+  with a logged reason; the reply just queued is kept (a reply larger than the bound itself
+  still reaches a client that reads it), so many connections that never read hold no more
+  than the bound and one reply.
 
 The server is driven by the daemon's loop (``register``/``ready`` on a ``zmq.Poller``, which
 polls plain file descriptors too): standard library only otherwise, no threads.
@@ -41,6 +47,8 @@ PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 MAX_CONNECTIONS = 1024
 MAX_PER_UID = 64
 STALL_SECONDS = 30.0
+MAX_UNSENT_TOTAL = 64 * 1024 * 1024  # bytes of replies not yet taken, all clients together
+MAX_UNSENT_PER_UID = 32 * 1024 * 1024  # ... of one user's clients
 READ_CHUNK = 256 * 1024
 PER_USER_TURN = 2  # requests of one user answered per turn of the loop
 # seconds of long requests' slices per turn: then the loop polls again, so a quick request
@@ -113,8 +121,12 @@ class Connection:
 
 
 class LocalServer:
-    def __init__(self, endpoint: str, dispatch: Dispatch, mode: int = 0o777):
+    def __init__(self, endpoint: str, dispatch: Dispatch, mode: int = 0o777,
+                 max_unsent_total: int = 0, max_unsent_per_uid: int = 0):
         self.path = socket_path(endpoint)
+        # the bounds on replies not yet taken (0: this module's defaults)
+        self.max_unsent_total = max_unsent_total
+        self.max_unsent_per_uid = max_unsent_per_uid
         self.dispatch = dispatch
         self.conns: dict[int, Connection] = {}
         self._poller: Any = None
@@ -294,6 +306,41 @@ class LocalServer:
             conn.outbox += payload  # no concatenated copy of a large reply
         conn.stalled_since = time.monotonic()
         self._write(conn)
+        if conn.fd in self.conns and conn.sending:
+            self._bound_unsent(conn)
+
+    def _bound_unsent(self, keep: Connection) -> None:
+        """Drop the slowest readers until the replies not yet taken are within the bounds,
+        per user and in all; ``keep`` (the reply just queued) is never dropped here."""
+        uid = keep.caller.uid
+        per_uid = self.max_unsent_per_uid or MAX_UNSENT_PER_UID
+        total = self.max_unsent_total or MAX_UNSENT_TOTAL
+        while True:
+            sending = [c for c in self.conns.values() if c.sending]
+            by_user: dict[int, int] = {}
+            for c in sending:
+                by_user[c.caller.uid] = by_user.get(c.caller.uid, 0) + c.unsent
+            if by_user.get(uid, 0) > per_uid:
+                order = [uid]
+                why = f"its user's unread replies are over {per_uid} bytes"
+            elif sum(by_user.values()) > total:
+                order = sorted(by_user, key=lambda u: (-by_user[u], u != uid))
+                why = f"unread replies of all clients are over {total} bytes"
+            else:
+                return
+            candidates: list[Connection] = []
+            for victim_uid in order:  # the user holding the most first
+                candidates = [c for c in sending
+                              if c.caller.uid == victim_uid and c is not keep]
+                if candidates:
+                    break
+            if not candidates:
+                return
+            victim = min(candidates, key=lambda c: c.stalled_since)
+            log.warning("dropping client uid %d pid %d: it is the slowest reader and %s "
+                        "(%d bytes waiting)", victim.caller.uid, victim.caller.pid, why,
+                        victim.unsent)
+            self._close(victim)
 
     def _write(self, conn: Connection) -> None:
         while conn.outbox or conn.later:

@@ -21,6 +21,7 @@ from schedd.slurm.states import (  # noqa: F401  (re-exported: the domain's word
     ACTIVE_STATES,
     COMPACT_STATES,
     FINISHED_STATES,
+    LAUNCH_FAILED_HELD,
     JobState,
     NodeState,
 )
@@ -40,6 +41,9 @@ class GPU:
     memory_mb: int
     island: int = 0
     cpus: list[int] = field(default_factory=list)  # the CPU ids near it (NVML), [] = unknown
+    # why it is out of service ("" = healthy): server-owned, set from a fatal NVML fault its
+    # agent reported, cleared by scontrol update State=RESUME (schedd/lifecycle/gpuhealth.py)
+    fault: str = ""
 
 
 @dataclass(slots=True)
@@ -63,6 +67,12 @@ class Node:
     # start from the audit trail of scontrol update (State.load); 0 / None: not known
     reason_time: float = 0.0
     reason_uid: int | None = None
+    fake_gpus: bool = False  # its agent runs --fake-gpus (kiln fake-gpu); not stored
+
+    @property
+    def healthy_gpus(self) -> list[GPU]:
+        """The GPUs placement may hand out: those without a fault."""
+        return [g for g in self.gpus if not g.fault]
 
     @property
     def gpu_model(self) -> str:

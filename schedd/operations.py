@@ -32,6 +32,7 @@ from schedd.protocol import (
     Field,
     Schema,
 )
+from schedd.slurm.gpufaults import FAKE_ACTIONS, KINDS
 
 _BIG = 2**62  # any stored integer stays well inside 64 bits
 
@@ -165,6 +166,9 @@ STEP_START_FIELDS: Schema = {
     "name": Str(),
     "pty": Bool(),  # srun --pty: task 0 under a pseudo-terminal, its input from srun
     "winsize": WINSIZE,  # the terminal's [rows, columns] at the start
+    # srun --task-prolog / --task-epilog: absolute paths, run as the user around each task
+    "task_prolog": Str(4096),
+    "task_epilog": Str(4096),
 }
 
 CLIENT_OPS: dict[str, Schema] = {
@@ -238,6 +242,11 @@ CLIENT_OPS: dict[str, Schema] = {
     "job_priority": {"job_ids": List(_ID, size=MAX_JOB_REFS), "users": _NAMES},
     "sched_diag": {},
     "forecast_stats": {"since": Num()},
+    # kiln fake-gpu NODE GPU --xid N|--ecc|--lost|--util PCT|--clear (operators; fake GPUs)
+    "fake_gpu": {"node": Str(256, required=True), "gpu": Int(0, 4096, required=True),
+                 "action": Str(16, required=True, choices=FAKE_ACTIONS), "value": Int(0, 1000)},
+    # kiln events: the nodes' audit history (GPU faults, drains, resumes)
+    "node_events": {"names": _NAMES, "limit": Int(1, 10_000)},
 }
 
 _GPU = Obj({"index": Int(0, 4096, required=True), "uuid": Str(128, required=True),
@@ -249,20 +258,28 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          "features": List(Str(256), size=256), "address": Str(256), "boot_time": TIME,
          # containment (agentd/cgroups.py): scontrol's line, and what is not enforced
          "cgroup": Str(256), "cgroup_reason": Str(256),
-         "slurmd_start_time": TIME}
+         "slurmd_start_time": TIME,
+         "fake_gpus": Bool()}  # its GPUs are --fake-gpus (kiln fake-gpu may inject)
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
 # usage = the batch step's live figures (schedd.slurm.stats.USAGE_KEYS), for sstat
 _USAGE = Map(Num(0), size=64)
 _RUNNING = Obj({"job_id": Int(0, required=True), "generation": Int(0, required=True),
-                "checkpoint_age": Num(0), "usage": _USAGE})
+                "checkpoint_age": Num(0), "usage": _USAGE,
+                # its prolog runs: allocated here, nothing of it started yet (CONFIGURING)
+                "configuring": Bool()})
 _ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=True),
                   "generation": Int(0, required=True), "state": Str(32, required=True),
                   "exit_code": Int(0, 255, required=True),
                   "exit_signal": Int(0, 128, required=True),
                   "end_time": Num(0, 1e13, required=True),
                   "stats": Map(Num(0), size=64),
-                  "error": Str(512)}  # why the agent could not start the job
+                  "error": Str(512),  # why the agent could not start the job
+                  # the node's prolog or epilog failed (agentd/prolog.py): schedd drains the
+                  # node with this reason ("Prolog error", "Epilog error") first
+                  "drain": Str(256),
+                  # the run never started: its prolog failed (requeued held, as Slurm)
+                  "prolog_failed": Bool()}
 
 AGENT_OPS: dict[str, Schema] = {
     # agent -> schedd
@@ -272,6 +289,13 @@ AGENT_OPS: dict[str, Schema] = {
                   "steps": List(Int(0)),  # ids of jobs with step tasks alive here
                   # a job's processes outlived UnkillableStepTimeout: drain with this reason
                   "drain": Str(256),
+                  # GPU faults NVML reported since the last heartbeat (agentd/gpuhealth.py);
+                  # schedd decides which drain the GPU (schedd.slurm.gpufaults)
+                  "gpu_faults": List(Obj({"index": Int(0, 4096, required=True),
+                                          "kind": Str(16, required=True, choices=KINDS),
+                                          "xid": Int(0, 2**31), "detail": Str(256)}), size=64),
+                  # the health check's latest verdict: "" passed, else the Reason to drain with
+                  "health": Str(256),
                   # srun steps' live figures on this node, for sstat
                   "step_usage": List(Obj({"job_id": Int(0, required=True),
                                           "step_id": Int(0, required=True),
@@ -280,6 +304,11 @@ AGENT_OPS: dict[str, Schema] = {
                     "generation": Int(0, required=True), "start_time": Num(required=True),
                     "pid": Int(0)},
     "job_ended": _ENDED,
+    # a node of a multi-node job, not its batch host, has run its prolog (job_prolog): ok,
+    # or why not (schedd drains the node and requeues the job held)
+    "prolog_done": {"node": Str(256, required=True), "job_id": Int(0, required=True),
+                    "generation": Int(0, required=True), "ok": Bool(required=True),
+                    "error": Str(512)},
     # every task of a step on this node has ended; tasks: [[procid, exit_code, exit_signal]];
     # cpu: [user, system] seconds the node's tasks used, when the agent reaped them
     "step_ended": {"node": Str(256, required=True), "job_id": Int(0, required=True),
@@ -332,6 +361,9 @@ STEP_LAUNCH_FIELDS: Schema = {
                        "memory_mb": Int(0, INT32, required=True),
                        "gpus": List(Int(0, 4096), size=4096),
                        "cpu_ids": List(Int(0, 2**20), size=4096)}),
+    # srun --task-prolog / --task-epilog (agentd/task_wrapper.py runs them as the user)
+    "task_prolog": Str(4096),
+    "task_epilog": Str(4096),
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job
@@ -367,8 +399,26 @@ LAUNCH_FIELDS: Schema = {
     "fence_kill_wait": Int(0, INT32),  # seconds from a fence's SIGTERM to its SIGKILL
 }
 
+# The prolog of a multi-node job on a node that is not its batch host (agentd/prolog.py): the
+# job's identity, that node's GPUs and the job's SLURM_* variables there.
+PROLOG_FIELDS: Schema = {
+    "job_id": Int(0, required=True),
+    "generation": Int(0, required=True),
+    "name": Str(required=True),
+    "user": Str(256, required=True),
+    "uid": Int(0, 2**32, required=True),
+    "gid": Int(0, 2**32, required=True),
+    "gpus": List(Int(0, 4096), size=4096, required=True),
+    "environment": Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS, required=True),
+}
+
 SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "launch": {"launch": Obj(LAUNCH_FIELDS, required=True)},
+    "job_prolog": {"prolog": Obj(PROLOG_FIELDS, required=True)},
+    # the job has ended: its epilog on a node other than the batch host, once no step task
+    # of the job is left there (a failure drains the node through the heartbeat's drain)
+    "job_epilog": {"epilog": Obj({**PROLOG_FIELDS, "exit_code": Int(0, 255),
+                                  "exit_signal": Int(0, 128)}, required=True)},
     "signal": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
                "signal": Str(32, required=True), "batch_only": Bool(), "full": Bool()},
     "terminate": {"job_id": Int(0, required=True), "generation": Int(0, required=True),
@@ -380,4 +430,9 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     # srun --pty's input for a step's terminal (at its offset), and/or the terminal's new size
     "step_input": {"job_id": Int(0, required=True), "step_id": Int(0, required=True),
                    "offset": Int(0, 2**62), "data": _INPUT, "winsize": WINSIZE},
+    # kiln fake-gpu, relayed: inject into the agent's fake NVML (agentd/gpuhealth.py)
+    "fake_gpu": {"gpu": Int(0, 4096, required=True),
+                 "action": Str(16, required=True, choices=FAKE_ACTIONS), "value": Int(0, 1000)},
+    # scontrol update State=RESUME: the agent's GPU watch forgets what it reported of these
+    "gpu_reset": {"gpus": List(Int(0, 4096), size=4096, required=True)},
 }

@@ -13,6 +13,7 @@ from schedd.context import Context
 from schedd.handlers import (
     agent,
     control,
+    gpus,
     insight,
     jobcontrol,
     nodes,
@@ -66,6 +67,8 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "update_reservation": resv.update_reservation,
     "delete_reservation": resv.delete_reservation,
     "query_reservations": resv.query_reservations,
+    "fake_gpu": gpus.fake_gpu,
+    "node_events": gpus.node_events,
 }
 
 AGENT_HANDLERS: dict[str, Handler] = {
@@ -73,6 +76,7 @@ AGENT_HANDLERS: dict[str, Handler] = {
     "heartbeat": agent.heartbeat,
     "job_started": agent.job_started,
     "job_ended": agent.job_ended,
+    "prolog_done": agent.prolog_done,
     "step_ended": srun.step_ended,
     "step_output": srun.step_output,
 }

@@ -23,7 +23,15 @@ from schedd.domain.runtimes import LeadCalibration, RuntimeHistory, shape_of
 from schedd.domain.usage import UsageMeter
 from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepRecord
 from schedd.ledger.store import Store
-from schedd.model import ACTIVE_STATES, Job, JobState, Node, NodeState, Partition
+from schedd.model import (
+    ACTIVE_STATES,
+    LAUNCH_FAILED_HELD,
+    Job,
+    JobState,
+    Node,
+    NodeState,
+    Partition,
+)
 from schedd.scheduler.snapshot import (
     NodeView,
     PendingJob,
@@ -298,9 +306,10 @@ class State:
             return "DOWN"
         if node.state == NodeState.DRAIN:
             return "DRAINING" if use.jobs else "DRAINED"
-        if use.jobs == 0:
-            return "IDLE"
-        full = use.cpus >= node.cpus or (node.gpus and use.gpus >= len(node.gpus))
+        healthy = len(node.healthy_gpus)
+        if use.jobs == 0:  # a failed GPU (lifecycle/gpuhealth.py): part of it is unavailable
+            return "MIXED" if healthy < len(node.gpus) else "IDLE"
+        full = use.cpus >= node.cpus or (node.gpus and use.gpus >= healthy)
         return "ALLOCATED" if full else "MIXED"
 
     def _in_memory(self, job_id: int, task: int | None) -> list[JobState]:
@@ -361,6 +370,8 @@ class State:
     def ineligible_reason(self, job: Job, now: float, running_per_array: dict[int, int]) -> str:
         """Why a pending job may not be considered at all yet ('' when it may)."""
         if job.held:
+            if job.reason == LAUNCH_FAILED_HELD:  # kept until it is released
+                return LAUNCH_FAILED_HELD
             return "JobHeldAdmin" if job.held == "admin" else "JobHeldUser"
         if job.begin_time and job.begin_time > now:
             return "BeginTime"
@@ -420,9 +431,10 @@ class State:
         """The core's input, plus the reasons of pending jobs it must not consider."""
         nodes = [
             NodeView(
-                name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=list(n.gpus),
+                name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.healthy_gpus,
                 gpu_type=n.gpu_model, features=frozenset(n.features),
                 partitions=frozenset(n.partitions),
+                failed_gpus=len(n.gpus) - len(n.healthy_gpus),
                 available=n.state == NodeState.IDLE and self.node_alive(n, now),
             )
             for n in self.nodes.values()

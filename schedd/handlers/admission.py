@@ -20,7 +20,7 @@ from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
 from schedd.domain.reservation import ACCESS_DENIED
 from schedd.identity import Caller, is_operator
 from schedd.model import Job, JobState, Node
-from schedd.slurm import arrayspec, dependency, licenses
+from schedd.slurm import arrayspec, dependency, licenses, mailuser
 from schedd.slurm.hostlist import HostlistError, compress, expand
 from schedd.slurm.text import has_control
 
@@ -114,6 +114,10 @@ def check_text(fields: dict[str, Any]) -> None:
         value = fields.get(key)
         if isinstance(value, str) and has_control(value):
             raise RequestError(f"Invalid {label} value: control characters are not allowed")
+    value = fields.get("mail_user")
+    if isinstance(value, str) and (why := mailuser.problem(value)):
+        # it reaches MailProg's command line and SMTP's To: header (lifecycle/mail.py)
+        raise RequestError(f"Invalid --mail-user value: {why}")
 
 
 def check_licenses(ctx: Context, text: str) -> str:

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.lifecycle import health, transitions
+from schedd.lifecycle import gpuhealth, health, transitions
 from schedd.model import GPU, JobState, Node, NodeState
 from schedd.slurm.stats import clean_stats, clean_usage
 from schedd.state import RUNNING_STATES
@@ -35,7 +35,8 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
                     address=str(d.get("address", "")), boot_time=float(d.get("boot_time", 0)),
                     cgroup=str(d.get("cgroup", "")),
                     # an agent that does not say (an older one): it started about now
-                    slurmd_start_time=float(d.get("slurmd_start_time") or ctx.now()))
+                    slurmd_start_time=float(d.get("slurmd_start_time") or ctx.now()),
+                    fake_gpus=bool(d.get("fake_gpus")))
     except (KeyError, TypeError, ValueError) as exc:
         raise RequestError(f"bad node description: {exc}") from None
     now = ctx.now()
@@ -43,6 +44,10 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     if known is not None:  # an admin's DRAIN/DOWN outlives agent restarts
         node.state, node.reason = known.state, known.reason
         node.reason_time, node.reason_uid = known.reason_time, known.reason_uid
+        # a failed GPU stays failed across agent restarts (the same device: its UUID)
+        faults = {(g.index, g.uuid): g.fault for g in known.gpus if g.fault}
+        for g in node.gpus:
+            g.fault = faults.get((g.index, g.uuid), "")
         if node.state == NodeState.DOWN and known.reason in ("", health.NOT_RESPONDING):
             node.state, node.reason = NodeState.IDLE, ""
     node.reason = _containment_reason(node.reason, str(d.get("cgroup_reason", "")))
@@ -56,14 +61,40 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"heartbeat_interval": ctx.cfg.heartbeat_interval, "kill_wait": ctx.cfg.kill_wait}
 
 
-def _drain(ctx: Context, node: Node, reason: str) -> None:
-    """Slurm's UnkillableStepTimeout: the agent could not empty a job's cgroup, so the node
-    takes no new jobs until an admin resumes it (a DOWN or DRAIN node keeps its state)."""
+def _drain(ctx: Context, node: Node, reason: str, now: float = 0.0) -> None:
+    """Slurm's UnkillableStepTimeout (the agent could not empty a job's cgroup), a failed
+    prolog or epilog: the node takes no new jobs until an admin resumes it (a DOWN or DRAIN
+    node keeps its state). ``now``: when, for sinfo -R (set by root, as slurmd's own)."""
     if node.state in (NodeState.DRAIN, NodeState.DOWN):
         return
     drained = dataclasses.replace(node, state=NodeState.DRAIN, reason=reason)
+    if now:
+        drained.reason_time, drained.reason_uid = now, 0
     ctx.state.save_node(drained)
     log.error("node %s drained: %s", node.name, reason)
+
+
+def _health(ctx: Context, node: Node, verdict: str, now: float) -> None:
+    """The node's health check said ``verdict`` ("" passed, else the Reason): a failure drains
+    a node that is not drained or down already; with ``[agent] health_check_resume`` a pass
+    resumes a node only the check drained (an admin's drain or a later admin update of the
+    reason sets reason_uid, and such a node is never resumed here)."""
+    if verdict:
+        if node.state in (NodeState.DRAIN, NodeState.DOWN):
+            return
+        ctx.state.save_node(dataclasses.replace(node, state=NodeState.DRAIN, reason=verdict,
+                                                reason_time=now, reason_uid=None))
+        ctx.agents.health_drained[node.name] = verdict
+        log.error("node %s drained by its health check: %s", node.name, verdict)
+        return
+    reason = ctx.agents.health_drained.pop(node.name, None)
+    if reason is None or not ctx.cfg.agent.health_check_resume:
+        return
+    if node.state == NodeState.DRAIN and node.reason == reason and node.reason_uid is None:
+        ctx.state.save_node(dataclasses.replace(node, state=NodeState.IDLE, reason="",
+                                                reason_time=0.0, reason_uid=None))
+        log.warning("node %s resumed: its health check passes again", node.name)
+        ctx.wake_scheduler()
 
 
 def _containment_reason(reason: str, cgroup_reason: str) -> str:
@@ -90,7 +121,11 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
         ctx.wake_scheduler()
     health.node_heard(ctx, node, now)
     if body.get("drain"):
-        _drain(ctx, node, str(body["drain"]))
+        _drain(ctx, node, str(body["drain"]), now)
+    if body.get("gpu_faults"):  # NVML's faults (agentd/gpuhealth.py): fatal ones fail the GPU
+        gpuhealth.record(ctx, name, body["gpu_faults"], now)
+    if body.get("health") is not None:
+        _health(ctx, ctx.state.nodes[name], str(body["health"]), now)
     usage = _reconcile(ctx, name, body.get("running") or [], now, fresh=False)
     _reconcile_steps(ctx, name, body.get("steps") or [])
     for item in body.get("step_usage") or []:
@@ -112,8 +147,11 @@ def _reconcile(ctx: Context, node: str, running: list[Any], now: float,
         job_id, gen = item["job_id"], item["generation"]
         reported.add((job_id, gen))
         job = ctx.state.jobs.get(job_id)
-        ours = (job is not None and job.generation == gen and job.state in RUNNING_STATES
-                and job.batch_host == node)
+        current = job is not None and job.generation == gen and job.state in RUNNING_STATES
+        if current and item.get("configuring") and \
+                any(a.node == node for a in job.allocation):  # type: ignore[union-attr]
+            continue  # its prolog runs on one of its nodes (the batch host's or another's)
+        ours = current and job.batch_host == node  # type: ignore[union-attr]
         if not ours:
             ctx.agents.fence(node, job_id, gen)
             continue
@@ -152,6 +190,28 @@ def job_started(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, An
     return {}
 
 
+def prolog_done(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A node of a multi-node job, not its batch host, ran its prolog: passed, the batch
+    script may go once every node's has; failed, the node is drained and the run ends as a
+    failed prolog (requeued held), before any process of the job started anywhere."""
+    name = _same_node(caller, body["node"])
+    job = ctx.state.jobs.get(body["job_id"])
+    if job is None or job.generation != body["generation"] or \
+            job.state not in RUNNING_STATES or all(a.node != name for a in job.allocation):
+        return {}  # an older run's, or a job ended meanwhile
+    if body["ok"]:
+        ctx.agents.prolog_passed(job, name)
+        return {}
+    node = ctx.state.nodes.get(name)
+    if node is not None:
+        _drain(ctx, node, "Prolog error", ctx.now())
+    error = str(body.get("error") or "prolog failed")
+    transitions.end_run(ctx, job, transitions.RunEnd(
+        generation=job.generation, state=JobState.FAILED.value, end_time=ctx.now(),
+        exit_code=1, detail=f"on {name}: {error}", reason=error, prolog_failed=True))
+    return {}
+
+
 def job_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
     _same_node(caller, body["node"])
     _finish(ctx, caller, body)
@@ -161,6 +221,10 @@ def job_ended(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
 def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
     """A run's end as its agent saw it, to the lifecycle's one door; a report about another
     node's job or an older run (generation) is dropped there or here."""
+    if report.get("drain"):  # its prolog or epilog failed: no new job here (agentd/prolog.py)
+        known = ctx.state.nodes.get(node)
+        if known is not None:
+            _drain(ctx, known, str(report["drain"]), ctx.now())
     job = ctx.state.jobs.get(report["job_id"])
     if job is None or job.batch_host != node:
         return
@@ -169,4 +233,4 @@ def _finish(ctx: Context, node: str, report: dict[str, Any]) -> None:
         end_time=float(report["end_time"]), exit_code=report["exit_code"],
         exit_signal=report["exit_signal"], stats=clean_stats(report.get("stats")),
         detail=f"on {node}: {report['error']}" if report.get("error") else f"on {node}",
-        reason=report.get("error") or ""))
+        reason=report.get("error") or "", prolog_failed=bool(report.get("prolog_failed"))))

@@ -61,6 +61,12 @@ def job_why(ctx: Context, caller: Caller,
     if not visible_jobs(ctx, caller, [job]):  # PrivateData=jobs: not even that it exists
         raise RequestError(INVALID_JOB_ID, "invalid_job_id")
     reply: dict[str, Any] = {"now": now, "job": _summary(job)}
+    if job.restart_count:  # why it was last requeued (a failed GPU, a node DOWN, scontrol)
+        last = next((e for e in reversed(ctx.state.store.job_events(job.id))
+                     if e.state == JobState.REQUEUED.value), None)
+        if last is not None:
+            reply["requeued"] = {"count": job.restart_count, "time": last.time,
+                                 "why": last.detail}
     if job.state != JobState.PENDING:
         reply["job"].update(start_time=job.start_time, end_time=job.end_time,
                             node_list=job.node_list)
@@ -148,7 +154,7 @@ def _qos_of(ctx: Context, jobs: list[Job]) -> list[Any]:
 
 
 def _node_views(ctx: Context) -> list[NodeView]:
-    return [NodeView(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=list(n.gpus),
+    return [NodeView(name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.healthy_gpus,
                      gpu_type=n.gpu_model)
             for n in ctx.state.nodes.values()]
 

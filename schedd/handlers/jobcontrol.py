@@ -32,7 +32,7 @@ from schedd.handlers.admission import (
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs_reporting
 from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
-from schedd.lifecycle import transitions
+from schedd.lifecycle import gpuhealth, transitions
 from schedd.model import Job, JobState, NodeState
 from schedd.slurm import dependency
 
@@ -263,6 +263,8 @@ def update_node(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
 def _set_node(ctx: Context, caller: Caller, name: str, target: NodeState | None, reason: str,
               now: float) -> None:
     node = dataclasses.replace(ctx.state.nodes[name])  # memory changes once the ledger has it
+    if target == NodeState.IDLE:  # RESUME: its failed GPUs too (lifecycle/gpuhealth.py)
+        node = gpuhealth.resume(ctx, node)
     if target is not None:
         node.state = target
         node.reason = "" if target == NodeState.IDLE else reason

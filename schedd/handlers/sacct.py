@@ -170,8 +170,10 @@ def earlier_runs(job: Job, events: list[JobEvent]) -> list[Job]:
         elif ev.state == JobState.REQUEUED.value:
             if began is not None:  # the run ended as recorded, or as REQUEUED itself
                 end = ended or ev
+                # a run lost with its node or GPU says why (``GPU 1 of node1 failed: ...``)
+                why = ev.detail if end.state == JobState.NODE_FAIL.value and ev.detail else "None"
                 runs.append(dataclasses.replace(
-                    job, state=JobState(end.state), reason="None", start_time=began.time,
+                    job, state=JobState(end.state), reason=why, start_time=began.time,
                     end_time=end.time, node_list=began.detail, allocation=[], exit_code=0,
                     exit_signal=0, restart_count=len(runs)))
             began = ended = None

@@ -29,7 +29,9 @@ def allocation(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     """The state of salloc's job and, once it runs, the environment of salloc's command."""
     job = _own_allocation(ctx, caller, body["job_id"])
     reply: dict[str, Any] = {"state": job.state.value, "node_list": job.node_list}
-    if job.state == JobState.RUNNING and job.allocation:
+    # ready once its node has started it: after the prolog (Slurm's PrologFlags=Alloc)
+    if job.state == JobState.RUNNING and job.allocation and \
+            (job.id, job.generation) in ctx.agents.confirmed:
         reply["environment"] = allocation_environment(job, ctx.cfg.cluster_name)
     return reply
 

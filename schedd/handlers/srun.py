@@ -92,6 +92,9 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
             "job_start": job.start_time, "kill_wait": ctx.cfg.kill_wait,
             "allocation": _holding(job, share.node),
         }
+        for name in ("task_prolog", "task_epilog"):  # srun --task-prolog / --task-epilog
+            if spec.get(name):
+                launch[name] = spec[name]
         if share.node == terminal:
             launch["pty"] = True
             if spec.get("winsize"):

@@ -627,7 +627,7 @@ class Store:
         for r in gpu_rows:
             by_node.setdefault(r["node"], []).append(
                 GPU(r["index"], r["uuid"], r["model"], r["memory_mb"], r["island"],
-                    list(parse_cpu_list(r["cpus"] or "")))
+                    list(parse_cpu_list(r["cpus"] or "")), r["fault"] or "")
             )
         nodes = []
         for r in node_rows:
@@ -821,6 +821,18 @@ class Store:
         with self._read("reading the nodes' reasons") as conn:
             rows = [AuditRecord(**r) for r in conn.execute(stmt).mappings()]
         return {r.target.removeprefix("node "): r for r in rows}
+
+    def node_audit(self, names: list[str], limit: int) -> list[AuditRecord]:
+        """The nodes' audit history (scontrol update, GPU faults, kiln fake-gpu), newest
+        ``limit`` lines in time order; ``names`` empty: every node's."""
+        a = t.audit.c
+        where = (a.target.in_([f"node {n}" for n in names]) if names
+                 else a.target.like("node %"))
+        stmt = (select(a.time, a.actor_uid, a.action, a.target, a.detail).where(where)
+                .order_by(a.time.desc(), a.id.desc()).limit(limit))
+        with self._read("reading the nodes' history") as conn:
+            rows = [AuditRecord(**r) for r in conn.execute(stmt).mappings()]
+        return rows[::-1]
 
     # advance reservations (schedd/domain/reservation.py builds and reads these rows)
 

@@ -198,6 +198,8 @@ class GPURow(Base):
     memory_mb: Mapped[int] = mapped_column(Integer, default=0)
     island: Mapped[int] = mapped_column(Integer, default=0)
     cpus: Mapped[str] = mapped_column(String, default="")  # near CPU ids (NVML), "0-15,32"
+    # why the GPU is out of service ("" = healthy): schedd/lifecycle/gpuhealth.py
+    fault: Mapped[str] = mapped_column(String, default="", server_default="")
 
 
 class PartitionRow(Base):

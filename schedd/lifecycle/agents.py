@@ -7,6 +7,7 @@ confirmed and fences (kills) anything it runs that schedd no longer knows as run
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 from schedd import protocol
 from schedd.config import Config
 from schedd.domain.jobenv import job_environment, output_paths
-from schedd.model import Job, Partition
+from schedd.model import Job, NodeAllocation, Partition
 
 log = logging.getLogger("schedd.lifecycle.agents")
 
@@ -31,15 +32,71 @@ class AgentRegistry:
         # job id -> when (schedd's clock) its $KILN_CHECKPOINT_FILE was last touched, as the
         # batch host's heartbeats report it (schedd/lifecycle/preemption.py scores victims with it)
         self.checkpoints: dict[int, float] = {}
+        # Prolog on multi-node jobs (PrologFlags=Alloc, agentd/prolog.py): (job id,
+        # generation) -> the nodes other than the batch host whose prolog has not passed yet;
+        # the batch script is sent once none is left (and the batch host runs its own first)
+        self.prologs: dict[tuple[int, int], set[str]] = {}
+        self._prolog_arrays: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._prologs_passed: set[tuple[int, int]] = set()
         # node -> {(job id, step: "batch" or "0", "1", ...): its live usage there}, as the node's
         # last heartbeat reported it (schedd.slurm.stats; sstat reads it, nothing stores it)
         self.usage: dict[str, dict[tuple[int, str], dict[str, float]]] = {}
+        # jobs on a failed GPU already sent their notice: job id -> (generation, stop at)
+        # (schedd/lifecycle/gpuhealth.py; memory only, rebuilt from the GPUs' faults)
+        self.gpu_noticed: dict[int, tuple[int, float]] = {}
+        # node -> the Reason its health check drained it with ([agent] health_check_resume
+        # resumes only these, and only while the reason and its (lack of an) admin uid stand)
+        self.health_drained: dict[str, str] = {}
 
     def _tell(self, node: str, op: str, body: dict[str, Any]) -> None:
         self._send(node.encode(), protocol.request(op, body, next(self._ids)))
 
     def launch(self, job: Job, array_ids: tuple[int, ...] = ()) -> None:
-        """Send the batch script to the job's first node (the batch host)."""
+        """Send the batch script to the job's first node (the batch host); with an
+        ``[agent] prolog`` and several nodes, first the prolog to every other node (again to
+        those that have not answered, when this is a resend), and the script once all passed."""
+        key = (job.id, job.generation)
+        if self.cfg.agent.prolog and len(job.allocation) > 1 and \
+                key not in self._prologs_passed:
+            waiting = self.prologs.setdefault(key, {a.node for a in job.allocation[1:]})
+            self._prolog_arrays[key] = array_ids
+            for index, alloc in enumerate(job.allocation):
+                if alloc.node in waiting:
+                    self._tell(alloc.node, "job_prolog", {"prolog": self._prolog_spec(
+                        job, alloc, index, array_ids)})
+            return
+        self._launch(job, array_ids)
+
+    def prolog_passed(self, job: Job, node: str) -> None:
+        """``node``'s prolog passed; the batch script goes once every node's has."""
+        key = (job.id, job.generation)
+        waiting = self.prologs.get(key)
+        if waiting is None:
+            return
+        waiting.discard(node)
+        if not waiting:
+            del self.prologs[key]
+            self._prologs_passed.add(key)
+            self._launch(job, self._prolog_arrays.pop(key, ()))
+
+    def _prolog_spec(self, job: Job, alloc: NodeAllocation, index: int,
+                     array_ids: tuple[int, ...]) -> dict[str, Any]:
+        env = job_environment(job, alloc, index, self.cfg.cluster_name, array_ids)
+        return {"job_id": job.id, "generation": job.generation, "name": job.name,
+                "user": job.user, "uid": job.uid, "gid": job.gid, "gpus": list(alloc.gpus),
+                "environment": {k: v for k, v in env.items() if k.startswith("SLURM_")}}
+
+    def epilogs(self, job: Job, allocation: list[NodeAllocation], exit_code: int,
+                exit_signal: int) -> None:
+        """The ended run's epilog on each of its nodes but the batch host (``job_epilog``)."""
+        ran = dataclasses.replace(job, allocation=allocation)
+        for index, alloc in enumerate(allocation[1:], start=1):
+            spec = self._prolog_spec(ran, alloc, index, ())
+            spec.update(exit_code=max(0, min(exit_code, 255)),
+                        exit_signal=max(0, min(exit_signal, 128)))
+            self._tell(alloc.node, "job_epilog", {"epilog": spec})
+
+    def _launch(self, job: Job, array_ids: tuple[int, ...]) -> None:
         alloc = job.allocation[0]
         stdout, stderr = output_paths(job, alloc.node)
         spec = {
@@ -66,6 +123,9 @@ class AgentRegistry:
     def forget_run(self, job_id: int, generation: int) -> None:
         """A run has ended: its confirmation and checkpoint reports are of no more use."""
         self.confirmed.discard((job_id, generation))
+        self.prologs.pop((job_id, generation), None)
+        self._prolog_arrays.pop((job_id, generation), None)
+        self._prologs_passed.discard((job_id, generation))
         self.checkpoints.pop(job_id, None)
         for steps in self.usage.values():
             for key in [k for k in steps if k[0] == job_id]:
@@ -105,6 +165,14 @@ class AgentRegistry:
         if step_id is not None:
             body["step_id"] = step_id
         self._tell(node, "terminate_steps", body)
+
+    def fake_gpu(self, node: str, gpu: int, action: str, value: int) -> None:
+        """kiln fake-gpu: inject into the node's fake NVML (agentd/gpuhealth.py)."""
+        self._tell(node, "fake_gpu", {"gpu": gpu, "action": action, "value": value})
+
+    def gpu_reset(self, node: str, gpus: list[int]) -> None:
+        """The node's GPUs were resumed: its agent watches them afresh."""
+        self._tell(node, "gpu_reset", {"gpus": list(gpus)})
 
     def signal(self, job: Job, signum: int, batch_only: bool, full: bool = False) -> None:
         """Slurm's scancel --signal: the job's steps (every node of it), or with ``batch_only``

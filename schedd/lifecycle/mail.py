@@ -8,9 +8,11 @@ every task.
 
 The message is Slurm's one line, sent as the subject with an empty body: ``Slurm Job_id=7
 Name=train Ended, Run time 00:01:02, COMPLETED, ExitCode 0``. It goes out through MailProg
-called as slurmctld calls it (``MailProg -s SUBJECT USER``, the SLURM_JOB_* variables in its
-environment, stdin and stdout /dev/null), or, with ``[mail] smtp_host`` set, over SMTP. Either
-way schedd never waits for it: MailProg runs on its own (reaped later), SMTP in a thread.
+called as slurmctld calls it (``MailProg -s SUBJECT -- USER``: ``--`` so that no recipient is
+read as an option, and --mail-user checked as recipients at submit by schedd/slurm/mailuser.py;
+the SLURM_JOB_* variables in its environment, stdin and stdout /dev/null), or, with
+``[mail] smtp_host`` set, over SMTP. Either way schedd never waits for it: MailProg runs on
+its own (reaped later), SMTP in a thread.
 
 Which time-limit notices a run was sent is kept on the job, in the ledger (``Job.mail_sent``,
 cleared when a run starts): a schedd that restarts sends none of them again and still sends
@@ -169,7 +171,7 @@ class Outbox:
             return
         try:
             self._children.append(subprocess.Popen(
-                [mail.mail_prog, "-s", subject, to], stdin=subprocess.DEVNULL,
+                [mail.mail_prog, "-s", subject, "--", to], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
                 start_new_session=True, env=self._environment(job)))
         except OSError as exc:

@@ -29,7 +29,7 @@ from typing import Any
 from schedd.context import Context
 from schedd.domain.steps import in_nodelist_order
 from schedd.ledger.records import JobEvent, StepRecord
-from schedd.model import Job, JobState, NodeAllocation, StopMark
+from schedd.model import LAUNCH_FAILED_HELD, Job, JobState, NodeAllocation, StopMark
 from schedd.slurm.hostlist import compress
 from schedd.state import RUNNING_STATES
 
@@ -59,6 +59,7 @@ class RunEnd:
     stats: dict[str, float] = field(default_factory=dict)
     detail: str = ""
     reason: str = ""  # the agent's, when it could not start the run; else the state's
+    prolog_failed: bool = False  # the node's prolog failed: nothing of the run ever ran
 
 
 @dataclass(slots=True)
@@ -72,6 +73,8 @@ class Verdict:
     final: bool = False  # a judge has spoken for good (later judges leave it be)
     end_time: float = 0.0  # when the run ended (set by end_run before the after-hooks)
     exit: tuple[int, int] | None = None  # (code, signal) recorded instead of the agent's
+    pending_reason: str = ""  # the requeued job's Reason, instead of its hold's
+    allocation: list[NodeAllocation] = field(default_factory=list)  # the run's (after-hooks)
 
 
 Judge = Callable[[Job, RunEnd, Verdict], None]
@@ -221,7 +224,10 @@ def end_run(ctx: Context, job: Job, end: RunEnd) -> bool:
     batch = _batch_row(job, verdict.state, end_time, exit_code, exit_signal)
     if verdict.requeue:
         fields.update(requeue_fields(job, end_time, verdict.hold))
+        if verdict.pending_reason:
+            fields["reason"] = verdict.pending_reason
         events.append(JobEvent(job.id, end_time, JobState.REQUEUED.value, detail=verdict.why))
+    verdict.allocation = list(job.allocation)  # a requeue clears the job's
     ctx.state.commit([(job, fields)], events, [batch])
     verdict.end_time = end_time
     now = ctx.now()
@@ -298,12 +304,26 @@ def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
         return
     if verdict.state != JobState.NODE_FAIL:
         verdict.state = JobState(mark.ended)
-    node_down = mark.cause == "node_down"
+    node_down = mark.cause in ("node_down", "gpu_fail")  # lost under the job: --requeue rules
     verdict.requeue = mark.requeue and (job.requeue or not node_down)
     verdict.hold = mark.hold
-    verdict.why = "node set DOWN" if node_down else "scontrol requeue"
+    # a failed GPU's stop: the job's reason since its notice names the GPU and the fault
+    verdict.why = {"node_down": "node set DOWN", "gpu_fail": job.reason or "GPU failed"}.get(
+        mark.cause, "scontrol requeue")
     verdict.exit = mark.exit
     verdict.final = True
+
+
+@judge(35, "prolog")
+def _prolog_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
+    """A run whose prolog failed never ran a process: the job goes back to the queue held
+    (Slurm's ``launch failed requeued held``, without ``nohold_on_prolog_fail``), whatever
+    its --requeue, until someone releases it (the node it failed on is drained)."""
+    if verdict.final or not end.prolog_failed:
+        return
+    verdict.requeue, verdict.hold, verdict.final = True, True, True
+    verdict.pending_reason = LAUNCH_FAILED_HELD
+    verdict.why = end.detail or "prolog failed"
 
 
 @judge(40, "node_fail")
@@ -316,6 +336,16 @@ def _node_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
 @after(20, "agents")
 def _forget_run(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     ctx.agents.forget_run(job.id, job.generation)
+
+
+@after(25, "epilogs")
+def _epilogs(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+    """The epilog of a multi-node job on its nodes other than the batch host (whose agent
+    runs its own before it reports the end); none after a failed prolog."""
+    if ctx.cfg.agent.epilog and len(verdict.allocation) > 1 and \
+            verdict.pending_reason != LAUNCH_FAILED_HELD:
+        exit_code, exit_signal = verdict.exit or (job.exit_code, job.exit_signal)
+        ctx.agents.epilogs(job, verdict.allocation, exit_code, exit_signal)
 
 
 @after(40, "mail")

@@ -26,6 +26,9 @@ REASONS: dict[str, str] = {
                                 "(cancel it, or change it with scontrol update)",
     "JobHeldUser": "you held it (scontrol hold / sbatch -H); scontrol release starts it",
     "JobHeldAdmin": "an administrator held it; only an administrator can release it",
+    "launch failed requeued held": "the prolog failed on the node it was started on (the "
+                                   "node is drained); nothing of it ran; scontrol release "
+                                   "queues it again",
     "BeginTime": "its --begin time has not come yet",
     "JobArrayTaskLimit": "its array already runs as many tasks as its %N throttle allows",
     "Reservation": "it waits for its reservation to begin",

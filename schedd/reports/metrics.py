@@ -78,6 +78,7 @@ class StateCollector:
             *self._gpus(jobs, nodes),
             self._nodes(nodes, now),
             self._heartbeats(nodes, now),
+            self._gpu_health(nodes),
             self._fairshare(),
         ]
 
@@ -134,6 +135,19 @@ class StateCollector:
                                    labels=["state"])
         for state, n in sorted(counts.items()):
             family.add_metric([state], n)
+        return family
+
+    def _gpu_health(self, nodes: list[Any]) -> Metric:
+        """1 for each GPU in its health state (ok, failed), 0 in the other: alert on
+        ``kiln_gpu_health{state="failed"} == 1`` (schedd/lifecycle/gpuhealth.py)."""
+        family = GaugeMetricFamily(
+            "kiln_gpu_health", "Each GPU's health: 1 in its state (ok, or failed by an NVML "
+            "fault until scontrol update State=RESUME)", labels=["node", "gpu", "state"])
+        for node in sorted(nodes, key=lambda n: n.name):
+            for gpu in node.gpus:
+                for state in ("ok", "failed"):
+                    family.add_metric([node.name, str(gpu.index), state],
+                                      int((state == "failed") == bool(gpu.fault)))
         return family
 
     def _heartbeats(self, nodes: list[Any], now: float) -> Metric:

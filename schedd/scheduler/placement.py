@@ -60,6 +60,25 @@ def _big_enough(job: PendingJob, node: NodeView) -> bool:
     )
 
 
+def _big_when_resumed(job: PendingJob, node: NodeView) -> bool:
+    """Big enough once its failed GPUs are back in service."""
+    return (job.cpus_per_node <= node.cpus and job.mem_per_node_mb <= node.memory_mb
+            and job.gpus_per_node <= len(node.gpus) + node.failed_gpus)
+
+
+def _unless_failed_gpus(job: PendingJob, cands: Candidates,
+                        static: Sequence[NodeTimeline]) -> Candidates:
+    """A job that never fits only because GPUs failed waits for their RESUME: the nodes it
+    needs are unavailable (ReqNodeNotAvail), not a request no node can hold."""
+    if cands.reason != NEVER_FITS or not any(t.view.failed_gpus for t in static):
+        return cands
+    healed = [t for t in static if _big_when_resumed(job, t.view)]
+    if len(healed) >= job.num_nodes and (not job.nodelist or
+                                         job.nodelist <= {t.view.name for t in healed}):
+        return Candidates([], NODES_UNAVAILABLE)
+    return cands
+
+
 def filter_key(job: PendingJob) -> tuple:
     """Jobs with equal keys pass the hard filters on the same nodes."""
     return (job.partition, job.features, job.gpu_type, job.nodelist, job.exclude)
@@ -113,7 +132,8 @@ class CandidateCache:
         full = (key, job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node, job.num_nodes)
         cands = self._by_size.get(full)
         if cands is None:
-            cands = _sized(job, [t for t in static if _big_enough(job, t.view)])
+            cands = _unless_failed_gpus(
+                job, _sized(job, [t for t in static if _big_enough(job, t.view)]), static)
             self._by_size[full] = cands
         return cands
 
@@ -148,7 +168,9 @@ def _sized(job: PendingJob, static: list[NodeTimeline]) -> Candidates:
 
 def candidates(job: PendingJob, timelines: Sequence[NodeTimeline]) -> Candidates:
     """Nodes that pass the hard filters and take new work; a reason when fewer than needed."""
-    return _sized(job, [t for t in timelines if _matches(job, t.view) and _big_enough(job, t.view)])
+    static = [t for t in timelines if _matches(job, t.view)]
+    return _unless_failed_gpus(job, _sized(job, [t for t in static if _big_enough(job, t.view)]),
+                               static)
 
 
 def demand_on(job: PendingJob, node: NodeView) -> Demand:

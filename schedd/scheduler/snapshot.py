@@ -25,6 +25,9 @@ class NodeView:
     features: frozenset[str] = frozenset()
     partitions: frozenset[str] = frozenset()
     available: bool = True  # False when DOWN or DRAIN: runs what it has, takes nothing new
+    # GPUs out of service (a fatal NVML fault, until RESUME): not in ``gpus``, never handed
+    # out; a job that would fit with them waits (ReqNodeNotAvail), not BadConstraints
+    failed_gpus: int = 0
 
 
 @dataclass(slots=True)

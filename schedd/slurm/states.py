@@ -50,6 +50,10 @@ FINISHED_STATES = frozenset(
 )
 ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED})
 
+# the Reason of a job whose prolog failed: requeued and held (Slurm's state_desc; scontrol
+# shows it with underscores), kept until the job is released
+LAUNCH_FAILED_HELD = "launch failed requeued held"
+
 
 class StateError(ValueError):
     """A job state name that is none; the message is Slurm's line."""

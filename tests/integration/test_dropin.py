@@ -415,8 +415,8 @@ def test_json_data_parser_versions_follow_the_published_schemas(
 # --- 8. mail ----------------------------------------------------------------------------------
 
 RECORDER = """#!/bin/sh
-# a MailProg that records how it was called: $1=-s $2=subject $3=user, and its environment
-printf '%s|%s|%s|%s|%s\\n' "$1" "$2" "$3" "$SLURM_JOB_ID" "$SLURM_JOB_MAIL_TYPE" >> {log}
+# a MailProg that records how it was called: $1=-s $2=subject $3=-- $4=user, and its environment
+printf '%s|%s|%s|%s|%s|%s\\n' "$1" "$2" "$4" "$SLURM_JOB_ID" "$SLURM_JOB_MAIL_TYPE" "$3" >> {log}
 """
 
 
@@ -458,6 +458,7 @@ def test_mail_prog_gets_slurms_call_and_subjects(mailbox: tuple[Cluster, Path],
                             f"--dependency=afterany:{quiet}", "--wrap", "true", cwd=workdir)
     began, ended = mails_of(log, job_id, 2)
     assert began[0] == "-s" and began[2] == "root" and began[4] == "BEGIN,END"
+    assert began[5] == "--"  # no recipient can be read as an option
     assert re.fullmatch(rf"Slurm Job_id={job_id} Name=mailjob Began, Queued time "
                         r"\d\d:\d\d:\d\d", began[1])
     assert re.fullmatch(rf"Slurm Job_id={job_id} Name=mailjob Ended, Run time "
@@ -467,6 +468,12 @@ def test_mail_prog_gets_slurms_call_and_subjects(mailbox: tuple[Cluster, Path],
                             "-J", "bad", "-o", "/dev/null", "--wrap", "exit 3", cwd=workdir)
     (mail,) = mails_of(log, failed, 1)
     assert mail[2] == "alice@example.org"
+    for bad in ("-x@y", "garbage here"):
+        res = cluster.run("sbatch", f"--mail-user={bad}", "--wrap", "true", cwd=workdir)
+        assert res.returncode != 0
+        assert res.stderr.strip().splitlines() == [
+            "sbatch: error: Batch job submission failed: Invalid --mail-user value: "
+            f"{bad!r} is not a user name or mail address"], res.stderr
     assert re.fullmatch(rf"Slurm Job_id={failed} Name=bad Failed, Run time \d\d:\d\d:\d\d, "
                         r"FAILED, ExitCode 3", mail[1])
 

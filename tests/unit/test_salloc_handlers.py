@@ -16,7 +16,7 @@ from tests.unit.test_steps_handlers import OWNER, ROOT, STRANGER, ctx, store
 __all__ = ["ctx", "store"]  # the fixtures, shared with the step handlers' tests (the ledger: conftest.py)
 
 
-def _allocation(ctx) -> Job:
+def _allocation(ctx, started: bool = True) -> Job:
     job = Job(id=9, name="bash", user="alice", uid=1000, gid=1000, state=JobState.RUNNING,
               workdir="/work", num_nodes=2, start_time=990.0, batch_host="node1",
               generation=1, interactive=True, node_list="node[1-2]", partition="gpu",
@@ -27,6 +27,8 @@ def _allocation(ctx) -> Job:
     ctx.state.store.save_steps([StepRecord(job_id=9, step_id="extern", name="extern",
                                            node_list="node[1-2]", num_nodes=2, num_tasks=2,
                                            cpus=8, state="RUNNING", start_time=990.0)])
+    if started:  # its node said so (job_started), after its prolog
+        ctx.agents.confirmed.add((9, 1))
     return job
 
 
@@ -45,6 +47,15 @@ def test_the_allocation_environment_is_the_jobs_not_a_nodes(ctx) -> None:
             env["SLURM_JOB_NUM_NODES"], env["SLURM_JOB_CPUS_PER_NODE"]) == (
         "RUNNING", "9", "node[1-2]", "2", "4,4")
     assert "SLURMD_NODENAME" not in env and "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_the_allocation_is_ready_only_once_its_node_has_started_it(ctx) -> None:
+    """PrologFlags=Alloc: salloc's command waits while the node's prolog runs."""
+    _allocation(ctx, started=False)
+    reply = _call(ctx, h.allocation, OWNER, job_id=9)
+    assert reply["state"] == "RUNNING" and "environment" not in reply
+    ctx.agents.confirmed.add((9, 1))
+    assert "environment" in _call(ctx, h.allocation, OWNER, job_id=9)
 
 
 def test_only_the_owner_root_may_and_only_for_allocations(ctx) -> None:

@@ -35,6 +35,7 @@ def store(ledger_store: Store) -> Store:
 @dataclass
 class Agents:
     sent: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    confirmed: set[tuple[int, int]] = field(default_factory=set)  # runs their node started
 
     def launch_step(self, node: str, step: dict[str, Any]) -> None:
         protocol.check(step, operations.STEP_LAUNCH_FIELDS, "launch_step")

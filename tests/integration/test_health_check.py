@@ -1,0 +1,76 @@
+"""Issue 30 item 2, on a real cluster: ``[agent] health_check_program`` (Slurm's
+HealthCheckProgram) drains a node whose check fails, with the first line of the check's
+output as the Reason (sinfo -R), and with ``health_check_resume`` resumes the node once the
+check passes again, but never a node an admin drained."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cluster import Cluster, cleanup, node_state, until, world_tempdir
+
+CHECK = """#!/bin/sh
+echo "$SLURMD_NODENAME" > {home}/checked-node
+if [ -f {home}/unhealthy ]; then
+    cat {home}/unhealthy
+    echo "second line, not the reason"
+    exit 1
+fi
+exit 0
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    home = world_tempdir("kiln-it-")
+    try:
+        check = Path(home) / "healthcheck.sh"
+        check.write_text(CHECK.format(home=home))
+        check.chmod(0o755)
+        c = Cluster(home=home, db_url=f"sqlite:///{home}/kiln.db", nodes=1, fake_gpus="2",
+                    agent_extra=f'health_check_program = "{check}"\n'
+                                "health_check_interval = 1\nhealth_check_resume = true\n")
+        c.up()
+        try:
+            yield c
+        finally:
+            c.down()
+    finally:
+        cleanup(home)
+
+
+def _reasons(cluster: Cluster) -> str:
+    return cluster.run("sinfo", "-R", "-h", "-o", "%n|%E").stdout
+
+
+def test_failing_check_drains_then_resumes(cluster: Cluster) -> None:
+    home = Path(cluster.home)
+    until(lambda: (home / "checked-node").exists(), "the health check ran")
+    assert (home / "checked-node").read_text().strip() == "node1"  # SLURMD_NODENAME
+    assert node_state(cluster, "node1") == "idle"
+    (home / "unhealthy").write_text("gpu 1 lost its ECC\n")
+    until(lambda: node_state(cluster, "node1").startswith("drain"), "drained by the check")
+    assert "node1|gpu 1 lost its ECC" in _reasons(cluster)
+    assert "second line" not in _reasons(cluster)
+    os.unlink(home / "unhealthy")
+    until(lambda: node_state(cluster, "node1") == "idle", "resumed once the check passes")
+    assert "node1" not in _reasons(cluster)
+
+
+def test_admin_drain_is_not_resumed(cluster: Cluster) -> None:
+    home = Path(cluster.home)
+    (home / "unhealthy").write_text("disk full\n")
+    until(lambda: node_state(cluster, "node1").startswith("drain"), "drained by the check")
+    # the admin takes the drain over (a reason of their own): the check no longer owns it
+    cluster.run("scontrol", "update", "nodename=node1", "state=drain", "reason=maintenance")
+    os.unlink(home / "unhealthy")
+    mtime = (home / "checked-node").stat().st_mtime
+    until(lambda: (home / "checked-node").stat().st_mtime > mtime + 2, "two more checks passed")
+    assert node_state(cluster, "node1").startswith("drain")
+    assert "node1|maintenance" in _reasons(cluster)
+    cluster.run("scontrol", "update", "nodename=node1", "state=resume")
+    until(lambda: node_state(cluster, "node1") == "idle", "resumed by the admin")

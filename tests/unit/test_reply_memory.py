@@ -1,0 +1,136 @@
+"""Issue 31 item 2: schedd's memory held for replies nobody reads is bounded per user and in
+all (schedd/localsock.py); past a bound the slowest reader is dropped, with a logged reason."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import pytest
+import zmq
+
+from schedd import localsock, protocol
+from schedd.identity import Caller
+from schedd.localsock import HEADER, Connection, LocalServer
+
+MB = 1 << 20
+
+
+class Rig:
+    """A LocalServer driven by hand, with socketpair clients of chosen uids that never read
+    (small socket buffers, so a large reply stays in schedd)."""
+
+    def __init__(self, tmp_path: Path, reply_size: int):
+        self.server = LocalServer(f"ipc://{tmp_path}/t.sock",
+                                  lambda f, c: b"x" * reply_size)
+        self.poller = zmq.Poller()
+        self.server.register(self.poller)
+        self.peers: list[socket.socket] = []
+        self.clock = 0.0
+
+    def ask(self, uid: int) -> Connection:
+        ours, peer = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        ours.setblocking(False)
+        self.peers.append(peer)
+        conn = Connection(ours, Caller(uid=uid, gid=uid, pid=uid))
+        self.server.conns[conn.fd] = conn
+        self.poller.register(conn.fd, localsock.POLLIN)
+        request = protocol.request("ping", {}, 1)
+        peer.sendall(HEADER.pack(len(request)) + request)
+        self.server.ready({conn.fd: localsock.POLLIN}, 0.0)
+        return conn
+
+    def held(self, uid: int | None = None) -> int:
+        return sum(c.unsent for c in self.server.conns.values()
+                   if uid is None or c.caller.uid == uid)
+
+    def close(self) -> None:
+        for p in self.peers:
+            p.close()
+        self.server.close()
+
+
+@pytest.fixture
+def bounds(monkeypatch):
+    monkeypatch.setattr(localsock, "MAX_UNSENT_TOTAL", 10 * MB, raising=False)
+    monkeypatch.setattr(localsock, "MAX_UNSENT_PER_UID", 6 * MB, raising=False)
+
+
+def test_one_user_that_never_reads_holds_at_most_its_bound_and_one_reply(
+        tmp_path: Path, bounds, caplog) -> None:
+    rig = Rig(tmp_path, 2 * MB)
+    try:
+        first = rig.ask(1001)
+        with caplog.at_level(logging.WARNING, logger="schedd.localsock"):
+            for _ in range(20):
+                rig.ask(1001)
+        assert rig.held(1001) <= 6 * MB + 2 * MB + 64 * 1024
+        assert first not in rig.server.conns.values()  # the oldest (slowest) went first
+        assert "slowest reader" in caplog.text
+        assert "over 6291456 bytes" in caplog.text
+    finally:
+        rig.close()
+
+
+def test_the_total_bound_drops_the_user_holding_the_most_not_a_bystander(
+        tmp_path: Path, bounds) -> None:
+    rig = Rig(tmp_path, 3 * MB)
+    try:
+        bystander = rig.ask(2002)
+        for _ in range(10):
+            rig.ask(1001)  # at most 2 of 1001's fit its 6 MB, then 10 MB in all
+            rig.ask(1003)
+        assert rig.held() <= 10 * MB + 3 * MB + 64 * 1024
+        assert bystander in rig.server.conns.values()  # holds the least: never dropped
+    finally:
+        rig.close()
+
+
+def test_a_reply_larger_than_the_bound_still_reaches_a_client_that_reads(
+        tmp_path: Path, bounds) -> None:
+    rig = Rig(tmp_path, 12 * MB)
+    try:
+        conn = rig.ask(1001)
+        assert conn in rig.server.conns.values()
+        peer = rig.peers[-1]
+        peer.settimeout(5)
+        got = b""
+        while len(got) < 12 * MB + HEADER.size:
+            rig.server.ready({conn.fd: localsock.POLLOUT}, 0.0)
+            got += peer.recv(1 << 20)
+        assert got[HEADER.size:] == b"x" * (12 * MB)
+    finally:
+        rig.close()
+
+
+def test_within_the_bounds_nobody_is_dropped(tmp_path: Path, bounds) -> None:
+    rig = Rig(tmp_path, 1 * MB)
+    try:
+        conns = [rig.ask(uid) for uid in (1001, 1001, 1002, 1003)]
+        assert all(c in rig.server.conns.values() for c in conns)
+    finally:
+        rig.close()
+
+
+def test_the_bounds_come_from_the_config(tmp_path: Path) -> None:
+    """``[schedd] reply_buffer_bytes`` / ``reply_buffer_per_user_bytes`` reach the server."""
+    from schedd import config
+
+    path = tmp_path / "kiln.toml"
+    path.write_text("[schedd]\nreply_buffer_bytes = 4194304\n"
+                    "reply_buffer_per_user_bytes = 2097152\n")
+    cfg = config.load(path)
+    assert (cfg.reply_buffer_bytes, cfg.reply_buffer_per_user_bytes) == (4 << 20, 2 << 20)
+    rig = Rig(tmp_path, 1 * MB)
+    rig.server.max_unsent_total = cfg.reply_buffer_bytes
+    rig.server.max_unsent_per_uid = cfg.reply_buffer_per_user_bytes
+    try:
+        first = rig.ask(1001)
+        for _ in range(6):
+            rig.ask(1001)
+        assert first not in rig.server.conns.values()
+        assert rig.held(1001) <= 3 * MB + 64 * 1024
+    finally:
+        rig.close()
