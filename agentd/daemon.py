@@ -137,7 +137,8 @@ class Agent:
         self.heartbeat_interval = cfg.heartbeat_interval
         self.health_check = HealthCheck(
             "" if self.relay_only else cfg.agent.health_check_program,
-            cfg.agent.health_check_interval, node_name, timeout=cfg.agent.health_check_timeout)
+            cfg.agent.health_check_interval, node_name, timeout=cfg.agent.health_check_timeout,
+            node_states=kconfig.health_check_states(cfg.agent.health_check_node_state))
         self._last_heartbeat = 0.0
         self._registered = False
         self._register_keys: list[tuple[int, int]] = []
@@ -323,6 +324,8 @@ class Agent:
         if op == "heartbeat":  # the faults it carried are schedd's now
             taken = self._fault_msgs.pop(msg_id, [])  # type: ignore[arg-type]
             self._gpu_faults = [f for f in self._gpu_faults if f not in taken]
+            if "alloc" in body:  # the node's state, for health_check_node_state
+                self.health_check.node_state = (str(body["alloc"]), bool(body.get("drained")))
         if op == "register":
             self._registered = True
             self.heartbeat_interval = float(body.get("heartbeat_interval", self.heartbeat_interval))
@@ -668,6 +671,8 @@ class Agent:
         verdict = self.health_check.verdict()
         if verdict is not None:  # "" passed; else the failing check's first line
             body["health"] = verdict
+        if self.health_check.wants_state:  # the reply says the node's state
+            body["want_state"] = True
         msg_id = self._send("heartbeat", body)
         if faults:
             self._fault_msgs[msg_id] = faults

@@ -117,6 +117,9 @@ class AgentConfig:
     health_check_interval: float = 0.0  # seconds; 0 = never
     health_check_timeout: float = 60.0  # seconds a check may run before it counts as failed
     health_check_resume: bool = False
+    # Slurm's HealthCheckNodeState: the node states the check runs in, comma-separated (ANY,
+    # IDLE, NONDRAINED_IDLE, MIXED, ALLOC; CYCLE spreads the nodes' checks over the interval)
+    health_check_node_state: str = "ANY"
 
 
 SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog")
@@ -137,6 +140,22 @@ def _check_agent_scripts(agent: AgentConfig) -> None:
                 not 0 <= value <= 1e7:
             raise ConfigError(f"[agent] {key}: seconds >= 0 (0 = no limit), not {value!r}")
         setattr(agent, key, float(value))
+    health_check_states(agent.health_check_node_state)
+
+
+HEALTH_CHECK_STATES = ("ANY", "IDLE", "NONDRAINED_IDLE", "MIXED", "ALLOC", "CYCLE")
+
+
+def health_check_states(value: object) -> frozenset[str]:
+    """``[agent] health_check_node_state`` as Slurm's HealthCheckNodeState words, upper case:
+    a comma-separated list of ANY, IDLE, NONDRAINED_IDLE, MIXED, ALLOC and CYCLE (CYCLE alone
+    means ANY, spread over the interval)."""
+    words = [w.strip().upper() for w in value.split(",")] if isinstance(value, str) else [""]
+    bad = [w for w in words if w not in HEALTH_CHECK_STATES]
+    if bad:
+        raise ConfigError(f"[agent] health_check_node_state: a comma-separated list of "
+                          f"{', '.join(HEALTH_CHECK_STATES)}, not {value!r}")
+    return frozenset(words)
 
 
 @dataclass(slots=True)

@@ -296,6 +296,9 @@ AGENT_OPS: dict[str, Schema] = {
                                           "xid": Int(0, 2**31), "detail": Str(256)}), size=64),
                   # the health check's latest verdict: "" passed, else the Reason to drain with
                   "health": Str(256),
+                  # its health check runs only in some node states (health_check_node_state):
+                  # the reply says the node's (schedd/handlers/agent.py)
+                  "want_state": Bool(),
                   # srun steps' live figures on this node, for sstat
                   "step_usage": List(Obj({"job_id": Int(0, required=True),
                                           "step_id": Int(0, required=True),

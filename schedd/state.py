@@ -26,6 +26,7 @@ from schedd.ledger.store import Store
 from schedd.model import (
     ACTIVE_STATES,
     LAUNCH_FAILED_HELD,
+    Allocation,
     Job,
     JobState,
     Node,
@@ -59,6 +60,13 @@ class NodeUse:
     memory_mb: int = 0
     gpus: int = 0
     jobs: int = 0
+
+    def add(self, a: Allocation) -> None:
+        """One job's allocation on the node."""
+        self.cpus += a.cpus
+        self.memory_mb += a.memory_mb
+        self.gpus += len(a.gpus)
+        self.jobs += 1
 
 
 class State:
@@ -294,11 +302,7 @@ class State:
         use = {name: NodeUse() for name in self.nodes}
         for job in self.running():
             for a in job.allocation:
-                u = use.setdefault(a.node, NodeUse())
-                u.cpus += a.cpus
-                u.memory_mb += a.memory_mb
-                u.gpus += len(a.gpus)
-                u.jobs += 1
+                use.setdefault(a.node, NodeUse()).add(a)
         return use
 
     def node_display_state(self, node: Node, use: NodeUse, now: float) -> str:
@@ -306,11 +310,25 @@ class State:
             return "DOWN"
         if node.state == NodeState.DRAIN:
             return "DRAINING" if use.jobs else "DRAINED"
+        return self.node_alloc_state(node, use)
+
+    @staticmethod
+    def node_alloc_state(node: Node, use: NodeUse) -> str:
+        """IDLE, MIXED or ALLOCATED, by what the node's jobs hold, whatever its drain."""
         healthy = len(node.healthy_gpus)
         if use.jobs == 0:  # a failed GPU (lifecycle/gpuhealth.py): part of it is unavailable
             return "MIXED" if healthy < len(node.gpus) else "IDLE"
         full = use.cpus >= node.cpus or (node.gpus and use.gpus >= healthy)
         return "ALLOCATED" if full else "MIXED"
+
+    def use_of(self, name: str) -> NodeUse:
+        """What the running jobs hold on one node (node_use for one)."""
+        u = NodeUse()
+        for job in self.running():
+            for a in job.allocation:
+                if a.node == name:
+                    u.add(a)
+        return u
 
     def _in_memory(self, job_id: int, task: int | None) -> list[JobState]:
         if task is not None:

@@ -134,6 +134,10 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
                 any(a.node == name for a in job.allocation):
             usage[(job.id, str(item["step_id"]))] = clean_usage(item.get("usage"))
     ctx.agents.usage[name] = usage  # what sstat shows: this node's latest word
+    if body.get("want_state"):  # its health check runs only in some states (agentd/health.py)
+        node = ctx.state.nodes[name]
+        return {"alloc": ctx.state.node_alloc_state(node, ctx.state.use_of(name)),
+                "drained": node.state in (NodeState.DRAIN, NodeState.DOWN)}
     return {}
 
 

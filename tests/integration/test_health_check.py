@@ -1,11 +1,13 @@
 """Issue 30 item 2, on a real cluster: ``[agent] health_check_program`` (Slurm's
 HealthCheckProgram) drains a node whose check fails, with the first line of the check's
 output as the Reason (sinfo -R), and with ``health_check_resume`` resumes the node once the
-check passes again, but never a node an admin drained."""
+check passes again, but never a node an admin drained; with ``health_check_node_state``
+(Slurm's HealthCheckNodeState) the check runs only while the node is in the states named."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +35,9 @@ def cluster() -> Iterator[Cluster]:
         check.chmod(0o755)
         c = Cluster(home=home, db_url=f"sqlite:///{home}/kiln.db", nodes=1, fake_gpus="2",
                     agent_extra=f'health_check_program = "{check}"\n'
-                                "health_check_interval = 1\nhealth_check_resume = true\n")
+                                "health_check_interval = 1\nhealth_check_resume = true\n"
+                                # idle (drained idle too) and mixed, not allocated
+                                'health_check_node_state = "IDLE,MIXED,CYCLE"\n')
         c.up()
         try:
             yield c
@@ -74,3 +78,23 @@ def test_admin_drain_is_not_resumed(cluster: Cluster) -> None:
     assert "node1|maintenance" in _reasons(cluster)
     cluster.run("scontrol", "update", "nodename=node1", "state=resume")
     until(lambda: node_state(cluster, "node1") == "idle", "resumed by the admin")
+
+
+def test_no_check_runs_while_the_node_is_allocated(cluster: Cluster) -> None:
+    home = Path(cluster.home)
+    until(lambda: (home / "checked-node").exists(), "the health check ran")
+    workdir = world_tempdir("kiln-it-hc-")
+    try:
+        job = cluster.sbatch("--exclusive", "--wrap", "sleep 600", cwd=workdir)
+        cluster.wait(job, {"RUNNING"}, timeout=60)
+        until(lambda: node_state(cluster, "node1") == "allocated", "the node allocated")
+        time.sleep(1.5)  # a check started before the job (an interval at most) has ended
+        mtime = (home / "checked-node").stat().st_mtime
+        time.sleep(3)  # three intervals: no check while allocated
+        assert (home / "checked-node").stat().st_mtime == mtime
+        cluster.run("scancel", str(job))
+        cluster.wait(job, {"CANCELLED"}, timeout=60)
+        until(lambda: (home / "checked-node").stat().st_mtime > mtime,
+              "checks again once the node is idle")
+    finally:
+        cleanup(workdir)
