@@ -38,10 +38,11 @@ from typing import Any
 import zmq
 
 from agentd import cgroups as cgroup_mod
-from agentd import gpuhealth
+from agentd import gpuhealth, jobtmp
 from agentd import gpus as gpu_discovery
 from agentd.forward import check_cap
 from agentd.health import HealthCheck
+from agentd.jobtmp import JobTmp
 from agentd.launcher import Finished, Launcher, LaunchError, OutputDirMissing
 from agentd.lease import RENEWING_OPS, Lease
 from agentd.prolog import Outcome, Scripts, exit_env, script_env
@@ -92,7 +93,8 @@ class Agent:
         spool = Path(spool_dir or cfg.agent.spool_dir or cfg.home / "spool" / node_name)
         self.cgroups = None if self.relay_only else _make_cgroups(cfg, node_name, spool)
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
-                                 allow_root=cfg.allow_root_jobs, cgroups=self.cgroups)
+                                 allow_root=cfg.allow_root_jobs, cgroups=self.cgroups,
+                                 job_tmp=None if self.relay_only else _make_job_tmp(cfg, spool))
         recovered = self.launcher.recover()
         a = cfg.agent  # Prolog / Epilog (agentd/prolog.py), off the loop
         self.scripts = Scripts(a.prolog, a.epilog, a.prolog_timeout, a.epilog_timeout,
@@ -240,6 +242,18 @@ class Agent:
                                 "finished": [r for _, r in self._unacked.values()]})
         self._last_heartbeat = time.time()
 
+    def _jobs_here(self) -> set[int]:
+        """The jobs with something on this node: a batch script, step tasks, a prolog or an
+        epilog (to run or running), a launch or steps waiting."""
+        return ({r["job_id"] for r in self.launcher.running()} | set(self.steps.job_ids()) |
+                {j for j, _ in self.scripts.running()} | {j for j, _ in self._waiting} |
+                {j for j, _ in self._node_epilogs} | set(self._held_steps))
+
+    def _job_tmp_left(self) -> bool:
+        """Whether a job's private /tmp is here with nothing of the job left on this node."""
+        tmp = self.launcher.job_tmp
+        return tmp is not None and bool(tmp.job_ids() - self._jobs_here())
+
     def _running(self) -> list[dict[str, Any]]:
         out = []
         for r in self.launcher.running():
@@ -326,6 +340,9 @@ class Agent:
             self._gpu_faults = [f for f in self._gpu_faults if f not in taken]
             if "alloc" in body:  # the node's state, for health_check_node_state
                 self.health_check.node_state = (str(body["alloc"]), bool(body.get("drained")))
+            if "jobs" in body and self.launcher.job_tmp is not None:
+                # the private /tmp of jobs that ended here (agentd/jobtmp.py)
+                self.launcher.job_tmp.sweep(self._jobs_here() | set(body["jobs"]))
         if op == "register":
             self._registered = True
             self.heartbeat_interval = float(body.get("heartbeat_interval", self.heartbeat_interval))
@@ -673,6 +690,8 @@ class Agent:
             body["health"] = verdict
         if self.health_check.wants_state:  # the reply says the node's state
             body["want_state"] = True
+        if self._job_tmp_left():  # the reply says which of them schedd still counts here
+            body["want_jobs"] = True
         msg_id = self._send("heartbeat", body)
         if faults:
             self._fault_msgs[msg_id] = faults
@@ -692,6 +711,17 @@ def _gpu_wire(gpu: Any) -> dict[str, Any]:
     d = dataclasses.asdict(gpu)
     d.pop("fault", None)
     return d
+
+
+def _make_job_tmp(cfg: kconfig.Config, spool: Path) -> JobTmp | None:
+    """The node's private /tmp per job (agentd/jobtmp.py), or None (off, or cannot work)."""
+    if not cfg.agent.job_tmp:
+        return None
+    why = jobtmp.probe()
+    if why:
+        log.warning("private /tmp per job (job_tmp) off: %s", why)
+        return None
+    return JobTmp(Path(cfg.agent.job_tmp_base or spool / "jobtmp"))
 
 
 def _make_cgroups(cfg: kconfig.Config, node_name: str, spool: Path) -> cgroup_mod.Cgroups:

@@ -64,6 +64,7 @@ import psutil
 
 from agentd import stepd
 from agentd.cgroups import CgroupError, Cgroups, JobCgroup, join_fds
+from agentd.jobtmp import JobTmp, JobTmpError
 from agentd.spool import Spool
 from agentd.supervisors import Started, SupervisorStarter
 from agentd.walltime import SignalSpec, SignalSpecError, parse_signal
@@ -168,8 +169,9 @@ class Launcher:
 
     def __init__(self, spool_dir: Path, node_name: str, kill_wait: int = 30,
                  allow_root: bool = False, cgroups: Cgroups | None = None,
-                 starter: SupervisorStarter | None = None):
+                 starter: SupervisorStarter | None = None, job_tmp: JobTmp | None = None):
         self.spool = Spool(Path(spool_dir))
+        self.job_tmp = job_tmp  # a private /tmp and /dev/shm per job (agentd/jobtmp.py)
         self.cgroups = cgroups if cgroups is not None and cgroups.active else None
         self.unkillable: list[str] = []  # jobs that outlived UnkillableStepTimeout (drain)
         self.node_name = node_name
@@ -236,6 +238,13 @@ class Launcher:
             _write_fd(err_fd, f"slurmstepd: error: {exc}\n")
             _close(out_fd, err_fd)
             raise
+        try:
+            job_tmp = self.private_tmp(key[0])
+        except LaunchError as exc:
+            _write_fd(err_fd, f"slurmstepd: error: {exc}\n")
+            _close(out_fd, err_fd)
+            self._drop_cgroup(key, cgroup)
+            raise
         start = time.time()
         kill_wait = spec["kill_wait"] if spec["kill_wait"] >= 0 else self.kill_wait
         argv = [str(script)] if spec["script"].startswith("#!") else ["/bin/bash", str(script)]
@@ -256,7 +265,9 @@ class Launcher:
             # containment: the child joins these cgroup.procs files; signals and kills go to
             # the whole cgroup (agentd.cgroups.JobCgroup.from_record)
             "cgroup": None if cgroup is None else cgroup.to_record(key),
-            "cgroup_procs": [] if cgroup is None else cgroup.procs_paths()}
+            "cgroup_procs": [] if cgroup is None else cgroup.procs_paths(),
+            # the job's /tmp and /dev/shm, bound in a mount namespace of its own (stepd)
+            "job_tmp": job_tmp}
         control = self.spool.stepd_path(*key, "ctl")
         try:
             self.spool.remove_stepd_files(*key)  # a stale run's, from an old spool
@@ -366,6 +377,16 @@ class Launcher:
         if note:
             _write_fd(err_fd, note)
         return out_fd, err_fd, cwd, err_path
+
+    def private_tmp(self, job_id: int) -> dict[str, str] | None:
+        """The job's private /tmp and /dev/shm on this node (made when missing), or None where
+        they are off; one that cannot be made fails the launch (``LaunchError``)."""
+        if self.job_tmp is None:
+            return None
+        try:
+            return self.job_tmp.ensure(job_id)
+        except JobTmpError as exc:
+            raise LaunchError(str(exc.strerror or exc)) from None
 
     def _credentials(self, ident: Identity) -> dict[str, Any]:
         if os.geteuid() != 0:
@@ -728,6 +749,21 @@ def _workdir(path: str) -> tuple[str, str]:
     except OSError as exc:
         problem = exc.strerror or str(exc)
     return "/tmp", _chdir_note(path, problem)
+
+
+def switch_user(credentials: dict[str, Any]) -> Callable[[], None]:
+    """A ``preexec_fn`` step that becomes the user ``credentials`` (``_credentials``) name,
+    as Popen's ``user=``/``group=``/``extra_groups=`` would: for a child that must do
+    something as root first (agentd/jobtmp.py). Nothing where the agent is the user."""
+
+    def switch() -> None:
+        if not credentials:
+            return
+        os.setgroups(credentials["extra_groups"])
+        os.setresgid(credentials["group"], credentials["group"], credentials["group"])
+        os.setresuid(credentials["user"], credentials["user"], credentials["user"])
+
+    return switch
 
 
 def enter_workdir(path: str, cgroup_fds: list[int] | None = None) -> Callable[[], None]:

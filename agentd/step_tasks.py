@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentd import jobtmp
 from agentd import launcher as lch
 from agentd.cgroups import CgroupError, JobCgroup, Limits
 from agentd.forward import (
@@ -259,6 +260,16 @@ class StepRunner:
         join: list[int] = []
         argv = self._wrapped(spec)
         try:
+            tmp = self.launcher.private_tmp(step.job_id)  # the job's /tmp: shared by its steps
+        except lch.LaunchError as exc:
+            log.error("step %d.%d: %s", step.job_id, step.step_id, exc)
+            for fd in set(fds.values()):
+                lch._write_fd(fd, f"slurmstepd: error: {exc}\n")
+                os.close(fd)
+            for task in step.tasks:
+                task.exited, task.exit_code = True, 1
+            return
+        try:
             if step.cgroup is not None:
                 join = step.cgroup.open_procs(step.leaf)
             for task, entry in zip(step.tasks, spec["tasks"], strict=True):
@@ -271,7 +282,7 @@ class StepRunner:
                 if note and task is step.tasks[0]:
                     lch._write_fd(err_fd, note)
                 env = {**spec["environment"], **_strings(entry.get("env"))}
-                self._exec(step, task, argv, env, cwd, (in_fd, out_fd, err_fd), join)
+                self._exec(step, task, argv, env, cwd, (in_fd, out_fd, err_fd), join, tmp)
         except OSError as exc:
             log.error("step %d.%d cannot join its cgroup: %s", step.job_id, step.step_id, exc)
             for task in step.tasks:
@@ -336,13 +347,22 @@ class StepRunner:
             task.stderr_path = str(entry.get("stderr") or os.devnull)
 
     def _exec(self, step: _Step, task: _Task, argv: list[str], env: dict[str, str], cwd: str,
-              stdio: tuple[int, int, int], join: list[int]) -> None:
+              stdio: tuple[int, int, int], join: list[int],
+              tmp: dict[str, str] | None = None) -> None:
         in_fd, out_fd, err_fd = stdio
         enter = lch.enter_workdir(cwd, join)  # as the user, in the step's cgroup
+        credentials = self.launcher._credentials(step.ident)
+        # a private /tmp is entered as root: then the switch to the user is prepare()'s own
+        # (CPython calls preexec_fn after the switch its user=/group= arguments make)
+        switch = lch.switch_user(credentials) if tmp else None
 
         def prepare() -> None:
             if task.terminal:
                 controlling_terminal()  # the new session's (start_new_session ran setsid)
+            if tmp:
+                jobtmp.enter(tmp)
+            if switch is not None:
+                switch()
             enter()
 
         try:
@@ -350,7 +370,7 @@ class StepRunner:
                 argv, stdin=in_fd, stdout=out_fd, stderr=err_fd, env=env,
                 preexec_fn=prepare,
                 start_new_session=True, close_fds=True, umask=lch._umask(env),
-                **self.launcher._credentials(step.ident),
+                **({} if tmp else credentials),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)

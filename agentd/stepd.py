@@ -94,6 +94,18 @@ def join_cgroup(launch: dict[str, Any]) -> None:
 BEFORE_EXEC.append(join_cgroup)
 
 
+def private_tmp(launch: dict[str, Any]) -> None:
+    """The job's child enters a mount namespace of its own with the job's /tmp and /dev/shm
+    (the launch's ``job_tmp``; agentd/jobtmp.py), still root."""
+    if launch.get("job_tmp"):
+        from agentd import jobtmp  # noqa: PLC0415 - only where it is on: the supervisor starts light
+
+        jobtmp.enter(launch["job_tmp"])
+
+
+BEFORE_EXEC.append(private_tmp)
+
+
 # --- the job's child: fork .. exec --------------------------------------------------------
 
 

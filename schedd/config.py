@@ -120,6 +120,11 @@ class AgentConfig:
     # Slurm's HealthCheckNodeState: the node states the check runs in, comma-separated (ANY,
     # IDLE, NONDRAINED_IDLE, MIXED, ALLOC; CYCLE spreads the nodes' checks over the interval)
     health_check_node_state: str = "ANY"
+    # Slurm's job_container/tmpfs (agentd/jobtmp.py): a private /tmp and /dev/shm per job, on
+    # wherever the agent runs as root and can make mount namespaces; job_tmp_base is Slurm's
+    # BasePath (default: the node's spool, "jobtmp")
+    job_tmp: bool = True
+    job_tmp_base: str = ""
 
 
 SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog")
@@ -141,6 +146,12 @@ def _check_agent_scripts(agent: AgentConfig) -> None:
             raise ConfigError(f"[agent] {key}: seconds >= 0 (0 = no limit), not {value!r}")
         setattr(agent, key, float(value))
     health_check_states(agent.health_check_node_state)
+    if not isinstance(agent.job_tmp, bool):
+        raise ConfigError(f"[agent] job_tmp: true or false, not {agent.job_tmp!r}")
+    base = agent.job_tmp_base
+    if not isinstance(base, str) or (base and not base.startswith("/")) or "\0" in base:
+        raise ConfigError(f"[agent] job_tmp_base: an absolute path (or \"\" for the node's "
+                          f"spool), not {base!r}")
 
 
 HEALTH_CHECK_STATES = ("ANY", "IDLE", "NONDRAINED_IDLE", "MIXED", "ALLOC", "CYCLE")

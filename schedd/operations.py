@@ -299,6 +299,9 @@ AGENT_OPS: dict[str, Schema] = {
                   # its health check runs only in some node states (health_check_node_state):
                   # the reply says the node's (schedd/handlers/agent.py)
                   "want_state": Bool(),
+                  # it holds jobs' private /tmp (agentd/jobtmp.py): the reply lists the jobs
+                  # schedd still counts on the node, the others' are removed
+                  "want_jobs": Bool(),
                   # srun steps' live figures on this node, for sstat
                   "step_usage": List(Obj({"job_id": Int(0, required=True),
                                           "step_id": Int(0, required=True),

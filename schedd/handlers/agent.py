@@ -134,11 +134,15 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
                 any(a.node == name for a in job.allocation):
             usage[(job.id, str(item["step_id"]))] = clean_usage(item.get("usage"))
     ctx.agents.usage[name] = usage  # what sstat shows: this node's latest word
+    reply: dict[str, Any] = {}
     if body.get("want_state"):  # its health check runs only in some states (agentd/health.py)
         node = ctx.state.nodes[name]
-        return {"alloc": ctx.state.node_alloc_state(node, ctx.state.use_of(name)),
-                "drained": node.state in (NodeState.DRAIN, NodeState.DOWN)}
-    return {}
+        reply.update(alloc=ctx.state.node_alloc_state(node, ctx.state.use_of(name)),
+                     drained=node.state in (NodeState.DRAIN, NodeState.DOWN))
+    if body.get("want_jobs"):  # the jobs whose private /tmp stays there (agentd/jobtmp.py)
+        reply["jobs"] = sorted({job.id for job in ctx.state.running()
+                                if any(a.node == name for a in job.allocation)})
+    return reply
 
 
 def _reconcile(ctx: Context, node: str, running: list[Any], now: float,

@@ -45,6 +45,10 @@ class Cluster:
     preempt_exempt_time: int = 0  # PreemptExemptTime: tests preempt jobs that just started
     socket_subdir: bool = False  # the commands' socket in KILN_HOME/sock/, not KILN_HOME
     agent_extra: str = ""  # more lines for the [agent] table (fake GPU affinity, ...)
+    # a private /tmp per job (agentd/jobtmp.py): off, since the tests' homes and working
+    # directories are under /tmp, which a job with its own /tmp cannot reach (test_job_tmp.py
+    # turns it on, with both outside /tmp)
+    job_tmp: bool = False
     config_extra: str = ""  # more tables at the end of kiln.toml (a [[partition]], ...)
     # what the daemons may log and do without failing the test (expect_log, expect_exit)
     allowed_logs: list[re.Pattern[str]] = field(default_factory=list)
@@ -136,6 +140,7 @@ preempt_exempt_time = {self.preempt_exempt_time}
 {self.scheduler_extra}
 [agent]
 fake_gpus = "{self.fake_gpus}"
+job_tmp = {str(self.job_tmp).lower()}
 {self.agent_extra}
 [[partition]]
 name = "gpu"
@@ -368,9 +373,9 @@ def user_home(name: str) -> Path:
     return Path(pwd.getpwnam(name).pw_dir)
 
 
-def world_tempdir(prefix: str) -> Path:
+def world_tempdir(prefix: str, under: str = "/tmp") -> Path:
     """A temp dir other users can reach (pytest's own tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=under))
     os.chmod(path, 0o755)
     return path
 
