@@ -22,15 +22,39 @@ from tests.integration.sysbox import box  # noqa: F401  (the fixture, for every 
 from tests.pgutil import fresh_database
 
 BACKENDS = ["sqlite", "postgresql"]
+# The modules whose clusters (the ``cluster`` and ``two_nodes`` fixtures) run on PostgreSQL as
+# well as SQLite: those whose tests go through the ledger's SQL in ways the two backends could
+# answer differently (jobs, accounts and accounting, requeue and holds, claims, reservations,
+# restarts and crashes, what users may see, the fuzzer's odd strings). The others test
+# terminals, signals, srun, the relay, GPUs and the commands' output, where the backend plays
+# no part: they run on SQLite only (their PostgreSQL twins cost ~5 minutes of the suite, and
+# ledger's own tests in tests/unit cover both backends).
+LEDGER_MODULES = frozenset({
+    "test_jobs", "test_accounts", "test_accounting", "test_jobcontrol", "test_claims",
+    "test_reservations", "test_agent_restart", "test_crash", "test_privacy", "test_fuzz",
+    "test_hostile_user", "test_trust_boundary", "test_preemption", "test_forecasts",
+    "test_backfill", "test_node_failure", "test_reply_memory", "test_readme",
+})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test here starts real daemons: ``-m integration`` selects them, ``-m "not
-    integration"`` leaves them out (pyproject.toml declares the marker)."""
+    integration"`` leaves them out (pyproject.toml declares the marker). PostgreSQL twins
+    outside ``LEDGER_MODULES`` are deselected (``KILN_TEST_ALL_BACKENDS=1`` keeps them)."""
     here = str(Path(__file__).parent)
+    keep_all = os.environ.get("KILN_TEST_ALL_BACKENDS") == "1"
+    selected, twins = [], []
     for item in items:
         if str(item.path).startswith(here):
             item.add_marker(pytest.mark.integration)
+            if not keep_all and "[postgresql" in item.nodeid and \
+                    item.path.stem not in LEDGER_MODULES:
+                twins.append(item)
+                continue
+        selected.append(item)
+    if twins:
+        config.hook.pytest_deselected(items=twins)
+        items[:] = selected
 
 
 @pytest.hookimpl(wrapper=True)
