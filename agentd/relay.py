@@ -166,6 +166,12 @@ class Relay:
                 return True
             work.data = bytearray()
         work.data += chunk
+        if len(work.data) > MAX_REPLY_BYTES:  # a streamed reply: its size said by no header
+            self._finish(work, protocol.reply_error(
+                work.client_id, protocol.E_INVALID,
+                f"the reply is larger than a relay carries ({MAX_REPLY_BYTES} bytes); "
+                f"narrow the request"))
+            return True
         if not body.get("more"):
             self._finish(work, work.data)  # copied once, into the command's outbox
             return True

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 60.0
 HEADER_BYTES = 4  # a frame's length, big-endian (int.to_bytes: `struct` is one more import)
+STREAMED = 0xFFFFFFFF  # the length of a streamed frame: chunks follow (schedd/localsock.py)
 UNREACHABLE = "Unable to contact slurm controller (connect failure)"
 LOST = ("Unable to contact slurm controller (connection lost; the request may or may not "
         "have been carried out)")
@@ -90,7 +91,12 @@ class Client:
             except BrokenPipeError:
                 pass  # schedd may have said why it closed (too many connections): read it
             size = int.from_bytes(self._recv(sock, HEADER_BYTES), "big")
-            return self._recv(sock, size)
+            if size != STREAMED:
+                return self._recv(sock, size)
+            chunks = []  # a streamed reply (schedd/localsock.py's Stream): chunks until b""
+            while size := int.from_bytes(self._recv(sock, HEADER_BYTES), "big"):
+                chunks.append(self._recv(sock, size))
+            return b"".join(chunks)
         except TimeoutError:
             self.close()
             raise ClientError("unreachable", UNREACHABLE) from None

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from types import GeneratorType
 from typing import Any
 
@@ -36,7 +36,7 @@ from schedd.ledger.store import Store
 from schedd.lifecycle import enforcement, gpuhealth, health, mail, preemption, transitions
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
-from schedd.localsock import LocalServer, Reply, Work
+from schedd.localsock import LocalServer, Reply, Stream, Work
 from schedd.logs import setup_logging
 from schedd.loopwatch import LoopWatch
 from schedd.relay import Pending, RelayError, Relays
@@ -430,14 +430,14 @@ class Daemon:
 
 class Slices(Work):
     """A handler written as a generator: it yields after each bounded slice of its work and
-    returns its reply body (schedd/handlers/sacct.py); the reply is then encoded in slices
-    too (``slicing.encode_reply``, which consumes the body's long lists: a body must be the
-    request's own, never state's). Errors end it as _dispatch's would."""
+    returns its reply body (schedd/handlers/sacct.py); the reply is then streamed, encoded a
+    piece at a time as the client reads (``slicing.stream_reply``, which consumes the body's
+    long lists: a body must be the request's own, never state's; ``localsock.Stream``).
+    Errors end it as _dispatch's would."""
 
     def __init__(self, msg_id: Any, gen: Generator[Any, None, dict[str, Any]],
                  watch: LoopWatch | None = None, name: str = "slice"):
         self.msg_id, self.gen = msg_id, gen
-        self.encoding: Generator[None, None, list[bytes]] | None = None
         self.watch, self.name = watch or LoopWatch(None), name
         self.ticket: offload.Ticket | None = None  # what it waits on off the loop, if any
 
@@ -453,17 +453,14 @@ class Slices(Work):
     def step(self) -> Reply | None:
         since = time.perf_counter()
         try:
-            if self.encoding is not None:
-                next(self.encoding)
-            else:
-                try:
-                    signal = next(self.gen)
-                    self.ticket = signal if isinstance(signal, offload.Ticket) else None
-                except StopIteration as done:  # the body: encoded in the next slices
-                    self.encoding = slicing.encode_reply(self.msg_id, done.value)
+            try:
+                signal = next(self.gen)
+                self.ticket = signal if isinstance(signal, offload.Ticket) else None
+            except StopIteration as done:  # the body: encoded as the client reads it
+                body = done.value
+                return Stream(self._encoded(slicing.stream_reply(self.msg_id, body)),
+                              lambda made: slicing.pieces_left(body, made))
             return None
-        except StopIteration as encoded:  # the reply, in pieces
-            return encoded.value
         except (protocol.ProtocolError, RequestError) as exc:
             return protocol.reply_error(self.msg_id, exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - no request may take the daemon down
@@ -471,7 +468,17 @@ class Slices(Work):
             return protocol.reply_error(self.msg_id, protocol.E_INTERNAL,
                                         f"internal error: {type(exc).__name__}")
         finally:
-            self.watch.add("encode" if self.encoding is not None else self.name, since)
+            self.watch.add(self.name, since)
+
+    def _encoded(self, pieces: Iterator[bytes]) -> Iterator[bytes]:
+        """The stream's pieces, each one's encoding timed in the loop watch."""
+        while True:
+            since = time.perf_counter()
+            piece = next(pieces, None)
+            self.watch.add("encode", since)
+            if piece is None:
+                return
+            yield piece
 
 
 def _lead(cfg: kconfig.Config) -> leader.LeaderLease | None:

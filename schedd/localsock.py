@@ -33,7 +33,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,13 +57,58 @@ WORK_BUDGET = 0.005
 POLLIN, POLLOUT = 1, 2  # zmq.POLLIN, zmq.POLLOUT (the same values as poll(2)'s)
 
 Dispatch = Callable[[bytes, Caller], Any]  # -> the reply, or a long request's Work
-# a reply: one frame's payload, whole or in pieces (a long request's: schedd/slicing.py), so
-# that tens of MB are never copied into one buffer at once
-Reply = bytes | bytearray | list[bytes]
+STREAMED = 0xFFFFFFFF  # a frame header: the payload follows in chunks (``Stream``)
+
+
+class Stream:
+    """A long reply made as its client reads: ``pieces`` yields the payload's bytes a piece
+    at a time (schedd/slicing.py's ``stream_reply``), and the server asks for the next piece
+    only once the last is nearly sent, so schedd holds about one piece of it for a slow reader
+    instead of the whole reply. On the wire a streamed frame is the header ``STREAMED``, then
+    chunks of a 4-byte length and that many bytes, ending with a chunk of length 0
+    (cli/client.py reads both forms). ``left`` estimates the pieces still to come, for the
+    bound on what unread replies may hold."""
+
+    __slots__ = ("pieces", "left", "made", "made_bytes", "done")
+
+    def __init__(self, pieces: Iterator[bytes], left: Callable[[int], int] | None = None):
+        self.pieces, self.left = pieces, left
+        self.made = self.made_bytes = 0
+        self.done = False
+
+    def next(self) -> bytes | None:
+        """The next piece, or None at the end."""
+        for piece in self.pieces:
+            self.made += 1
+            self.made_bytes += len(piece)
+            return piece
+        self.done = True
+        return None
+
+    def held(self) -> int:
+        """About how many bytes the rest of it will be (the pieces made so far, on average,
+        times those left): what a reader that stopped keeps schedd holding in its body."""
+        if self.done or self.left is None or not self.made:
+            return 0
+        return self.made_bytes // self.made * self.left(self.made)
+
+    def whole(self) -> bytes:
+        """Every piece left, in one buffer (for a path that needs the reply whole)."""
+        parts = []
+        while (piece := self.next()) is not None:
+            parts.append(piece)
+        return b"".join(parts)
+
+
+# a reply: one frame's payload, whole, in pieces (so that tens of MB are never copied into
+# one buffer at once), or streamed (a long request's: schedd/slicing.py)
+Reply = bytes | bytearray | list[bytes] | Stream
 
 
 def joined(reply: Reply) -> bytes | bytearray:
-    """A reply in one piece (the relay's chunking needs one)."""
+    """A reply in one piece."""
+    if isinstance(reply, Stream):
+        return reply.whole()
     return b"".join(reply) if isinstance(reply, list) else reply
 
 
@@ -101,6 +146,7 @@ class Connection:
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytearray = field(default_factory=bytearray)
     later: deque[bytes] = field(default_factory=deque)  # a reply's pieces not yet in outbox
+    stream: Stream | None = None  # a streamed reply still being made (after outbox, later)
     stalled_since: float = 0.0  # when the pending reply was queued (0: nothing pending)
     closing: bool = False  # close once the outbox is written
     work: Any = None  # a long request in progress (Work); nothing more is read meanwhile
@@ -112,12 +158,14 @@ class Connection:
     @property
     def sending(self) -> bool:
         """Is a reply waiting for the client to take it?"""
-        return bool(self.outbox or self.later)
+        return bool(self.outbox or self.later or self.stream)
 
     @property
     def unsent(self) -> int:
-        """Bytes of the reply not yet taken by the client."""
-        return len(self.outbox) + sum(map(len, self.later))
+        """Bytes of the reply not yet taken by the client (a stream's still to be made
+        counted as estimated: they are held as its body until then)."""
+        held = self.stream.held() if self.stream is not None else 0
+        return len(self.outbox) + sum(map(len, self.later)) + held
 
 
 class LocalServer:
@@ -298,7 +346,10 @@ class LocalServer:
     def _reply(self, conn: Connection, payload: Reply) -> None:
         """Queue a reply; nothing more is read from this client until it has taken it (so it
         holds one reply and one request in schedd at the most)."""
-        if isinstance(payload, list):  # in pieces: moved to the outbox as it drains
+        if isinstance(payload, Stream):  # made as the client reads (``_write``)
+            conn.outbox += HEADER.pack(STREAMED)
+            conn.stream = payload
+        elif isinstance(payload, list):  # in pieces: moved to the outbox as it drains
             conn.outbox += HEADER.pack(sum(map(len, payload)))
             conn.later.extend(payload)
         else:
@@ -343,9 +394,18 @@ class LocalServer:
             self._close(victim)
 
     def _write(self, conn: Connection) -> None:
-        while conn.outbox or conn.later:
+        started = time.monotonic()
+        while conn.outbox or conn.later or conn.stream:
             while conn.later and len(conn.outbox) < READ_CHUNK:
                 conn.outbox += conn.later.popleft()
+            if conn.stream is not None and not conn.later and len(conn.outbox) < READ_CHUNK:
+                if conn.outbox == b"" and time.monotonic() - started > WORK_BUDGET:
+                    # a fast reader: the rest in later turns, the loop serves others first
+                    self._poller.modify(conn.fd, POLLOUT)
+                    return
+                self._stream_more(conn)
+                if not conn.outbox:
+                    continue
             try:
                 sent = conn.sock.send(conn.outbox)
             except (BlockingIOError, InterruptedError):
@@ -357,6 +417,8 @@ class LocalServer:
                 self._close(conn)
                 return
             del conn.outbox[:sent]
+            if sent:
+                conn.stalled_since = time.monotonic()  # it reads: the stall clock restarts
         conn.stalled_since = 0.0
         if conn.closing:
             self._close(conn)
@@ -364,6 +426,18 @@ class LocalServer:
         self._poller.modify(conn.fd, POLLIN)
         if conn.inbox:
             self._serve(conn)  # a request that arrived while the last reply was going out
+
+    @staticmethod
+    def _stream_more(conn: Connection) -> None:
+        """The stream's next piece as a chunk in the outbox (its end: the empty chunk)."""
+        assert conn.stream is not None
+        piece = conn.stream.next()
+        if piece is None:
+            conn.outbox += HEADER.pack(0)
+            conn.stream = None
+        elif piece:
+            conn.outbox += HEADER.pack(len(piece))
+            conn.outbox += piece
 
     def _drop_stalled(self, now: float) -> None:
         clock = time.monotonic()

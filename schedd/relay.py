@@ -14,8 +14,9 @@ then dispatched exactly like a local one (the same ops, schemas and handlers).
 
 Replies go back in chunks of at most ``CHUNK`` bytes, each only when the agent asks for it
 (``relay_next``): schedd holds a large reply once (as the local socket does for its own
-clients) and ZeroMQ's queue never holds more than one chunk of it. A reply nobody fetched for
-``IDLE_SECONDS`` is dropped.
+clients) and ZeroMQ's queue never holds more than one chunk of it. A long request's reply is
+streamed (``localsock.Stream``): each chunk is encoded when the agent asks for it, its size
+unknown until the last (``size`` 0). A reply nobody fetched for ``IDLE_SECONDS`` is dropped.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from schedd import protocol
 from schedd.identity import Caller
-from schedd.localsock import WORK_BUDGET, Work, joined
+from schedd.localsock import WORK_BUDGET, Reply, Stream, Work, joined
 
 log = logging.getLogger("schedd.relay")
 
@@ -47,6 +48,23 @@ class Held:
     data: bytes
     offset: int
     touched: float
+    stream: Stream | None = None  # a streamed reply: its chunks made as they are fetched
+
+    def take(self) -> tuple[bytes, bool]:
+        """The next chunk, and whether more follow."""
+        if self.stream is None:
+            chunk = self.data[self.offset:self.offset + CHUNK]
+            self.offset += len(chunk)
+            return chunk, self.offset < len(self.data)
+        parts: list[bytes] = []
+        size = 0
+        while size < CHUNK:
+            piece = self.stream.next()
+            if piece is None:
+                return b"".join(parts), False
+            parts.append(piece)
+            size += len(piece)
+        return b"".join(parts), True
 
 
 @dataclass(slots=True)
@@ -97,12 +115,21 @@ class Relays:
 
     # --- replies ---------------------------------------------------------------------------
 
-    def answer(self, route: list[bytes], msg_id: Any, node: str, reply: bytes,
+    def answer(self, route: list[bytes], msg_id: Any, node: str, reply: Reply,
                now: float | None = None) -> None:
         """Send a relayed request's reply: the first chunk now, the rest when asked."""
-        if len(reply) <= CHUNK:
-            self._send(route, msg_id, 0, reply, len(reply), more=False)
-            return
+        if isinstance(reply, Stream):
+            held = Held(route, node, b"", 0, now or time.monotonic(), stream=reply)
+            chunk, more = held.take()
+            if not more:
+                self._send(route, msg_id, 0, chunk, len(chunk), more=False)
+                return
+            reply = b""
+        else:
+            reply, held = joined(reply), None
+            if len(reply) <= CHUNK:
+                self._send(route, msg_id, 0, reply, len(reply), more=False)
+                return
         self._expire(now or time.monotonic())
         if len(self.held) >= MAX_HELD or sum(
                 1 for h in self.held.values() if h.node == node) >= MAX_HELD_PER_NODE:
@@ -110,6 +137,10 @@ class Relays:
                              "schedd holds too many relayed replies; try again")
             return
         handle = next(self._handles)
+        if held is not None:  # streamed: the size is not known before the end
+            self.held[handle] = held
+            self._send(route, msg_id, handle, chunk, 0, more=True)
+            return
         self.held[handle] = Held(route, node, reply, CHUNK, now or time.monotonic())
         self._send(route, msg_id, handle, reply[:CHUNK], len(reply), more=True)
 
@@ -120,13 +151,12 @@ class Relays:
             self._send_error(route, msg_id, protocol.E_INVALID,
                              f"no relayed reply {handle} is held for {node}")
             return
-        chunk = held.data[held.offset:held.offset + CHUNK]
-        held.offset += len(chunk)
+        chunk, more = held.take()
         held.touched = time.monotonic()
-        more = held.offset < len(held.data)
         if not more:
             del self.held[handle]
-        self._send(route, msg_id, handle, chunk, len(held.data), more=more)
+        self._send(route, msg_id, handle, chunk,
+                   0 if held.stream is not None else len(held.data), more=more)
 
     def _send(self, route: list[bytes], msg_id: Any, handle: int, chunk: bytes, size: int,
               more: bool) -> None:
@@ -164,4 +194,4 @@ class Relays:
             reply = item.work.step()
             if reply is not None:
                 self.pending.remove(item)
-                self.answer(item.route, item.msg_id, item.node, joined(reply))
+                self.answer(item.route, item.msg_id, item.node, reply)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentd import relay as agent_relay
-from schedd import operations, protocol, relay
+from schedd import operations, protocol, relay, slicing
 from schedd.config import Config
 from schedd.daemon import Daemon
 from schedd.ledger.migrate import upgrade
@@ -107,7 +107,11 @@ def test_a_relay_for_another_node_or_with_another_nodes_key_is_refused(daemon: D
 
 
 def test_a_large_reply_is_fetched_chunk_by_chunk(daemon: Daemon, monkeypatch) -> None:
+    """A long request's reply is streamed: each chunk is encoded when the agent fetches it
+    (whole pieces of slicing.ENCODE_ITEMS jobs, at least CHUNK bytes but the last), and its
+    size is not known before the end (``size`` 0)."""
     monkeypatch.setattr(relay, "CHUNK", 100)
+    monkeypatch.setattr(slicing, "ENCODE_ITEMS", 1)
     for _ in range(5):
         _relay(daemon, _submit_frame(comment="x" * 200))
         _reply(daemon)
@@ -115,17 +119,20 @@ def test_a_large_reply_is_fetched_chunk_by_chunk(daemon: Daemon, monkeypatch) ->
     while daemon.relays.working:  # a full listing is a long request (schedd/slicing.py)
         daemon.relays.step_work()
     header, data = _reply(daemon)
-    assert header["body"]["more"] and len(data) == 100
-    size, handle = header["body"]["size"], header["body"]["handle"]
+    assert header["body"]["more"] and header["body"]["size"] == 0
+    handle = header["body"]["handle"]
     assert len(daemon.relays.held) == 1
+    stream = next(iter(daemon.relays.held.values())).stream
+    assert stream is not None and stream.made == 2  # its head, one job: the rest not yet made
+    chunks = 1
     while header["body"]["more"]:
         frame = protocol.request("relay_next", {"node": "node2", "handle": handle}, 8)
         assert daemon._dispatch(frame, operations.AGENT_OPS, AGENT_HANDLERS, "node2",
                                 route=[b"node2"]) is None
         header, chunk = _reply(daemon)
-        assert len(chunk) <= 100
         data += chunk
-    assert len(data) == size and not daemon.relays.held
+        chunks += 1
+    assert chunks >= 6 and not daemon.relays.held
     assert len(json.loads(data)["body"]["jobs"]) == 5
     # another node cannot fetch it, nor a handle nobody holds
     frame = protocol.request("relay_next", {"node": "node2", "handle": handle}, 8)

@@ -134,3 +134,53 @@ def test_the_bounds_come_from_the_config(tmp_path: Path) -> None:
         assert rig.held(1001) <= 3 * MB + 64 * 1024
     finally:
         rig.close()
+
+
+def test_a_streamed_reply_is_made_as_its_client_reads(tmp_path: Path) -> None:
+    """A long request's reply (localsock.Stream, slicing.stream_reply): schedd encodes the
+    next piece only once the last is nearly taken, so a client that stopped reading holds
+    about one piece of encoded bytes, and one that reads gets the exact frame."""
+    from schedd import slicing
+
+    rows = [{"id": i, "comment": "x" * 1000} for i in range(20 * slicing.ENCODE_ITEMS)]
+    expected = protocol.reply_ok(3, {"rows": [dict(r) for r in rows]})
+    body = {"rows": rows}
+    stream = localsock.Stream(slicing.stream_reply(3, body),
+                              lambda made: slicing.pieces_left(body, made))
+    rig = Rig(tmp_path, 0)
+    rig.server.dispatch = lambda f, c: stream
+    try:
+        conn = rig.ask(1000)
+        assert conn.stream is stream
+        made = stream.made
+        assert 1 <= made <= 4  # of 22 pieces: the socket buffer took what it could
+        assert len(conn.outbox) < 2 * slicing.ENCODE_ITEMS * 1100
+        # the bound counts what the rest will be: the body is held until it is made
+        assert conn.unsent > len(expected) // 2
+        peer = rig.peers[0]
+        peer.setblocking(False)
+        got = bytearray()
+        for _ in range(10_000):
+            try:
+                got += peer.recv(1 << 20)
+            except BlockingIOError:
+                rig.server.ready({conn.fd: localsock.POLLOUT}, 0.0)
+            if not conn.sending and len(got) > len(expected):
+                try:
+                    got += peer.recv(1 << 20)
+                except BlockingIOError:
+                    break
+        assert stream.done and not conn.sending
+        (mark,) = HEADER.unpack_from(got)
+        assert mark == localsock.STREAMED
+        data, at = bytearray(), HEADER.size
+        while True:
+            (size,) = HEADER.unpack_from(got, at)
+            at += HEADER.size
+            if not size:
+                break
+            data += got[at:at + size]
+            at += size
+        assert at == len(got) and bytes(data) == expected
+    finally:
+        rig.close()

@@ -19,7 +19,7 @@ from schedd.handlers import insight
 from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
-from schedd.localsock import joined
+from schedd.localsock import Stream, joined
 from schedd.model import Job, JobState, NodeAllocation
 from schedd.routes import CLIENT_HANDLERS
 
@@ -53,14 +53,16 @@ def daemon(tmp_path: Path):
 
 
 def worked(d: Daemon, op: str, body: dict[str, Any], caller: Caller) -> tuple[bytes, int]:
-    """The reply to a request run as the loop runs it, and how many slices it took."""
+    """The reply to a request run as the loop runs it, and how many slices it took (its
+    handler's, and the pieces its streamed reply was encoded in)."""
     answer = d._dispatch(protocol.request(op, body, 5), operations.CLIENT_OPS, CLIENT_HANDLERS,
                          caller)
     slices = 0
     while isinstance(answer, Slices):
         slices += 1
         answer = answer.step() or answer
-    return joined(answer), slices
+    data = joined(answer)
+    return data, slices + (answer.made if isinstance(answer, Stream) else 0)
 
 
 @pytest.mark.parametrize("body", [
