@@ -173,8 +173,8 @@ def test_array_throttle_runs_at_most_n_tasks(cluster: Cluster, workdir: Path) ->
         running = sum(1 for r in rows if r.startswith("RUNNING"))
         most = max(most, running)
         reasons.update(r.split(" ", 1)[1] for r in rows if r.startswith("PENDING"))
-        if not rows:
-            break
+        if not any(r.startswith(("PENDING", "RUNNING", "COMPLETING")) for r in rows):
+            break  # every task has ended (squeue lists ended ones for MinJobAge)
         time.sleep(0.2)
     assert most == 2
     assert "JobArrayTaskLimit" in reasons
