@@ -140,3 +140,21 @@ def test_migration_0013_classifies_and_applies_the_rule(empty_ledger: str) -> No
         accounts.resolve("bob", ROOT, "")
     _add(accounts, "ann", ["physics"])  # and the rule goes on from there
     assert (ROOT, "ann") not in accounts.assocs
+
+
+def test_the_ledger_keeps_which_associations_are_automatic(ledger_store: Store) -> None:
+    """Written with the first submission's change, read back at schedd's next start."""
+    accounts = Accounts()
+    ledger_store.write_accounting(accounts.missing_defaults())
+    _, _, change = accounts.resolve("ann", "", "")
+    assert change is not None
+    ledger_store.write_accounting(change)
+    loaded = Accounts.from_rows(ledger_store.load_accounting())
+    assert loaded.assocs[(ROOT, "ann")].automatic and not loaded.assocs[(ROOT, ROOT)].automatic
+    accounts.assocs[("physics", "")] = Association("physics", parent=ROOT)
+    ledger_store.write_accounting(AccountingChange(
+        accounts=[account_row(accounts.assocs[("physics", "")])]))
+    ledger_store.write_accounting(_add(loaded, "ann", ["physics"]))
+    rows = ledger_store.load_accounting()
+    assert [(r["account"], r["user"]) for r in rows["associations"]] == [(ROOT, ROOT)]
+    assert {r["name"]: r["default_account"] for r in rows["users"]}["ann"] == "physics"
