@@ -353,7 +353,7 @@ def add_users(ctx: Context, caller: Caller, names: list[str],
         change.users.append(user_row(user))
     for name in dict.fromkeys(names):
         # an automatic root association (a first submission's) goes, or is kept when root
-        # is named; the first real account becomes a DefaultAccount of root's place
+        # is named; a DefaultAccount of root moves to the real account (Accounts.join)
         accounts.join(name, wanted, default, change)
     out.out.append(" Associations =")
     for account, name in new_assocs:
