@@ -6,9 +6,12 @@ association (with its own shares and limits); every association may carry limits
 list (empty = its parent's). A job runs in one association (its account and user) and one QOS.
 
 Out of the box (no account but ``root``) kiln needs no sacctmgr at all: every user's jobs go to
-account ``root`` and the user's association is created on first submission. Once an
-administrator adds an account, membership is enforced as Slurm's
-AccountingStorageEnforce=associations,limits,qos does.
+account ``root`` and the user's association is created on first submission (an *automatic*
+association). Once an administrator adds an account, membership is enforced as Slurm's
+AccountingStorageEnforce=associations,limits,qos does; once the administrator adds a user to a
+real account, the user's automatic root association goes (``Accounts.join``), unless the
+administrator names root too: Slurm has no automatic associations, so a user an administrator
+placed in an account is only where the administrator put them.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class Association:
     # kiln, accounts only: TRES guaranteed to the account; burst jobs of accounts over theirs
     # are reclaimed for it (scheduler/preempt.py, docs/preemption.md)
     guarantee: dict[str, int] = field(default_factory=dict)
+    # kiln, users only: made by ``auto_associate`` at a first submission, not by sacctmgr
+    automatic: bool = False
 
     @property
     def key(self) -> AssocKey:
@@ -134,6 +139,7 @@ def assoc_from_row(row: dict[str, Any], user: str = "") -> Association:
         qos=_split(row.get("qos")), default_qos=row.get("default_qos") or "",
         priority=row.get("priority"), limits=limits_from_row(row),
         guarantee=tres.parse(row.get("guarantee") or ""),
+        automatic=bool(row.get("automatic")) if user else False,
     )
 
 
@@ -144,7 +150,8 @@ def account_row(a: Association) -> dict[str, Any]:
 
 
 def association_row(a: Association) -> dict[str, Any]:
-    return {"account": a.account, "user": a.user, "shares": a.shares, **_assoc_common(a)}
+    return {"account": a.account, "user": a.user, "shares": a.shares,
+            "automatic": a.automatic, **_assoc_common(a)}
 
 
 def _assoc_common(a: Association) -> dict[str, Any]:
@@ -334,9 +341,34 @@ class Accounts:
             self.users[user] = User(user, uid_of(user, (u.uid for u in self.users.values())),
                                     ROOT)
             change.users.append(user_row(self.users[user]))
-        self.assocs[(ROOT, user)] = Association(ROOT, user)
+        self.assocs[(ROOT, user)] = Association(ROOT, user, automatic=True)
         change.associations.append(association_row(self.assocs[(ROOT, user)]))
         return change
+
+    def join(self, user: str, wanted: list[str], default: str,
+             change: AccountingChange) -> None:
+        """What an administrator adding ``user`` to the accounts ``wanted`` (``sacctmgr add
+        user``) does to the user's automatic root association, added to ``change``: with root
+        among ``wanted`` it becomes the administrator's and stays; else, once a real account
+        is among them, it is deleted (jobs without -A then go to the real account, ``-A root``
+        is refused), and a DefaultAccount of root moves to ``default`` if it is among the real
+        ones, else to the first. The caller adds the new associations themselves."""
+        auto = self.assocs.get((ROOT, user))
+        known = self.users.get(user)
+        if auto is None or not auto.automatic or known is None:
+            return
+        if ROOT in wanted:
+            auto.automatic = False
+            change.associations.append(association_row(auto))
+            return
+        real = [a for a in wanted if a != ROOT]
+        if not real:
+            return
+        del self.assocs[auto.key]
+        change.delete_associations.append(auto.key)
+        if known.default_account == ROOT:
+            known.default_account = default if default in real else real[0]
+            change.users.append(user_row(known))
 
     def submit_violation(self, account: str, user: str, qos_name: str, new_jobs: int,
                          counts: SubmitCounts) -> str:

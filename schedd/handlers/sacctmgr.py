@@ -328,6 +328,12 @@ def add_users(ctx: Context, caller: Caller, names: list[str],
     if not new_assocs and not new_users or not is_operator(caller):
         out.out.append(" Nothing new added.")
         out.rc = 1
+        if is_operator(caller):  # Account=root still makes an automatic one the admin's
+            kept = AccountingChange()
+            for name in dict.fromkeys(names):
+                accounts.join(name, wanted, default, kept)
+            if kept.associations or kept.delete_associations:
+                commit(ctx, caller, kept, "sacctmgr add user", ",".join(names), accounts)
         return out
     change = AccountingChange()
     cluster = ctx.cfg.cluster_name
@@ -345,13 +351,10 @@ def add_users(ctx: Context, caller: Caller, names: list[str],
                     admin_level_name(level) if level else "None")
         accounts.users[name] = user
         change.users.append(user_row(user))
-    for name in _auto_root_only(accounts, names, new_users):
-        # only the automatic root association of a cluster with no accounts yet: the first
-        # real account becomes the default, as a new user's would
-        real = [a for a in wanted if a != ROOT]
-        if real:
-            accounts.users[name].default_account = default if default in real else real[0]
-            change.users.append(user_row(accounts.users[name]))
+    for name in dict.fromkeys(names):
+        # an automatic root association (a first submission's) goes, or is kept when root
+        # is named; a DefaultAccount of root moves to the real account (Accounts.join)
+        accounts.join(name, wanted, default, change)
     out.out.append(" Associations =")
     for account, name in new_assocs:
         a = Association(account, name)
@@ -362,20 +365,6 @@ def add_users(ctx: Context, caller: Caller, names: list[str],
     out.out.append(" Non Default Settings")
     out.out += [f"  {LIMIT_NAMES.get(k, k):<13} = {v}" for k, v in fields.items()]
     commit(ctx, caller, change, "sacctmgr add user", ",".join(names), accounts)
-    return out
-
-
-def _auto_root_only(accounts: Accounts, names: list[str], new_users: list[str]) -> list[str]:
-    """The existing users among ``names`` whose default is root and whose only associations
-    are under root: what ``resolve`` creates on the fly for a user of a cluster with no
-    accounts yet. User root (the fresh ledger's own, root/root) keeps root, as in Slurm."""
-    out = []
-    for name in dict.fromkeys(names):
-        user = accounts.users.get(name)
-        if name in new_users or name == ROOT or user is None or user.default_account != ROOT:
-            continue
-        if all(account == ROOT for account, who in accounts.assocs if who == name):
-            out.append(name)
     return out
 
 

@@ -280,6 +280,10 @@ class AssociationRow(AssocColumns, Base):
     account: Mapped[str] = mapped_column(String, ForeignKey("accounts.name", ondelete="CASCADE"))
     user: Mapped[str] = mapped_column(String, ForeignKey("users.name", ondelete="CASCADE"))
     shares: Mapped[int] = mapped_column(Integer, default=1)
+    # kiln: created by a first submission on a cluster with no account but root, not by an
+    # administrator; it goes away once the user is added to a real account (docs/accounts.md,
+    # "Out of the box"); migration 0013
+    automatic: Mapped[bool] = mapped_column(Boolean, default=False)
 
     __table_args__ = (UniqueConstraint("account", "user", name="uq_associations_account_user"),)
 

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, make_user
+from tests.integration.conftest import BACKENDS, _cluster
 
+INVALID_ACCOUNT = ("sbatch: error: Batch job submission failed: Invalid account or "
+                   "account/partition combination specified\n")
 POLICY = ("sbatch: error: Batch job submission failed: Job violates accounting/QOS policy "
           "(job submit limit, user's size and/or time limits)")
 ASSOC_HEADER = ("   Cluster    Account       User  Partition     Share   Priority GrpJobs       "
@@ -257,3 +260,78 @@ def test_sshare_factor_is_the_priority_factor(cluster: Cluster, tree: str,
     finally:
         cancel_all(cluster, tree)
         acct(cluster, "-i", "modify", "user", tree, "set", "MaxWall=-1")
+
+
+# --- the automatic root association (issue 31, item 4) --------------------------------------
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def newcomers(request: pytest.FixtureRequest):
+    """A cluster of its own that starts with no account but root."""
+    yield from _cluster(request, request.param, nodes=1, fake_gpus="2xH100-80GB", kill_wait=2)
+
+
+def _assocs(cluster: Cluster) -> list[str]:
+    res = acct(cluster, "-n", "-P", "show", "assoc", "format=Account,User,Share")
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+def test_a_real_account_replaces_the_automatic_root_association(
+        newcomers: Cluster, other_user: str, workdir: Path) -> None:
+    """other_user submits out of the box (account root, automatic association); the admin
+    adds them to physics: the root association goes, jobs go to physics, -A root is refused;
+    the job already running and the one pending under root keep account root. A second
+    newcomer whose root association the admin names (Account=root) keeps it."""
+    user, keeper, cluster = other_user, make_user(), newcomers
+    running = cluster.sbatch("-t", "5", "--wrap", "sleep 300", user=user, cwd=workdir)
+    held = cluster.sbatch("-H", "-t", "5", "--wrap", "true", user=user, cwd=workdir)
+    cluster.wait(running, {"RUNNING"})
+    cluster.run("scancel", str(cluster.sbatch("-H", "--wrap", "true", user=keeper,
+                                              cwd=workdir)))
+    assert _assocs(cluster) == ["root||1", *sorted([f"root|{user}|1", f"root|{keeper}|1",
+                                                    "root|root|1"])]
+    # the association exists, so Slurm's words; from now on it is the admin's
+    kept = acct(cluster, "-i", "add", "user", keeper, "Account=root")
+    assert (kept.returncode, kept.stdout, kept.stderr) == (1, " Nothing new added.\n", "")
+    try:
+        for args in (("add", "account", "physics"), ("add", "user", user, "Account=physics"),
+                     ("add", "user", keeper, "Account=physics")):
+            res = acct(cluster, "-i", *args)
+            assert res.returncode == 0, res.stdout + res.stderr
+        assert _assocs(cluster) == [
+            "root||1", *sorted([f"root|{keeper}|1", "root|root|1"]), "physics||1",
+            *sorted([f"physics|{user}|1", f"physics|{keeper}|1"])]
+        shown = acct(cluster, "-n", "-P", "show", "user", user, keeper,
+                     "format=User,DefaultAccount")
+        assert shown.stdout.splitlines() == sorted([f"{user}|physics", f"{keeper}|root"])
+        job_id = cluster.sbatch("-H", "--wrap", "true", user=user, cwd=workdir)
+        res = cluster.run("squeue", "-h", "-j", f"{running},{held},{job_id}", "-o", "%i %a %T")
+        assert sorted(res.stdout.splitlines()) == sorted([
+            f"{running} root RUNNING", f"{held} root PENDING", f"{job_id} physics PENDING"])
+        refused = cluster.run("sbatch", "-A", "root", "--wrap", "true", user=user, cwd=workdir)
+        assert (refused.returncode, refused.stdout, refused.stderr) == (1, "", INVALID_ACCOUNT)
+        assert cluster.run("scontrol", "release", str(held)).returncode == 0
+        assert cluster.wait(held, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+        assert cluster.job(running)["state"] == "RUNNING"
+        kept_job = cluster.sbatch("-H", "-A", "root", "--wrap", "true", user=keeper,
+                                  cwd=workdir)
+        assert cluster.job(kept_job)["account"] == "root"
+    finally:
+        cancel_all(cluster, user)
+        cancel_all(cluster, keeper)
+
+
+def test_a_root_association_the_admin_adds_is_kept(newcomers: Cluster, other_user: str,
+                                                   workdir: Path) -> None:
+    """Added by the admin (Account=root), root stays when the user joins another account."""
+    user, cluster = other_user, newcomers
+    for args in (("add", "user", user, "Account=root"), ("add", "account", "bio"),
+                 ("add", "user", user, "Account=bio")):
+        res = acct(cluster, "-i", *args)
+        assert res.returncode == 0, res.stdout + res.stderr
+    rows = _assocs(cluster)
+    assert f"root|{user}|1" in rows and f"bio|{user}|1" in rows
+    job_id = cluster.sbatch("-H", "-A", "root", "--wrap", "true", user=user, cwd=workdir)
+    assert cluster.job(job_id)["account"] == "root"
+    cancel_all(cluster, user)
