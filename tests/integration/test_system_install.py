@@ -55,7 +55,8 @@ def test_root_kiln_up_is_a_system_install_every_user_reaches(box: Box, other_use
     assert (box.root / "var/log/kiln/schedd.log").exists()
 
     # a second user, no environment at all: the commands find /etc/kiln/kiln.toml
-    workdir = world_tempdir("kiln-sys-job-")
+    # outside /tmp: a system install gives each job a private /tmp (agentd/jobtmp.py)
+    workdir = world_tempdir("kiln-sys-job-", under="/var/tmp")
     try:
         os.chown(workdir, *_ids(other_user))
         sub = box.run("sbatch", "--gres=gpu:1", "--wrap", "id -un; echo $CUDA_VISIBLE_DEVICES",
