@@ -117,9 +117,12 @@ class AgentConfig:
     health_check_interval: float = 0.0  # seconds; 0 = never
     health_check_timeout: float = 60.0  # seconds a check may run before it counts as failed
     health_check_resume: bool = False
+    # Slurm's RebootProgram (scontrol reboot; docs/admin-guide.md, "Rebooting nodes"): run as
+    # root on the node with SLURMD_NODENAME in its environment; "" = scontrol reboot refused
+    reboot_program: str = ""
 
 
-SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog")
+SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog", "reboot_program")
 
 
 def _check_agent_scripts(agent: AgentConfig) -> None:
