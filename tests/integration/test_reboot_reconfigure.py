@@ -171,3 +171,23 @@ def test_reconfigure_takes_live_keys_and_names_the_others(cluster: Cluster) -> N
     conf.write_text(text)  # kiln down reads it too
     assert "MinJobAge               = 123 sec" in cluster.run("scontrol", "show",
                                                               "config").stdout
+
+
+def test_a_reconfigured_reboot_program_that_fails_drains_the_node(cluster: Cluster) -> None:
+    failing = Path(cluster.home) / "failing-reboot.sh"
+    failing.write_text("#!/bin/sh\necho 'BMC unreachable' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    conf = Path(cluster.home) / "kiln.toml"
+    conf.write_text(conf.read_text().replace(f"{cluster.home}/reboot.sh", str(failing)))
+    res = cluster.run("scontrol", "reconfigure")
+    assert res.returncode == 0, res.stderr
+    assert "reboot_program" not in res.stdout  # live, in schedd and in the agent
+    before = len(_reboots(cluster))
+    assert cluster.run("scontrol", "reboot", "node1").returncode == 0
+    until(lambda: node_state(cluster, "node1") == "drained", "drained by the failed reboot")
+    reasons = cluster.run("sinfo", "-R", "-h", "-o", "%n|%E").stdout
+    assert "node1|reboot program failed (exit 3): BMC unreachable" in reasons
+    assert len(_reboots(cluster)) == before  # the old program did not run
+    assert "REBOOT" not in _show_node(cluster)
+    assert cluster.run("scontrol", "update", "nodename=node1", "state=resume").returncode == 0
+    until(lambda: node_state(cluster, "node1") == "idle", "resumed by the admin")
