@@ -680,7 +680,7 @@ class Agent:
         """The reboot program has ended without ending the machine: register again (schedd
         then puts the node in the state its reboot asked); a failure drains it after."""
         why = self.reboot.poll()
-        if why is None:
+        if why is None or self._stopping:  # the program is ending the machine, and us
             return
         if why:
             self._drains.append(why)

@@ -5,8 +5,11 @@ It runs in a thread of its own, so the agent's loop goes on heartbeating meanwhi
 that really reboots the machine ends the agent with it; the agent that starts after the boot
 registers, and schedd counts the node back. A program that ends without ending the machine
 (a site's script that power-cycles something else, a test's fake) is over when it exits: the
-agent then registers again, which is the same word to schedd. A program that fails, or is
-missing, is said in the reason the node is drained with after it returns.
+agent then registers again, which is the same word to schedd. So a program that starts a
+reboot must not return before the machine goes down (``systemctl reboot`` returns at once:
+``reboot -f``, or ``systemctl reboot; sleep 600``): an agent asked to stop meanwhile does not
+register. A program that fails, or is missing, is said in the reason the node is drained with
+after it returns.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from tests.integration.cluster import (
     cleanup,
     make_user,
     node_state,
+    pid_exists,
     release_file,
     until,
     world_tempdir,
@@ -51,6 +52,13 @@ def cluster() -> Iterator[Cluster]:
             c.down()
     finally:
         cleanup(home)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
 
 
 def _reboots(cluster: Cluster) -> list[str]:
@@ -191,3 +199,35 @@ def test_a_reconfigured_reboot_program_that_fails_drains_the_node(cluster: Clust
     assert "REBOOT" not in _show_node(cluster)
     assert cluster.run("scontrol", "update", "nodename=node1", "state=resume").returncode == 0
     until(lambda: node_state(cluster, "node1") == "idle", "resumed by the admin")
+
+
+def test_a_reboot_that_ends_the_agent_returns_when_the_new_agent_registers(
+        cluster: Cluster) -> None:
+    """A real RebootProgram ends the machine, and the agent with it: here the program stops
+    the agent (its parent); the node is REBOOT_ISSUED (sinfo boot^) until an agent starts
+    again and registers, and is then DOWN as nextstate asked."""
+    real = Path(cluster.home) / "real-reboot.sh"
+    real.write_text(f'#!/bin/sh\necho "$SLURMD_NODENAME ended" >> {cluster.home}/rebooted\n'
+                    "kill -TERM $PPID\n")
+    real.chmod(0o755)
+    conf = Path(cluster.home) / "kiln.toml"
+    conf.write_text(conf.read_text().replace(f"{cluster.home}/failing-reboot.sh", str(real)))
+    assert cluster.run("scontrol", "reconfigure").returncode == 0
+    pid_file = Path(cluster.home) / "run" / "agentd-node1.pid"
+    old = int(pid_file.read_text())
+    res = cluster.run("scontrol", "reboot", "nextstate=down", "reason=after reboot", "node1")
+    assert res.returncode == 0, res.stderr
+    until(lambda: "node1 ended" in _reboots(cluster), "the reboot program ran")
+    until(lambda: not pid_exists(old) or _zombie(old), "the agent ended with the 'machine'")
+    assert node_state(cluster, "node1") == "rebooting^"
+    assert "State=IDLE+REBOOT_ISSUED" in _show_node(cluster)
+    job = cluster.sbatch("-o", "/dev/null", "--wrap", "true")  # no job on a rebooting node
+    time.sleep(1.5)
+    assert cluster.job(job)["state"] == "PENDING"
+    res = cluster.run("kiln", "up")  # the machine is back: its agent starts
+    assert res.returncode == 0 and "started agentd node1" in res.stdout, res.stdout
+    until(lambda: node_state(cluster, "node1") == "down", "down after its reboot")
+    assert "REBOOT" not in _show_node(cluster)
+    assert "Reason=after reboot" in _show_node(cluster)
+    assert cluster.run("scontrol", "update", "nodename=node1", "state=resume").returncode == 0
+    cluster.wait(job, {"COMPLETED"})
