@@ -46,11 +46,12 @@ from agentd.jobtmp import JobTmp
 from agentd.launcher import Finished, Launcher, LaunchError, OutputDirMissing
 from agentd.lease import RENEWING_OPS, Lease
 from agentd.prolog import Outcome, Scripts, exit_env, script_env
+from agentd.reboot import Reboot
 from agentd.relay import Relay, should_serve
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
 from schedd import config as kconfig
-from schedd import keys, operations, protocol
+from schedd import keys, operations, protocol, reconfig
 from schedd.logs import setup_logging
 from schedd.slurm import stats as stat_keys
 
@@ -141,6 +142,7 @@ class Agent:
             "" if self.relay_only else cfg.agent.health_check_program,
             cfg.agent.health_check_interval, node_name, timeout=cfg.agent.health_check_timeout,
             node_states=kconfig.health_check_states(cfg.agent.health_check_node_state))
+        self.reboot = Reboot(node_name)  # scontrol reboot: [agent] reboot_program
         self._last_heartbeat = 0.0
         self._registered = False
         self._register_keys: list[tuple[int, int]] = []
@@ -424,6 +426,32 @@ class Agent:
                 self.health.reset(body["gpus"])
             self._gpu_faults = [f for f in self._gpu_faults if f.index not in body["gpus"]]
             log.info("GPUs %s resumed by schedd", body["gpus"])
+        elif op == "reboot":
+            self.reboot.start(self.cfg.agent.reboot_program)
+        elif op == "reconfigure":
+            self.reconfigure()
+
+    def reconfigure(self) -> None:
+        """scontrol reconfigure: re-read kiln.toml and take its live [agent] keys
+        (schedd/reconfig.py) into what was built from them; the others are logged."""
+        try:
+            new = kconfig.load(self.cfg.path)
+        except kconfig.ConfigError as exc:
+            log.error("scontrol reconfigure: kiln.toml not reloaded: %s", exc)
+            return
+        applied, static = reconfig.apply_agent(self.cfg, new)
+        a = self.cfg.agent
+        self.scripts.paths.update(prolog=a.prolog, epilog=a.epilog)
+        self.scripts.timeouts.update(prolog=a.prolog_timeout, epilog=a.epilog_timeout)
+        self.steps.task_prolog, self.steps.task_epilog = a.task_prolog, a.task_epilog
+        check = self.health_check
+        check.interval, check.timeout = a.health_check_interval, a.health_check_timeout
+        check.program = "" if self.relay_only else a.health_check_program
+        check.set_states(kconfig.health_check_states(a.health_check_node_state))
+        log.warning("reconfigured from %s: %s", self.cfg.path or "the defaults",
+                    ", ".join(applied) or "nothing changed")
+        for line in static:
+            log.warning("%s", line)
 
     def _fake_gpu(self, body: dict[str, Any]) -> None:
         """kiln fake-gpu: inject into this node's fake NVML (schedd refuses real GPUs; an
@@ -619,6 +647,7 @@ class Agent:
                 if len(pending) > 10_000:  # replies that never came (resent on their own)
                     pending.clear()
             self.health_check.tick(now)  # in a thread of its own: the loop never waits on it
+            self._reboot_done()
             if now - self._last_heartbeat >= self.heartbeat_interval:
                 self._heartbeat(now)
             if now - self._last_heard > self._silence_window():
@@ -667,6 +696,16 @@ class Agent:
         if faults:
             self._gpu_faults = (self._gpu_faults + faults)[-256:]
             self._last_heartbeat = 0.0
+
+    def _reboot_done(self) -> None:
+        """The reboot program has ended without ending the machine: register again (schedd
+        then puts the node in the state its reboot asked); a failure drains it after."""
+        why = self.reboot.poll()
+        if why is None or self._stopping:  # the program is ending the machine, and us
+            return
+        if why:
+            self._drains.append(why)
+        self.register()
 
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now

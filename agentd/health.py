@@ -29,11 +29,8 @@ class HealthCheck:
                  node_states: frozenset[str] = frozenset({"ANY"})) -> None:
         self.program, self.interval, self.node = program, interval, node
         self.timeout = timeout
-        self.states = node_states - {"CYCLE"} or frozenset({"ANY"})
-        # CYCLE: the first check waits this node's share of the interval
-        self._phase = (zlib.crc32(node.encode()) % 1000) / 1000 * interval \
-            if "CYCLE" in node_states else 0.0
         self._started: float | None = None
+        self.set_states(node_states)
         self.node_state: tuple[str, bool] | None = None  # schedd's (alloc, drained)
         self._lock = threading.Lock()
         self._verdict: str | None = None  # "" passed, else the Reason; None: none yet
@@ -43,6 +40,13 @@ class HealthCheck:
     @property
     def enabled(self) -> bool:
         return bool(self.program) and self.interval > 0
+
+    def set_states(self, node_states: frozenset[str]) -> None:
+        """The states the checks run in (health_check_node_state; again at reconfigure)."""
+        self.states = node_states - {"CYCLE"} or frozenset({"ANY"})
+        # CYCLE: the first check waits this node's share of the interval
+        self._phase = (zlib.crc32(self.node.encode()) % 1000) / 1000 * self.interval \
+            if "CYCLE" in node_states else 0.0
 
     @property
     def wants_state(self) -> bool:

@@ -23,11 +23,18 @@ NODE_STATES = {
 }
 
 
+# a reboot's flag (schedd/lifecycle/reboot.py) -> sinfo's suffix: "@" pending, "^" issued
+REBOOT_FLAGS = {"REBOOT_REQUESTED": "@", "REBOOT_ISSUED": "^"}
+
+
 def node_state(node: dict[str, Any], long: bool = False) -> str:
     display = str(node.get("state_display") or node.get("state") or "IDLE").upper()
+    display, _, flag = display.partition("+")
     star = display.endswith("*")
     names = NODE_STATES.get(display.rstrip("*"), (display.lower(), display.lower()))
-    return names[1 if long else 0] + ("*" if star else "")
+    if flag == "REBOOT_ISSUED":  # Slurm shows a node being rebooted as booting
+        names = ("boot", "rebooting")
+    return names[1 if long else 0] + ("*" if star else "") + REBOOT_FLAGS.get(flag, "")
 
 
 def node_gres(node: dict[str, Any]) -> str:

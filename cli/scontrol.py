@@ -79,7 +79,9 @@ def scontrol_command(argv: Sequence[str]) -> int:
         print("scontrol [<OPTION>] [<COMMAND>]\n  show job|node|partition|config|hostnames|"
               "hostlist|reservation [<id>], hold|release|requeue <job_list>,\n  update JobId=<id> "
               "<key>=<value>..., update NodeName=<name> State=<state> Reason=<text>,\n  "
-              "create|update|delete reservation <key>=<value>..., ping")
+              "create|update|delete reservation <key>=<value>..., ping,\n  reconfigure, "
+              "reboot [ASAP] [nextstate=resume|down] [reason=<text>] ALL|<NodeList>,\n  "
+              "cancel_reboot <NodeList>")
         return 0
     command, args = words[0].lower(), words[1:]
     if command == "show":
@@ -98,6 +100,12 @@ def scontrol_command(argv: Sequence[str]) -> int:
         return scontrol_resv.delete(args)
     if command == "ping":
         return ping()
+    if command in ("reconfigure", "reconfig"):
+        return reconfigure(args)
+    if command in ("reboot", "reboot_nodes"):
+        return reboot(args)
+    if command == "cancel_reboot":
+        return cancel_reboot(args)
     fail(f"invalid keyword: {words[0]}", prefixed=True)
 
 
@@ -620,6 +628,73 @@ def update_node(pairs: list[tuple[str, str]]) -> int:
     with Client() as client:
         try:
             client.call("update_node", {"names": names, "changes": changes})
+        except ClientError as exc:
+            fail(f"slurm_update error: {exc.message}", prefixed=False)
+    return 0
+
+
+# --- administration: reconfigure, reboot ------------------------------------------------------
+
+
+def reconfigure(args: list[str]) -> int:
+    """Slurm prints nothing when the daemons re-read their configuration; kiln adds a line
+    for each changed key that a running daemon cannot take (schedd/reconfig.py)."""
+    if args:
+        fail("too many arguments for keyword:reconfigure")
+    with Client() as client:
+        try:
+            reply = client.call("reconfigure", {})
+        except ClientError as exc:
+            fail(f"slurm_reconfigure error: {exc.message}", prefixed=False)
+    for line in reply.get("restart") or []:
+        print(line)
+    return 0
+
+
+def parse_reboot(args: list[str]) -> dict[str, Any]:
+    """``[ASAP] [nextstate=resume|down] [reason=<text>] ALL|<NodeList>``, as Slurm's scontrol
+    reads them: the options first (any order), the nodes last."""
+    body: dict[str, Any] = {"asap": False, "next_state": "", "reason": ""}
+    nodes = None
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        low = key.lower()
+        if not eq and low == "asap":
+            body["asap"] = True
+        elif eq and low == "nextstate":
+            if value.lower() not in ("resume", "down"):
+                fail(f"Invalid nextstate: {value} (expected RESUME or DOWN)", prefixed=False)
+            body["next_state"] = value.lower()
+        elif eq and low == "reason":
+            body["reason"] = value
+        elif not eq and i == len(args) - 1:
+            nodes = arg
+        else:
+            fail(f"invalid keyword: {arg}", prefixed=True)
+    if nodes is None:
+        fail("too few arguments for keyword:reboot")
+    body["names"] = ["ALL"] if nodes.upper() == "ALL" else _expand(nodes)
+    return body
+
+
+def reboot(args: list[str]) -> int:
+    body = parse_reboot(args)
+    with Client() as client:
+        try:
+            client.call("reboot_nodes", body)
+        except ClientError as exc:
+            fail(f"scontrol_reboot_nodes error: {exc.message}", prefixed=False)
+    return 0
+
+
+def cancel_reboot(args: list[str]) -> int:
+    if len(args) != 1:
+        fail("too few arguments for keyword:cancel_reboot" if not args else
+             "too many arguments for keyword:cancel_reboot")
+    names = ["ALL"] if args[0].upper() == "ALL" else _expand(args[0])
+    with Client() as client:
+        try:
+            client.call("cancel_reboot", {"names": names})
         except ClientError as exc:
             fail(f"slurm_update error: {exc.message}", prefixed=False)
     return 0

@@ -67,7 +67,7 @@ Group = dict[str, "Any"]  # {"partition": dict, "nodes": [node dicts]}
 
 def _category(node: dict[str, Any]) -> str:
     """A/I/O: allocated (some or all), idle, other (down, drained, ...)."""
-    base = node_state(node).rstrip("*")
+    base = node_state(node).rstrip("*@^")  # not responding, a reboot pending or issued
     if base in ("alloc", "mix", "comp"):
         return "A"
     return "I" if base == "idle" else "O"

@@ -99,7 +99,9 @@ def document_v4(groups: list[dict[str, Any]], nodes: list[dict[str, Any]],
 
 def node_states(node: dict[str, Any]) -> list[str]:
     """NODE_STATES: the base state, then its flags (DRAIN, NOT_RESPONDING)."""
-    display = str(node.get("state_display") or node.get("state") or "IDLE").upper().rstrip("*")
+    display, _, reboot = str(node.get("state_display") or node.get("state") or "IDLE"
+                             ).upper().partition("+")  # a reboot's flag, after the state
+    display = display.rstrip("*")
     admin = str(node.get("state", "")).upper()
     busy = "ALLOCATED" if int(node.get("alloc_cpus") or 0) >= int(node.get("cpus") or 0) \
         else "MIXED"
@@ -110,7 +112,7 @@ def node_states(node: dict[str, Any]) -> list[str]:
             flags = ["DRAIN"]
         if admin not in ("DOWN", "DRAIN"):
             flags.append("NOT_RESPONDING")  # down because its agent went silent
-    return [base, *flags]
+    return [base, *flags, *([reboot] if reboot else [])]
 
 
 def _span(values: list[int]) -> dict[str, int]:

@@ -125,9 +125,12 @@ class AgentConfig:
     # BasePath (default: the node's spool, "jobtmp")
     job_tmp: bool = True
     job_tmp_base: str = ""
+    # Slurm's RebootProgram (scontrol reboot; docs/admin-guide.md, "Rebooting nodes"): run as
+    # root on the node with SLURMD_NODENAME in its environment; "" = scontrol reboot refused
+    reboot_program: str = ""
 
 
-SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog")
+SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog", "reboot_program")
 
 
 def _check_agent_scripts(agent: AgentConfig) -> None:

@@ -33,7 +33,15 @@ from schedd.domain.steps import StepTable
 from schedd.identity import Caller, set_admin_lookup
 from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
-from schedd.lifecycle import enforcement, gpuhealth, health, mail, preemption, transitions
+from schedd.lifecycle import (
+    enforcement,
+    gpuhealth,
+    health,
+    mail,
+    preemption,
+    reboot,
+    transitions,
+)
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
 from schedd.localsock import LocalServer, Reply, Stream, Work
@@ -91,6 +99,7 @@ class Daemon:
             ("preemption", 0.0, lambda now: preemption.tick(self, self.preemption, now)),
             ("gpuhealth", 0.5, lambda now: gpuhealth.tick(self, now)),  # jobs on failed GPUs
             ("health", 1.0, self._health),
+            ("reboot", 1.0, lambda now: reboot.tick(self, now)),  # scontrol reboot
             ("purge", 5.0, self.state.purge),
             ("collector", 1.0, lambda now: self.collector.tick(now)),
         ]

@@ -68,6 +68,12 @@ class Node:
     reason_time: float = 0.0
     reason_uid: int | None = None
     fake_gpus: bool = False  # its agent runs --fake-gpus (kiln fake-gpu); not stored
+    # scontrol reboot (schedd/lifecycle/reboot.py), memory only: "" none, "requested" (when
+    # the node is idle), "issued" (its agent runs the reboot program); what it returns to
+    reboot: str = ""
+    reboot_asap: bool = False  # ASAP: drained for the reboot (cancel_reboot undrains it)
+    reboot_next: str = ""  # nextstate: "resume" (the default) or "down"
+    reboot_reason: str = ""  # reason=: the DOWN node's reason, or the ASAP drain's
 
     @property
     def healthy_gpus(self) -> list[GPU]:

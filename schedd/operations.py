@@ -245,6 +245,14 @@ CLIENT_OPS: dict[str, Schema] = {
     # kiln fake-gpu NODE GPU --xid N|--ecc|--lost|--util PCT|--clear (operators; fake GPUs)
     "fake_gpu": {"node": Str(256, required=True), "gpu": Int(0, 4096, required=True),
                  "action": Str(16, required=True, choices=FAKE_ACTIONS), "value": Int(0, 1000)},
+    # scontrol reconfigure (operators): schedd and every agent re-read kiln.toml
+    "reconfigure": {},
+    # scontrol reboot [ASAP] [nextstate=resume|down] [reason=...] NODES; cancel_reboot NODES
+    # (operators; schedd/lifecycle/reboot.py)
+    "reboot_nodes": {"names": List(NAME, size=MAX_LIST, required=True), "asap": Bool(),
+                     "next_state": Str(16, choices=("", "resume", "down")),
+                     "reason": Str(256)},
+    "cancel_reboot": {"names": List(NAME, size=MAX_LIST, required=True)},
     # kiln events: the nodes' audit history (GPU faults, drains, resumes)
     "node_events": {"names": _NAMES, "limit": Int(1, 10_000)},
 }
@@ -441,4 +449,8 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
                  "action": Str(16, required=True, choices=FAKE_ACTIONS), "value": Int(0, 1000)},
     # scontrol update State=RESUME: the agent's GPU watch forgets what it reported of these
     "gpu_reset": {"gpus": List(Int(0, 4096), size=4096, required=True)},
+    # scontrol reboot, issued: run [agent] reboot_program, then register again
+    "reboot": {},
+    # scontrol reconfigure: re-read kiln.toml, take its live [agent] keys (schedd/reconfig.py)
+    "reconfigure": {},
 }

@@ -16,6 +16,7 @@ from schedd.handlers import (
     gpus,
     insight,
     jobcontrol,
+    nodeadmin,
     nodes,
     query,
     resv,
@@ -67,6 +68,9 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "update_reservation": resv.update_reservation,
     "delete_reservation": resv.delete_reservation,
     "query_reservations": resv.query_reservations,
+    "reconfigure": nodeadmin.reconfigure,
+    "reboot_nodes": nodeadmin.reboot_nodes,
+    "cancel_reboot": nodeadmin.cancel_reboot,
     "fake_gpu": gpus.fake_gpu,
     "node_events": gpus.node_events,
 }

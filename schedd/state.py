@@ -306,6 +306,13 @@ class State:
         return use
 
     def node_display_state(self, node: Node, use: NodeUse, now: float) -> str:
+        """sinfo's and scontrol's state word; a reboot (lifecycle/reboot.py) adds its flag,
+        ``+REBOOT_REQUESTED`` or ``+REBOOT_ISSUED``."""
+        base = self._display_base(node, use, now)
+        flag = {"requested": "+REBOOT_REQUESTED", "issued": "+REBOOT_ISSUED"}
+        return base + flag.get(node.reboot, "")
+
+    def _display_base(self, node: Node, use: NodeUse, now: float) -> str:
         if not self.node_alive(node, now) or node.state == NodeState.DOWN:
             return "DOWN"
         if node.state == NodeState.DRAIN:
@@ -453,7 +460,8 @@ class State:
                 gpu_type=n.gpu_model, features=frozenset(n.features),
                 partitions=frozenset(n.partitions),
                 failed_gpus=len(n.gpus) - len(n.healthy_gpus),
-                available=n.state == NodeState.IDLE and self.node_alive(n, now),
+                available=n.state == NodeState.IDLE and self.node_alive(n, now)
+                and n.reboot != "issued",
             )
             for n in self.nodes.values()
         ]

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.lifecycle import gpuhealth, health, transitions
+from schedd.lifecycle import gpuhealth, health, reboot, transitions
 from schedd.model import GPU, JobState, Node, NodeState
 from schedd.slurm.stats import clean_stats, clean_usage
 from schedd.state import RUNNING_STATES
@@ -50,6 +50,8 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
             g.fault = faults.get((g.index, g.uuid), "")
         if node.state == NodeState.DOWN and known.reason in ("", health.NOT_RESPONDING):
             node.state, node.reason = NodeState.IDLE, ""
+        reboot.carry(known, node)  # scontrol reboot: issued, the node is back
+        node = reboot.returned(node, now)
     node.reason = _containment_reason(node.reason, str(d.get("cgroup_reason", "")))
     node.partitions = ctx.state.partitions_of(name)
     node.last_heartbeat = now

@@ -265,6 +265,8 @@ def _set_node(ctx: Context, caller: Caller, name: str, target: NodeState | None,
     node = dataclasses.replace(ctx.state.nodes[name])  # memory changes once the ledger has it
     if target == NodeState.IDLE:  # RESUME: its failed GPUs too (lifecycle/gpuhealth.py)
         node = gpuhealth.resume(ctx, node)
+    if target in (NodeState.IDLE, NodeState.DOWN) and node.reboot == "issued":
+        node.reboot, node.reboot_asap = "", False  # a reboot that never came back: given up
     if target is not None:
         node.state = target
         node.reason = "" if target == NodeState.IDLE else reason

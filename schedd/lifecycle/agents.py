@@ -174,6 +174,16 @@ class AgentRegistry:
         """The node's GPUs were resumed: its agent watches them afresh."""
         self._tell(node, "gpu_reset", {"gpus": list(gpus)})
 
+    def reboot(self, node: str) -> None:
+        """scontrol reboot, issued (lifecycle/reboot.py): the agent runs its reboot_program
+        and registers again once it has ended (or the machine has restarted)."""
+        self._tell(node, "reboot", {})
+
+    def reconfigure(self, nodes: list[str]) -> None:
+        """scontrol reconfigure: each agent re-reads its kiln.toml (agentd/daemon.py)."""
+        for node in nodes:
+            self._tell(node, "reconfigure", {})
+
     def signal(self, job: Job, signum: int, batch_only: bool, full: bool = False) -> None:
         """Slurm's scancel --signal: the job's steps (every node of it), or with ``batch_only``
         its batch shell alone, or with ``full`` both (agentd's Launcher.signal)."""

@@ -25,7 +25,8 @@ def check_nodes(ctx: Context, now: float) -> None:
     """Mark newly silent nodes DOWN and end what ran on them."""
     for node in list(ctx.state.nodes.values()):
         silent = node.last_heartbeat > 0 and not ctx.state.node_alive(node, now)
-        if not silent or node.state == NodeState.DOWN:
+        if not silent or node.state == NodeState.DOWN or node.reboot == "issued":
+            # a node being rebooted is silent for that (lifecycle/reboot.py)
             continue
         log.warning("node %s is not responding (last heartbeat %.0f s ago): DOWN", node.name,
                     now - node.last_heartbeat)
