@@ -183,8 +183,9 @@ class State:
         self.dependents = Dependents()
         self._edges.clear()
         self.user_edges.clear()
+        memo: dict[str, int] = {}
         for job in self.jobs.values():
-            self._count_edges(job)
+            self._count_edges(job, memo)
             if job.state == JobState.PENDING and job.dependency:
                 self._watch(job)
 
@@ -497,7 +498,10 @@ class State:
         return ""
 
     def _watch(self, job: Job) -> bool:
-        """Index a pending job's dependency (judged in full, once); False if it does not parse."""
+        """Index a pending job's dependency (judged in full, once for all jobs that share the
+        expression); False if it does not parse."""
+        if self.dependents.join(job.id, job.dependency):
+            return True
         try:
             dep = dependency.parse(job.dependency)
         except dependency.DependencyError:

@@ -10,7 +10,10 @@ proportional to the dependents it touches, never to the pending queue nor to the
 expressions. What a reference covers comes as a ``dependency.Summary`` from ``State`` (an
 array's is a few counts kept until a task changes), so a reference to a 1,000-task array is
 judged in O(1) too. Changes are gathered and applied when a verdict is next asked for, so the
-thousand tasks of an array starting in one cycle cost one pass, not a thousand.
+thousand tasks of an array starting in one cycle cost one pass, not a thousand. Jobs with the
+same expression (an array's tasks) share one judgement: a 100-task array waiting on 1,000
+jobs is indexed and judged once, not 100 times (it still counts 100 x 1,000 against its
+user's bound).
 
 Pure bookkeeping: no ledger, no clock; ``State`` owns the instance and feeds it summaries.
 """
@@ -51,9 +54,9 @@ class _Term:
 
 @dataclass(slots=True)
 class _Watch:
-    """One pending job's dependency, judged."""
+    """One dependency expression, judged, and the pending jobs that wait on it."""
 
-    expr: str
+    jobs: set[int]
     any_of: bool
     terms: list[_Term]
     singleton: bool  # a singleton term: judged when asked, from State's index by user and name
@@ -62,30 +65,43 @@ class _Watch:
 
 class Dependents:
     def __init__(self) -> None:
-        self._watches: dict[int, _Watch] = {}
-        # job, task or whole-array reference -> (dependent, term index) naming it
-        self._by_ref: dict[JobRef, set[tuple[int, int]]] = {}
+        self._watches: dict[str, _Watch] = {}  # by expression
+        self._expr: dict[int, str] = {}  # dependent job -> its expression
+        # job, task or whole-array reference -> (expression, term index) naming it
+        self._by_ref: dict[JobRef, set[tuple[str, int]]] = {}
         self._dirty: set[JobRef] = set()
         self.refs_judged = 0  # references judged, first time or again (tests, metrics)
 
     def __len__(self) -> int:
-        return len(self._watches)
+        return len(self._expr)
 
     def expression(self, job_id: int) -> str | None:
-        watch = self._watches.get(job_id)
-        return watch.expr if watch is not None else None
+        return self._expr.get(job_id)
 
     def dependents_of(self, ref: JobRef) -> set[int]:
-        return {dependent for dependent, _ in self._by_ref.get(ref, ())}
+        return {job for expr, _ in self._by_ref.get(ref, ()) for job in self._watches[expr].jobs}
+
+    def join(self, job_id: int, expr: str) -> bool:
+        """Wait on an expression already judged for another job (True), with no parse."""
+        watch = self._watches.get(expr)
+        if watch is None:
+            return False
+        self.unwatch(job_id)
+        watch.jobs.add(job_id)
+        self._expr[job_id] = expr
+        return True
 
     def watch(self, job_id: int, expr: str, dep: Dependency, summaries: Summaries) -> None:
-        """Judge a dependent's expression in full (once) and index its references."""
+        """Judge a dependent's expression in full (once for all jobs that share it) and index
+        its references."""
+        if self.join(job_id, expr):
+            return
         self.unwatch(job_id)
         refs = list({ref: None for term in dep.terms for ref in term.job_ids})
         seen = summaries(refs) if refs else {}
         terms: list[_Term] = []
         singleton = False
-        watch = _Watch(expr, dep.any_of, terms, False)
+        watch = _Watch({job_id}, dep.any_of, terms, False)
         for term in dep.terms:
             if term.kind == "singleton":
                 singleton = True
@@ -99,20 +115,27 @@ class Dependents:
             terms.append(judged)
             watch.counts[_SLOT[judged.verdict]] += 1
             for ref in term.job_ids:
-                self._by_ref.setdefault(ref, set()).add((job_id, len(terms) - 1))
+                self._by_ref.setdefault(ref, set()).add((expr, len(terms) - 1))
         watch.singleton = singleton
-        self._watches[job_id] = watch
+        self._watches[expr] = watch
+        self._expr[job_id] = expr
 
     def unwatch(self, job_id: int) -> None:
-        """A dependent that no longer waits (started, ended, forgotten, its expression changed)."""
-        watch = self._watches.pop(job_id, None)
-        if watch is None:
+        """A dependent that no longer waits (started, ended, forgotten, its expression changed);
+        the expression's judgement goes with the last job that waits on it."""
+        expr = self._expr.pop(job_id, None)
+        if expr is None:
             return
+        watch = self._watches[expr]
+        watch.jobs.discard(job_id)
+        if watch.jobs:
+            return
+        del self._watches[expr]
         for index, term in enumerate(watch.terms):
             for ref in term.refs:
                 entries = self._by_ref.get(ref)
                 if entries is not None:
-                    entries.discard((job_id, index))
+                    entries.discard((expr, index))
                     if not entries:
                         del self._by_ref[ref]
 
@@ -126,8 +149,8 @@ class Dependents:
         dirty, self._dirty = list(self._dirty), set()
         seen = summaries(dirty)
         for ref in dirty:
-            for job_id, index in list(self._by_ref.get(ref, ())):
-                watch = self._watches[job_id]
+            for expr, index in list(self._by_ref.get(ref, ())):
+                watch = self._watches[expr]
                 term = watch.terms[index]
                 self.refs_judged += 1
                 new = term_verdict(term.kind, seen[ref])
@@ -146,9 +169,10 @@ class Dependents:
     def verdict(self, job_id: int, summaries: Summaries,
                 singleton_clear: Callable[[], bool]) -> str | None:
         """MET, WAITING or NEVER (None: not watched); O(1) once the changes are applied."""
-        watch = self._watches.get(job_id)
-        if watch is None:
+        expr = self._expr.get(job_id)
+        if expr is None:
             return None
+        watch = self._watches[expr]
         self._flush(summaries)
         counts = watch.counts
         total = len(watch.terms)

@@ -117,10 +117,11 @@ def test_a_state_change_judges_only_the_references_that_cover_it(tmp_path: Path)
     judged = state.dependents.refs_judged
     state.commit([(tasks[7], {"state": JobState.COMPLETED})])
     _, blocked = state.snapshot(NOW)
-    # the whole array is looked up once (its summary), for all 200 that name it; the 200 that
-    # name task 5 are not judged at all (today: each of the 400 looked its references up again)
+    # the whole array is looked up once (its summary) and judged once for all 200 that name it
+    # (they share the expression); the 200 that name task 5 are not judged at all (today: each
+    # of the 400 looked its references up again, the whole array's 200 states each)
     assert state.dependency_terms_evaluated == 1
-    assert state.dependents.refs_judged - judged == 200
+    assert state.dependents.refs_judged - judged == 1
     state.commit([(tasks[5], {"state": JobState.FAILED})])
     _, blocked = state.snapshot(NOW)
     assert all(blocked[j] == "DependencyNeverSatisfied" for j in one)
@@ -130,7 +131,7 @@ def test_a_state_change_judges_only_the_references_that_cover_it(tmp_path: Path)
     state.commit([(t, {"state": JobState.COMPLETED}) for t in tasks.values() if t.array_task_id != 5])
     _, blocked = state.snapshot(NOW)
     assert all(blocked[j] == "DependencyNeverSatisfied" for j in whole)
-    assert state.dependents.refs_judged - judged <= 200 + 200 + 200
+    assert state.dependents.refs_judged - judged <= 2  # the whole array, task 5's again
 
 
 def test_index_verdicts_keep_slurms_meaning(ctx) -> None:
@@ -181,3 +182,23 @@ def test_the_index_and_the_edges_are_rebuilt_from_the_ledger_at_start(ctx) -> No
 def test_the_bounds_are_whole_numbers(tmp_path: Path, key: str) -> None:
     with pytest.raises(ConfigError, match=f"^\\[schedd\\] {key}: a whole number >= 1, not 0$"):
         Config(home=tmp_path, **{key: 0})
+
+
+def test_an_arrays_tasks_share_one_judgement_but_each_counts(tmp_path: Path) -> None:
+    ctx = _context(tmp_path, max_dependency_edges_per_user=1_000_000)
+    state = ctx.state
+    array = _submit(ctx, array_spec="0-199", held="user")
+    names = ":".join(f"{array}_{i}" for i in range(100))
+    dependents = _submit(ctx, array_spec="0-99", dependency=f"afterok:{names}")
+    assert state.user_edges["4242"] == 100 * 100  # what it expands to, task by task
+    judged = state.dependents.refs_judged
+    _, blocked = state.snapshot(NOW)
+    assert state.dependents.refs_judged - judged == 100  # the expression once, not 100 times
+    waiting = [j.id for j in state.jobs.values() if j.array_job_id == dependents]
+    assert len(waiting) == 100 and all(blocked[j] == "Dependency" for j in waiting)
+    judged = state.dependents.refs_judged
+    state.commit([(t, {"state": JobState.COMPLETED}) for t in _tasks(ctx, array).values()
+                  if t.array_task_id < 100])
+    _, blocked = state.snapshot(NOW)
+    assert state.dependents.refs_judged - judged == 100  # each named task once
+    assert not any(j in blocked for j in waiting)
