@@ -237,6 +237,11 @@ class Config:
     gpu_fault_grace: float = 5.0
     max_array_size: int = 1001
     max_job_count: int = 10_000  # MaxJobCount: pending and running jobs schedd accepts
+    # what --dependency may expand to (a whole-array reference counts its tasks, a repeat
+    # once): per job, and for all of one user's pending jobs together (an array's tasks each),
+    # so no state change costs schedd more than its dependents can (schedd/domain/dependents.py)
+    max_dependency_jobs: int = 10_000
+    max_dependency_edges_per_user: int = 100_000
     # bytes of replies clients have not taken yet, in all and per user (schedd/localsock.py):
     # past either, the slowest reader is dropped
     reply_buffer_bytes: int = 64 * 1024 * 1024
@@ -284,6 +289,10 @@ class Config:
             raise ConfigError(f"[agent] serve_commands: true, false or \"auto\", not "
                               f"{self.agent.serve_commands!r}")
         _check_agent_scripts(self.agent)
+        for key in ("max_dependency_jobs", "max_dependency_edges_per_user"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"[schedd] {key}: a whole number >= 1, not {value!r}")
         self._check_fencing()
         if not isinstance(self.relay_root_nodes, list) or not all(
                 isinstance(n, str) for n in self.relay_root_nodes):

@@ -18,6 +18,7 @@ from typing import Any
 
 from schedd.config import Config
 from schedd.domain.accounts import Accounts
+from schedd.domain.dependents import Dependents
 from schedd.domain.reservation import Reservation
 from schedd.domain.runtimes import LeadCalibration, RuntimeHistory, shape_of
 from schedd.domain.usage import UsageMeter
@@ -81,11 +82,19 @@ class State:
         # array id -> task id -> job (the array's jobs in memory): a dependency term or an
         # array's task list costs a lookup, not a scan of every job
         self._arrays: dict[int, dict[int, Job]] = {}
-        # dependency verdicts of pending jobs, kept until a job they name changes state:
-        # job id -> (its dependency expression, verdict); job or array id -> dependents
-        self._verdicts: dict[int, tuple[str, str]] = {}
-        self._dependents: dict[int, set[int]] = {}
-        self.dependency_terms_evaluated = 0  # job ids looked at by verdicts (tests, metrics)
+        # pending jobs' dependencies, judged once and then edge by edge: the index from each
+        # job (task, array) to its dependents (schedd/domain/dependents.py)
+        self.dependents = Dependents()
+        # an in-memory array's tasks, summed up for a whole-array reference; dropped when one
+        # of them changes
+        self._array_summaries: dict[int, dependency.Summary] = {}
+        self.dependency_terms_evaluated = 0  # references looked up (tests, metrics)
+        # what pending jobs' dependencies expand to (array tasks counted, repeats merged):
+        # job id -> (user, edges); user -> edges of their pending jobs ([schedd]
+        # max_dependency_edges_per_user)
+        self._edges: dict[int, tuple[str, int]] = {}
+        self._edge_exprs: dict[int, str] = {}
+        self.user_edges: Counter[str] = Counter()
         # --dependency=singleton: (user, name) -> (a job of theirs runs, lowest pending id);
         # rebuilt after a change, not once per singleton job
         self._singletons: dict[tuple[str, str], tuple[bool, float]] | None = None
@@ -105,6 +114,7 @@ class State:
         for job in self.store.load_jobs(active_only=True,
                                         finished_since=now - self.cfg.min_job_age):
             self._keep(job)
+        self.index_dependencies()
         marks = self.store.node_reason_marks()
         for node in self.store.load_nodes():
             node.last_heartbeat = 0.0  # alive only once its agent registers again
@@ -170,6 +180,22 @@ class State:
         self._singletons = None
         if job.array_job_id is not None and job.array_task_id is not None:
             self._arrays.setdefault(job.array_job_id, {})[job.array_task_id] = job
+        self._array_summaries.pop(job.id, None)
+        if job.array_job_id is not None:
+            self._array_summaries.pop(job.array_job_id, None)
+
+    def index_dependencies(self) -> None:
+        """The index from each job to its dependents and the users' dependency edges, built
+        afresh from the jobs in memory (at start-up, from the ledger's): every pending job's
+        dependency judged once."""
+        self.dependents = Dependents()
+        self._edges.clear()
+        self.user_edges.clear()
+        memo: dict[str, int] = {}
+        for job in self.jobs.values():
+            self._count_edges(job, memo)
+            if job.state == JobState.PENDING and job.dependency:
+                self._watch(job)
 
     def _forget(self, job_id: int) -> Job:
         job = self.jobs.pop(job_id)
@@ -179,21 +205,78 @@ class State:
             tasks.pop(job.array_task_id, None)
             if not tasks:
                 self._arrays.pop(job.array_job_id, None)
-        self._verdicts.pop(job_id, None)
+        self._array_summaries.pop(job.id, None)
+        if job.array_job_id is not None:
+            self._array_summaries.pop(job.array_job_id, None)
+        self.dependents.unwatch(job_id)
+        self._uncount_edges(job_id)
         return job
 
     def _state_changed(self, job: Job) -> None:
-        """Verdicts that named this job (or its array) are judged again."""
+        """The references that cover this job (itself, its task, its whole array) are judged
+        again, and only they; the job itself stops or starts waiting on its own dependency."""
         self._singletons = None
-        for key in (job.id, job.array_job_id):
-            for dependent in self._dependents.pop(key, ()) if key is not None else ():
-                self._verdicts.pop(dependent, None)
+        refs: list[tuple[int, int | None]] = [(job.id, None)]
+        self._array_summaries.pop(job.id, None)
+        if job.array_job_id is not None:
+            self._array_summaries.pop(job.array_job_id, None)
+            refs += [(job.array_job_id, None), (job.array_job_id, job.array_task_id)]
+        self.dependents.changed(refs)
+        if job.state != JobState.PENDING:
+            self.dependents.unwatch(job.id)
+        self._count_edges(job)
+
+    # --- dependency edges ---------------------------------------------------------------------
+
+    def dependency_edges(self, dep: dependency.Dependency) -> int:
+        """What a dependency expands to: each distinct reference of each term counts the jobs it
+        covers (a whole array its tasks), at least one; a repeat counts once (parse merged it)."""
+        refs = [ref for term in dep.terms for ref in term.job_ids]
+        seen = self._summaries(list(dict.fromkeys(refs)))
+        return sum(max(1, seen[ref].total) for ref in refs)
+
+    def _count_edges(self, job: Job, memo: dict[str, int] | None = None) -> None:
+        """Keep the user's tally of pending dependency edges in step with this job."""
+        waits = job.state == JobState.PENDING and bool(job.dependency)
+        known = self._edges.get(job.id)
+        if waits and known is not None and known[0] == job.user \
+                and self._edge_exprs.get(job.id) == job.dependency:
+            return
+        self._uncount_edges(job.id)
+        if not waits:
+            return
+        edges = memo.get(job.dependency) if memo is not None else None
+        if edges is None:
+            try:
+                edges = self.dependency_edges(dependency.parse(job.dependency))
+            except dependency.DependencyError:
+                edges = 0
+            if memo is not None:
+                memo[job.dependency] = edges
+        self._edges[job.id] = (job.user, edges)
+        self._edge_exprs[job.id] = job.dependency
+        self.user_edges[job.user] += edges
+
+    def edges_of(self, job_id: int) -> int:
+        """What a pending job's dependency counts against its user's tally (0: none)."""
+        known = self._edges.get(job_id)
+        return known[1] if known is not None else 0
+
+    def _uncount_edges(self, job_id: int) -> None:
+        known = self._edges.pop(job_id, None)
+        self._edge_exprs.pop(job_id, None)
+        if known is not None:
+            self.user_edges[known[0]] -= known[1]
+            if self.user_edges[known[0]] <= 0:
+                del self.user_edges[known[0]]
 
     def add_jobs(self, jobs: list[Job], events: list[JobEvent]) -> None:
         self.store.insert_jobs(jobs, events)
         self.state_counts["submitted"] += len(jobs)
+        memo: dict[str, int] = {}  # an array's tasks share one expression: counted once
         for job in jobs:
             self._keep(job)
+            self._count_edges(job, memo)
             self._state_changed(job)  # a job once unknown (a vanished dependency) is now known
         self.next_job_id = max(self.next_job_id, max(j.id for j in jobs) + 1)
 
@@ -216,7 +299,8 @@ class State:
                 elif job.state == JobState.RUNNING and "start_time" in fields:
                     self._record_lead(job)
             if "dependency" in fields:
-                self._verdicts.pop(job.id, None)
+                self.dependents.unwatch(job.id)  # judged afresh when next asked
+                self._count_edges(job)
             if "name" in fields:
                 self._singletons = None
 
@@ -278,12 +362,8 @@ class State:
             self._finished_cache[(job_id, None)] = [job.state]
             if job.array_job_id is not None and job.array_task_id is not None:
                 self._finished_cache[(job.array_job_id, job.array_task_id)] = [job.state]
-            self._dependents.pop(job_id, None)  # finished for good: its state stays
         if len(self._finished_cache) > 100_000:
             self._finished_cache.clear()
-        if len(self._dependents) > 100_000:  # dependents that left long ago: judge afresh
-            self._dependents.clear()
-            self._verdicts.clear()
         for name in [r.name for r in self.reservations.values() if r.end_time <= now]:
             self.delete_reservation(name, None, now)  # ended: Slurm forgets it too
 
@@ -378,6 +458,37 @@ class State:
                     self._finished_cache[(job_id, task)] = found  # seen may yet be
         return out
 
+    def _summary_in_memory(self, job_id: int, task: int | None) -> dependency.Summary | None:
+        if task is not None:
+            found = self._arrays.get(job_id, {}).get(task)
+            return dependency.summarize([found.state]) if found is not None else None
+        if job_id in self._arrays:
+            summary = self._array_summaries.get(job_id)
+            if summary is None:
+                summary = dependency.summarize(self._in_memory(job_id, None))
+                self._array_summaries[job_id] = summary
+            return summary
+        own = self.jobs.get(job_id)
+        return dependency.summarize([own.state]) if own is not None else None
+
+    def _summaries(self, refs: list[tuple[int, int | None]]
+                   ) -> dict[tuple[int, int | None], dependency.Summary]:
+        """What each reference covers, summed up: a whole in-memory array from its kept
+        summary (O(1)), the rest as ``states_of_many`` finds them (one ledger query)."""
+        out: dict[tuple[int, int | None], dependency.Summary] = {}
+        rest = []
+        for ref in refs:
+            summary = self._summary_in_memory(*ref)
+            if summary is not None and summary.total:
+                self.dependency_terms_evaluated += 1
+                out[ref] = summary
+            else:
+                rest.append(ref)
+        if rest:
+            for ref, states in self.states_of_many(rest).items():
+                out[ref] = dependency.summarize(states)
+        return out
+
     def array_task_ids(self, array_job_id: int) -> tuple[int, ...]:
         return tuple(sorted(self._arrays.get(array_job_id, {})))
 
@@ -411,32 +522,33 @@ class State:
                 return "JobArrayTaskLimit"
         return ""
 
-    def _dependency_verdict(self, job: Job) -> str:
-        """MET, WAITING or NEVER; kept until a job it names changes state (or the expression
-        does), so a cycle judges again only what changed. ``singleton`` depends on every job
-        of the user and name and is judged every time."""
-        cached = self._verdicts.get(job.id)
-        if cached is not None and cached[0] == job.dependency:
-            return cached[1]
+    def _watch(self, job: Job) -> bool:
+        """Index a pending job's dependency (judged in full, once for all jobs that share the
+        expression); False if it does not parse."""
+        if self.dependents.join(job.id, job.dependency):
+            return True
         try:
             dep = dependency.parse(job.dependency)
         except dependency.DependencyError:
+            return False
+        self.dependents.watch(job.id, job.dependency, dep, self._summaries)
+        return True
+
+    def _dependency_verdict(self, job: Job) -> str:
+        """MET, WAITING or NEVER, from the index (schedd/domain/dependents.py): judged in full
+        when first seen, then only the references a state change covers. ``singleton``
+        depends on every job of the user and name: one index by user and name, rebuilt after
+        a change."""
+        if self.dependents.expression(job.id) != job.dependency and not self._watch(job):
             return dependency.NEVER
-        refs = [ref for term in dep.terms for ref in term.job_ids]
-        states = self.states_of_many(refs)
 
         def singleton_clear() -> bool:
             """No other job of this user and name runs, nor waits ahead of this one."""
             running, first = self._singleton_index().get((job.user, job.name), (False, job.id))
             return not running and first >= job.id
 
-        verdict = dependency.evaluate(dep, lambda job_id, task: states[(job_id, task)],
-                                      singleton_clear)
-        if not any(term.kind == "singleton" for term in dep.terms):
-            self._verdicts[job.id] = (job.dependency, verdict)
-            for job_id, _ in refs:
-                self._dependents.setdefault(job_id, set()).add(job.id)
-        return verdict
+        verdict = self.dependents.verdict(job.id, self._summaries, singleton_clear)
+        return verdict if verdict is not None else dependency.NEVER
 
     def _singleton_index(self) -> dict[tuple[str, str], tuple[bool, float]]:
         if self._singletons is None:

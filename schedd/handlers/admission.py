@@ -152,10 +152,11 @@ def resolve_nodes(ctx: Context, expr: str) -> str:
     return compress(names)
 
 
-def _check_dependency(ctx: Context, expr: str) -> None:
-    """Slurm's "Job dependency problem" for bad syntax and for a job id that never existed.
-    A job that has left memory is still found in the ledger, so, unlike Slurm after MinJobAge,
-    depending on a long-finished job works."""
+def _check_dependency(ctx: Context, expr: str) -> int:
+    """Slurm's "Job dependency problem" for bad syntax, for a job id that never existed, and
+    (with why) for a dependency that expands to more than ``[schedd] max_dependency_jobs``.
+    A job that has left memory is still found in the ledger, so, unlike Slurm after
+    MinJobAge, depending on a long-finished job works. Returns what it expands to."""
     try:
         parsed = dependency.parse(expr)
     except dependency.DependencyError as exc:
@@ -163,6 +164,47 @@ def _check_dependency(ctx: Context, expr: str) -> None:
     refs = [ref for term in parsed.terms for ref in term.job_ids]
     if not all(ctx.state.states_of_many(refs).values()):  # one ledger query for them all
         raise RequestError("Job dependency problem")
+    edges = ctx.state.dependency_edges(parsed)
+    limit = ctx.cfg.max_dependency_jobs
+    if edges > limit:
+        raise RequestError(f"Job dependency problem: it waits on {edges} jobs (array tasks "
+                           f"counted), over the limit of {limit} (max_dependency_jobs)")
+    return edges
+
+
+def check_dependency_load(ctx: Context, job: Job, count: int, replacing: int = 0) -> None:
+    """The user's pending jobs together may wait on at most ``[schedd]
+    max_dependency_edges_per_user`` jobs (each of ``count`` new jobs, an array's tasks, counts
+    its dependency; ``replacing``: what a changed job's old one counted)."""
+    if not job.dependency:
+        return
+    edges = _check_dependency(ctx, job.dependency) * count
+    total = ctx.state.user_edges.get(job.user, 0) - replacing + edges
+    limit = ctx.cfg.max_dependency_edges_per_user
+    if edges and total > limit:
+        raise RequestError(f"Job dependency problem: your pending jobs would wait on {total} "
+                           f"jobs in all (array tasks counted), over the limit of {limit} "
+                           f"(max_dependency_edges_per_user)")
+
+
+def check_dependency_change(ctx: Context, jobs: list[Job], expr: str) -> None:
+    """scontrol update Dependency= of these jobs: the expression as at submit, and each owner's
+    pending jobs together within ``max_dependency_edges_per_user`` once all are changed."""
+    if not expr:
+        return
+    edges = _check_dependency(ctx, expr)
+    owners: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.state == JobState.PENDING:
+            owners.setdefault(job.user, []).append(job)
+    limit = ctx.cfg.max_dependency_edges_per_user
+    for user, theirs in owners.items():
+        total = (ctx.state.user_edges.get(user, 0) + edges * len(theirs)
+                 - sum(ctx.state.edges_of(job.id) for job in theirs))
+        if edges and total > limit:
+            raise RequestError(f"Job dependency problem: the pending jobs of {user} would wait "
+                               f"on {total} jobs in all (array tasks counted), over the limit "
+                               f"of {limit} (max_dependency_edges_per_user)")
 
 
 def _check_partition(ctx: Context, job: Job) -> None:

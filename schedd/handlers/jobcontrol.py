@@ -25,6 +25,7 @@ from schedd.handlers.admission import (
     INVALID_NODE,
     INVALID_PARTITION,
     INVALID_TIME,
+    check_dependency_change,
     check_shape,
     check_text,
     resolve_nodes,
@@ -69,6 +70,8 @@ def update_job(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     jobs, unmatched = select_jobs_reporting(ctx, {"job_ids": body["job_ids"]})
     if not jobs:
         raise RequestError(INVALID_JOB_ID, protocol.E_INVALID_JOB)
+    if typed.get("dependency"):  # the bounds on what it expands to, for all the jobs at once
+        check_dependency_change(ctx, jobs, typed["dependency"])
     now = ctx.now()
     errors = [{"job_id": t, "message": INVALID_JOB_ID} for t in unmatched]
     commits, events = [], []

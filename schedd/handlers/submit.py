@@ -9,6 +9,7 @@ from schedd import offload, protocol
 from schedd.context import Context, RequestError
 from schedd.handlers.admission import (
     build_job,
+    check_dependency_load,
     check_job_count,
     check_submit_limits,
     expand_array,
@@ -34,6 +35,7 @@ def submit(ctx: Context, caller: Caller,
     jobs = expand_array(ctx, template)  # at most max_array_size
     check_job_count(ctx, len(jobs))
     check_submit_limits(ctx, template, len(jobs))
+    check_dependency_load(ctx, template, len(jobs))  # before anything is stored
     events = [JobEvent(job_id=j.id, time=now, state="PENDING", actor_uid=caller.uid,
                        detail="submitted") for j in jobs]
     ctx.state.add_jobs(jobs, events)

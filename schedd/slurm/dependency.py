@@ -2,6 +2,11 @@
 
 ``afterok:12:13,afterany:14`` needs all parts; ``afterok:12?afternotok:13`` needs any part.
 A referenced id names a job or a whole array (all tasks sharing that ``array_job_id``).
+
+What a dependency costs is what it expands to: an array reference counts as the tasks it
+covers, a repeated reference once (``parse`` merges repeats). schedd bounds that per job and
+per user (``[schedd] max_dependency_jobs``, ``max_dependency_edges_per_user``), and judges a
+whole-array reference from the array's ``Summary`` (a few counts), not task by task.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ KINDS = ("after", "afterany", "afterok", "afternotok", "afterburstbuffer", "afte
          "singleton")
 
 
-# The most job ids one expression may name, all its terms together. Slurm has no fixed limit
-# (its expressions are capped at 128 KiB); every id is judged while the job waits.
+# The most distinct job ids one expression may name, all its terms together, repeats merged
+# (what they expand to, arrays counted in tasks, is bounded by schedd's config). Slurm has no
+# fixed limit (its expressions are capped at 128 KiB).
 MAX_TERMS = 1000
 
 
@@ -58,13 +64,13 @@ def parse(expr: str) -> Dependency:
             continue
         if kind not in KINDS or not rest:
             raise DependencyError("Job dependency problem")
-        ids: list[JobRef] = []
+        ids: dict[JobRef, None] = {}  # in order, each once: a repeat adds nothing to wait on
         for piece in rest.split(":"):
             piece = piece.split("+")[0]  # after:id+minutes: the delay is ignored
             base, _, task = piece.partition("_")
             if not base.isdigit() or (task and not task.isdigit()):
                 raise DependencyError("Job dependency problem")
-            ids.append((int(base), int(task) if task else None))
+            ids[(int(base), int(task) if task else None)] = None
         terms.append(Term(kind, tuple(ids)))
     if sum(len(term.job_ids) for term in terms) > MAX_TERMS:
         raise DependencyError("Job dependency problem")
@@ -75,36 +81,62 @@ def parse(expr: str) -> Dependency:
 MET, WAITING, NEVER = "met", "waiting", "never"
 
 
-def _term_verdict(term: Term, states: Iterable[JobState]) -> str:
-    states = list(states)
-    if not states:
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What a term needs of the jobs one reference covers (a job, a task, a whole array): how
+    many, how many still pend, have not finished, completed. An array's is kept by schedd
+    until one of its tasks changes state, so judging a reference to it is O(1), not O(tasks)."""
+
+    total: int = 0
+    pending: int = 0
+    unfinished: int = 0
+    completed: int = 0
+
+
+def summarize(states: Iterable[JobState]) -> Summary:
+    total = pending = unfinished = completed = 0
+    for s in states:
+        total += 1
+        pending += s == JobState.PENDING
+        unfinished += not s.finished
+        completed += s == JobState.COMPLETED
+    return Summary(total, pending, unfinished, completed)
+
+
+def term_verdict(kind: str, seen: Summary) -> str:
+    """One reference's verdict for a term of this kind, from what it covers."""
+    if not seen.total:
         # unknown or purged job: Slurm treats a vanished dependency as satisfied
         return MET
-    finished = [s.finished for s in states]
-    if term.kind in ("after", "expand"):
-        return MET if all(s != JobState.PENDING for s in states) else WAITING
-    if not all(finished):
+    if kind in ("after", "expand"):
+        return MET if not seen.pending else WAITING
+    if seen.unfinished:
         return WAITING
-    if term.kind == "afterany":
+    if kind == "afterany":
         return MET
-    ok = [s == JobState.COMPLETED for s in states]
-    if term.kind in ("afterok", "aftercorr", "afterburstbuffer"):
-        return MET if all(ok) else NEVER
-    if term.kind == "afternotok":
-        return MET if not any(ok) else NEVER
+    if kind in ("afterok", "aftercorr", "afterburstbuffer"):
+        return MET if seen.completed == seen.total else NEVER
+    if kind == "afternotok":
+        return MET if not seen.completed else NEVER
     return WAITING
 
 
-def evaluate(dep: Dependency, states_of: Callable[[int, int | None], list[JobState]],
+def evaluate(dep: Dependency,
+             states_of: Callable[[int, int | None], Summary | Iterable[JobState]],
              singleton_clear: Callable[[], bool]) -> str:
     """MET, WAITING or NEVER. ``states_of(id, task)`` gives the states of a job, of one array
-    task, or (task None) of every task of the array with that id."""
+    task, or (task None) of every task of the array with that id: their ``Summary``, or the
+    states themselves."""
     verdicts = []
     for term in dep.terms:
         if term.kind == "singleton":
             verdicts.append(MET if singleton_clear() else WAITING)
             continue
-        per_job = [_term_verdict(term, states_of(*ref)) for ref in term.job_ids]
+        per_job = []
+        for ref in term.job_ids:
+            seen = states_of(*ref)
+            per_job.append(term_verdict(term.kind, seen if isinstance(seen, Summary)
+                                         else summarize(seen)))
         if NEVER in per_job:
             verdicts.append(NEVER)
         elif all(v == MET for v in per_job):

@@ -157,17 +157,20 @@ def test_many_dependency_terms_cost_a_lookup_each_and_are_judged_once(ctx) -> No
     state.commit([(state.jobs[4999], {"state": JobState.CANCELLED})])  # named by none
     state.snapshot(NOW)
     assert state.dependency_terms_evaluated == 0
+    judged = state.dependents.refs_judged
     state.commit([(state.jobs[3801], {"state": JobState.FAILED})])  # named by k = 16..19
     _, blocked = state.snapshot(NOW)
-    assert state.dependency_terms_evaluated == 4 * 667  # only they are judged again
+    assert state.dependency_terms_evaluated == 1  # the one job that changed is looked up...
+    assert state.dependents.refs_judged - judged == 4  # ...and judged for its 4 dependents
     assert sum(1 for r in blocked.values() if r == "DependencyNeverSatisfied") == 4
 
 
 def test_a_dependency_naming_too_many_jobs_is_refused(ctx) -> None:
-    ctx.state.add_jobs([Job(id=1, user="4242", uid=4242, held="user", submit_time=NOW)], [])
-    assert _submit(ctx, dependency="afterok:" + ":".join(["1"] * 1000))
+    ctx.state.add_jobs([Job(id=i, user="4242", uid=4242, held="user", submit_time=NOW)
+                        for i in range(1, 1002)], [])
+    assert _submit(ctx, dependency="afterok:" + ":".join(str(i) for i in range(1, 1001)))
     with pytest.raises(RequestError, match="^Job dependency problem$"):
-        _submit(ctx, dependency="afterok:" + ":".join(["1"] * 1001))
+        _submit(ctx, dependency="afterok:" + ":".join(str(i) for i in range(1, 1002)))
 
 
 def test_indexed_dependencies_keep_slurms_meaning(ctx) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from schedd import operations, protocol
 from schedd.context import RequestError
+from schedd.domain.dependents import Dependents
 from schedd.domain.steps import StepTable
 from schedd.handlers import agent
 from schedd.handlers import srun as h
@@ -60,8 +61,12 @@ class FakeState:
     def __init__(self, store: Store):
         self.store = store
         self.jobs: dict[int, Job] = {}
-        self._verdicts: dict = {}  # State.commit keeps dependency verdicts in step
-        self._dependents: dict = {}
+        # State.commit keeps the dependency index and the users' dependency edges in step
+        self.dependents = Dependents()
+        self._array_summaries: dict = {}
+        self._edges: dict = {}
+        self._edge_exprs: dict = {}
+        self.user_edges: Counter[str] = Counter()
         self.state_counts: Counter[str] = Counter()  # State.commit counts state entries (sdiag)
 
     def time_limit(self, job: Job) -> int | None:
@@ -78,6 +83,8 @@ class FakeState:
     # the ledger-first writes of the real State (the one door)
     commit = State.commit
     _state_changed = State._state_changed
+    _count_edges = State._count_edges
+    _uncount_edges = State._uncount_edges
     save_steps = State.save_steps
     end_step = State.end_step
 
