@@ -51,15 +51,30 @@ TABLE = OptionTable([
     Opt("verbose", "v", NO_ARG), Opt("version", "V", NO_ARG), Opt("json", "", NO_ARG),
 ])
 
-ENTITIES = {
-    "job": "job", "jobs": "job", "jobid": "job", "node": "node", "nodes": "node",
-    "nodename": "node", "partition": "partition", "partitions": "partition",
-    "partitionname": "partition", "config": "config", "configuration": "config",
-    "hostnames": "hostnames", "hostname": "hostnames", "hostlist": "hostlist",
-    "hostlistsorted": "hostlistsorted", "reservation": "reservation",
-    "reservations": "reservation", "res": "reservation", "reservationname": "reservation",
-    "license": "license", "licenses": "license", "lic": "license", "licensename": "license",
-}
+# What `scontrol show` takes, in the order Slurm 22.05 tries them (scontrol.c's _show_it): a
+# word matches an entity when it is a prefix of one of its names, at least that many letters
+# long, case aside (`show part`, `show no`, `show j`, `show res`, `show c`); the first match
+# wins. None: an entity of Slurm's that kiln does not show (said as Slurm says an unknown one).
+SHOW_ENTITIES: tuple[tuple[str | None, tuple[str, ...], int], ...] = (
+    (None, ("aliases",), 1), (None, ("bbstat", "dwstat"), 2), (None, ("burstbuffer",), 2),
+    (None, ("assoc_mgr", "cache"), 2), ("config", ("config", "configuration"), 1),
+    (None, ("daemons",), 1), (None, ("federations",), 1), (None, ("frontendname",), 1),
+    ("hostnames", ("hostnames", "hostname"), 5), ("hostlist", ("hostlist",), 5),
+    ("hostlistsorted", ("hostlistsorted",), 9), ("job", ("jobs", "jobid"), 1),
+    ("license", ("licenses", "licensename"), 2), ("node", ("nodes", "nodename"), 1),
+    ("partition", ("partitions", "partitionname"), 2),
+    ("reservation", ("reservations", "reservationname"), 1), (None, ("slurmd",), 2),
+    (None, ("steps",), 2), (None, ("topology",), 1),
+)
+
+
+def show_entity(word: str) -> str | None:
+    """The entity ``scontrol show WORD`` names (Slurm's abbreviations), or None."""
+    tag = word.lower()
+    for entity, names, least in SHOW_ENTITIES:
+        if len(tag) >= least and any(name.startswith(tag) for name in names):
+            return entity
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,8 +132,9 @@ def show(args: list[str], oneliner: bool, details: bool = False) -> int:
         args, oneliner = [a for a in args if a not in ("-o", "--oneliner")], True
     if not args:
         fail("too few arguments for keyword:show")
-    entity = ENTITIES.get(args[0].lower())
-    target = args[1] if len(args) > 1 else None
+    word, eq, value = args[0].partition("=")  # `show job=5`, as Slurm takes it too
+    entity = show_entity(word)
+    target = value if eq else args[1] if len(args) > 1 else None
     if entity is None:
         fail(f"invalid entity:{args[0]} for keyword:show")
     if entity == "hostnames":

@@ -205,6 +205,28 @@ def test_show_node_and_partition(fake_schedd, capsys) -> None:  # noqa: F811
     assert "   AllocNodes=ALL Default=YES QoS=N/A\n" in out
     assert "   MaxNodes=UNLIMITED MaxTime=1-00:00:00 MinNodes=0 LLN=NO " in out
     assert "   Nodes=gpu01\n" in out and "TRES=cpu=64,mem=500G,node=1,billing=64,gres/gpu=8\n" in out
+    # Slurm's abbreviations, which web portals use (`scontrol show part -o`), and show job=ID
+    for word in ("part", "PA", "partitions", "partitionname"):
+        assert scontrol.main(["show", word]) == 0
+        assert capsys.readouterr().out == out
+    assert scontrol.main(["show", "no", "gpu01"]) == 0
+    assert capsys.readouterr().out.startswith("NodeName=gpu01 ")
+    assert scontrol.main(["show", "nodename=gpu01"]) == 0
+    assert capsys.readouterr().out.startswith("NodeName=gpu01 ")
+
+
+@pytest.mark.parametrize(("word", "entity"), [
+    ("j", "job"), ("jobid", "job"), ("n", "node"), ("no", "node"), ("pa", "partition"),
+    ("part", "partition"), ("r", "reservation"), ("res", "reservation"), ("c", "config"),
+    ("conf", "config"), ("li", "license"), ("lic", "license"), ("hostn", "hostnames"),
+    ("hostname", "hostnames"), ("hostl", "hostlist"), ("hostlists", "hostlistsorted"),
+    # too short, too long, or an entity of Slurm's that kiln does not show (Slurm's order:
+    # "ca" is its cache, "st" its steps, "s" nothing)
+    ("p", None), ("l", None), ("host", None), ("jobsx", None), ("ca", None), ("st", None),
+    ("s", None), ("t", None),
+])
+def test_show_takes_slurms_abbreviations(word: str, entity: str | None) -> None:
+    assert scontrol.show_entity(word) == entity
 
 
 def test_show_node_gres_names_the_sockets_near_its_gpus() -> None:
