@@ -205,7 +205,9 @@ def show_jobs(client: Client, target: str | None, oneliner: bool,
         print("No jobs in the system")
         return 0
     now = float(reply.get("now") or time.time())
-    _emit([job_lines(j, now, details) for j in jobs], oneliner)
+    from cli.arrays import fold_pending_arrays
+
+    _emit([job_lines(j, now, details) for j in fold_pending_arrays(jobs)], oneliner)
     return 0
 
 
@@ -287,8 +289,13 @@ def job_lines(job: dict[str, Any], now: float, details: bool = False) -> list[st
     if not end and start and limit is not None:
         end = start + limit
     head = f"JobId={job['id']}"
-    if job.get("array_job_id") is not None and job.get("array_task_id") is not None:
-        head += f" ArrayJobId={job['array_job_id']} ArrayTaskId={job['array_task_id']}"
+    aid, tid = job.get("array_job_id"), job.get("array_task_id")
+    if aid is not None and (tid is not None or job.get("_folded")):
+        if state == "PENDING" and not job.get("restart_count"):
+            head = f"JobId={aid}"  # a task not started yet: the array's record, as Slurm's
+        head += f" ArrayJobId={aid} ArrayTaskId={job.get('array_task_ranges') or tid}"
+        if job.get("array_max_running"):
+            head += f" ArrayTaskThrottle={job['array_max_running']}"
     head += f" JobName={job.get('name', '')}"
     reason = (job.get("reason") or "None").replace(" ", "_")
     submit = fmt_time(job.get("submit_time"), "Unknown")

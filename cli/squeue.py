@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from cli.arrays import fold_pending_arrays
 from cli.client import Client, ClientError
 from cli.errors import CommandError, fail, run_command
 from cli.formats import (
@@ -216,43 +217,6 @@ def sort_order(table: Table, spec: str | None, ctx: Ctx, start: bool,
         if not uniform_key(key, table, uniform):
             order.sort(key=sort_column(key, table, ctx).__getitem__, reverse=reverse)
     return order
-
-
-def fold_pending_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Slurm keeps an array's not-yet-started tasks in one record: show '123_[4-9%2]'."""
-    from schedd.slurm.hostlist import compress
-
-    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    out: list[dict[str, Any]] = []
-    for job in jobs:
-        aid = job.get("array_job_id")
-        if (aid is None or job.get("array_task_id") is None or job["state"] != "PENDING"
-                or job.get("restart_count")):
-            out.append(job)
-            continue
-        key = (aid, job.get("reason") or "")
-        if key not in groups:
-            groups[key] = []
-            out.append({"_fold": key})
-        groups[key].append(job)
-    result = []
-    for job in out:
-        if "_fold" not in job:
-            result.append(job)
-            continue
-        tasks = groups[job["_fold"]]
-        if len(tasks) == 1:
-            result.append(tasks[0])
-            continue
-        ids = compress([f"t{t['array_task_id']}" for t in tasks])
-        ranges = ids[2:-1] if ids.startswith("t[") else ids[1:]
-        first = dict(tasks[0])
-        throttle = first.get("array_max_running") or 0
-        first["display_id"] = f"{first['array_job_id']}_[{ranges}{f'%{throttle}' if throttle else ''}]"
-        first["array_task_id"] = None
-        first["_folded"] = True
-        result.append(first)
-    return result
 
 
 def squeue_command(argv: Sequence[str]) -> int:

@@ -276,3 +276,44 @@ def test_show_job_details_give_each_nodes_cpu_ids_memory_and_gpus() -> None:
         "  Nodes=node2 CPU_IDs=5,7 Mem=4096 GRES="]
     assert lines[at + 3].startswith("MinCPUsNode=")
     assert not any("CPU_IDs" in line for line in scontrol.job_lines(job, START))
+
+
+# Slurm 22.05.8 (../shared/bench, 2026-12-07): `sbatch --array=0-7%2 --wrap 'sleep 30'`, two
+# tasks running, `scontrol show job 3`; the first line of each record (and `--hold
+# --array=0-7` then `scontrol show job 2` and `show job 2_3`, no throttle):
+#   JobId=3 ArrayJobId=3 ArrayTaskId=2-7%2 ArrayTaskThrottle=2 JobName=wrap
+#   JobId=5 ArrayJobId=3 ArrayTaskId=1 ArrayTaskThrottle=2 JobName=wrap
+#   JobId=4 ArrayJobId=3 ArrayTaskId=0 ArrayTaskThrottle=2 JobName=wrap
+#   JobId=2 ArrayJobId=2 ArrayTaskId=0-7 JobName=wrap
+#   JobId=2 ArrayJobId=2 ArrayTaskId=3 JobName=wrap
+def _task(job_id: int, task: int, state: JobState, throttle: int = 0) -> dict[str, Any]:
+    return Job(id=job_id, name="wrap", user="u", uid=1, gid=1, account="a", partition="p",
+               state=state, array_job_id=3, array_task_id=task, array_max_running=throttle,
+               submit_time=START, start_time=START if state == JobState.RUNNING else 0,
+               reason="JobArrayTaskLimit" if state == JobState.PENDING else "",
+               ).to_wire()
+
+
+def test_an_arrays_pending_tasks_are_one_record_as_slurms(fake_schedd, capsys) -> None:  # noqa: F811
+    tasks = [_task(3, 7, JobState.PENDING, 2), _task(4, 0, JobState.RUNNING, 2),
+             _task(5, 1, JobState.RUNNING, 2)] + \
+        [_task(5 + t, t, JobState.PENDING, 2) for t in range(2, 7)]
+    asked: list[Any] = []
+
+    def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        asked.append(body.get("job_ids"))
+        wanted = body.get("job_ids") or []
+        if wanted == ["3_3"]:
+            return {"jobs": [tasks[4]], "now": START}
+        return {"jobs": [t for t in tasks if t["array_task_id"] >= 0], "now": START}
+
+    fake_schedd(handler)
+    assert scontrol.main(["show", "job", "3"]) == 0
+    heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("JobId")]
+    assert heads == [
+        "JobId=3 ArrayJobId=3 ArrayTaskId=2-7%2 ArrayTaskThrottle=2 JobName=wrap",
+        "JobId=4 ArrayJobId=3 ArrayTaskId=0 ArrayTaskThrottle=2 JobName=wrap",
+        "JobId=5 ArrayJobId=3 ArrayTaskId=1 ArrayTaskThrottle=2 JobName=wrap"]
+    assert scontrol.main(["show", "job", "3_3"]) == 0
+    out = capsys.readouterr().out  # one task not started yet: under the array's id
+    assert out.startswith("JobId=3 ArrayJobId=3 ArrayTaskId=3 ArrayTaskThrottle=2 ")
