@@ -776,3 +776,11 @@ def render_table(t: Table, order: list[int], prefix: str, columns: list[Column],
     ordered = [[col[i] for i in order] for col in texts]
     lines += [line % values for values in zip(*ordered, strict=True)]
     return lines
+
+
+def openapi_v38_meta() -> dict[str, Any]:
+    """The ``meta`` of a plain ``--json`` (Slurm 22.05's openapi/v0.0.38), as Slurm 22.05.8's
+    squeue and sinfo print it (recorded from ../shared/bench's Slurm; kiln emulates 22.05.8)."""
+    return {"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},
+            "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}}
+

@@ -123,8 +123,9 @@ def json_report(d: dict[str, Any]) -> dict[str, Any]:
         "bf_when_last_cycle": int(d["last_when"]), "bf_active": False,
         "rpcs_by_message_type": [], "rpcs_by_user": [],
     }
-    return {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
-            "errors": [], "warnings": [], "statistics": stats}
+    from cli.formats import openapi_v38_meta
+
+    return {"meta": openapi_v38_meta(), "errors": [], "statistics": stats}
 
 
 def sdiag_command(argv: Sequence[str]) -> int:

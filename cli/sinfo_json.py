@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Any
 
+from cli.formats import openapi_v38_meta
 from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
 
 
@@ -78,8 +79,7 @@ def print_json(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]],
     if version:
         doc = document_v4(groups or [], nodes, version)
     else:
-        doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
-               "errors": [], "warnings": [],
+        doc = {"meta": openapi_v38_meta(), "errors": [],
                "nodes": [json_node(n) for n in nodes],
                "partitions": [json_partition(p, nodes) for p in partitions]}
     print(json.dumps(doc, indent=2))

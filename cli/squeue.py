@@ -438,8 +438,10 @@ def print_json(jobs: list[dict[str, Any]], ctx: Ctx, version: str = "",
 
         doc = squeue_json.document(jobs, ctx, version, values or {})
     else:
-        doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "kiln"}},
-               "errors": [], "warnings": [], "jobs": [json_job(j, ctx) for j in jobs]}
+        from cli.formats import openapi_v38_meta
+
+        doc = {"meta": openapi_v38_meta(), "errors": [],
+               "jobs": [json_job(j, ctx) for j in jobs]}
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     return 0
 

@@ -225,6 +225,13 @@ def test_long_listing_and_json(fake_schedd, capsys) -> None:  # noqa: F811
     doc = json.loads(capsys.readouterr().out)
     assert doc["jobs"][0]["job_id"] == 7 and doc["jobs"][0]["job_state"] == "RUNNING"
     assert doc["jobs"][0]["time_limit"] == 120
+    # the document around the jobs as Slurm 22.05.8's `squeue --json` (../shared/bench's Slurm,
+    # 2026-12-07): these keys, this meta
+    assert set(doc) == {"meta", "errors", "jobs"} and doc["errors"] == []
+    assert doc["meta"] == {"plugin": {"type": "openapi/v0.0.38",
+                                      "name": "Slurm OpenAPI v0.0.38"},
+                           "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5},
+                                     "release": "22.05.8"}}
 
 
 EVIL = "x\x1b]0;pwned\x07\x1b[2J\n  99999 debug FORGED root R 0:01 1 vm\x9b31m"
