@@ -121,6 +121,9 @@ class Workload:
         self._index = {c: i for i, c in enumerate(self.classes)}
         self._fits: dict[tuple[str, int, int], list[float]] = {}
         self._frag: dict[NodeState, float] = {}
+        # the workload's GPU demand per milli-core of CPU it asks for (kiln's stranding term)
+        cpu = sum(t.cpu * p for t, p in self.types.items())
+        self.gpu_per_cpu = sum(t.demand * p for t, p in self.types.items()) / cpu if cpu else 0.0
 
     def _fit_mass(self, model: str, cpu: int, mem: int) -> list[float]:
         """Per demand class, the share of tasks whose CPU, memory and model fit."""
@@ -164,6 +167,16 @@ class Workload:
         return frag
 
 
+def stranded(state: NodeState, workload: Workload) -> float:
+    """The free milli-GPU of ``state`` that its free CPU cannot feed, at the workload's mean CPU
+    per GPU: kiln's second term. fgd looks one task ahead, so taking 32 of a box's 96 cores
+    costs it nothing while every task type still fits, yet the 8 GPUs then lack the cores the
+    tasks that would fill them bring along; this term counts that GPU as lost already."""
+    if not workload.gpu_per_cpu:
+        return 0.0
+    return max(0.0, state.free_gpu - state.cpu * workload.gpu_per_cpu)
+
+
 def _remaining(state: NodeState) -> float:
     """What is left on a node, each resource as a share of the node's capacity, summed."""
     kind = state.kind
@@ -195,8 +208,9 @@ def score(placement: str, state: NodeState, task: Task, workload: Workload | Non
     - ``worstfit``: the most left, the GPU with the most free;
     - ``dotprod``: the largest dot product of demand and free resources (Tetris), best-fit GPU;
     - ``fgd``: the smallest increase of the node's fragmentation, then best-fit GPU;
-    - ``kiln``: fgd, and among equal increases, a node that is not an untouched box of 8 GPUs
-      (kept whole for the 8-GPU tasks), then the node with the least left (best fit).
+    - ``kiln``: the smallest increase of fragmentation plus stranded GPU (``stranded``), and
+      among equal increases a node that is not an untouched box of 8 GPUs (kept whole for the
+      8-GPU tasks), then the node with the least left (best fit).
     """
     choices = options(state, task)
     if not choices:
@@ -213,12 +227,15 @@ def score(placement: str, state: NodeState, task: Task, workload: Workload | Non
     if placement in ("fgd", "kiln"):
         if workload is None:
             raise ValueError(f"placement {placement} needs the workload")
-        before = workload.fragmentation(state)
-        best = min((workload.fragmentation(after) - before, free, after)
-                   for free, after in choices)
-        delta, free, after = best
         if placement == "fgd":
+            before = workload.fragmentation(state)
+            delta, free, after = min((workload.fragmentation(after) - before, free, after)
+                                     for free, after in choices)
             return (delta, free), after
+        before = workload.fragmentation(state) + stranded(state, workload)
+        delta, free, after = min(
+            (workload.fragmentation(after) + stranded(after, workload) - before, free, after)
+            for free, after in choices)
         whole_box = state.kind.gpus >= 8 and state.frees[-1] == WHOLE and task.gpus < 8
         return (round(delta, 6), whole_box, _remaining(after), free), after
     raise ValueError(f"unknown placement {placement!r}")

@@ -14,6 +14,7 @@ from schedd.scheduler.gpushare import (
     options,
     pick_random,
     score,
+    stranded,
 )
 
 KIND = NodeKind("A", 8000, 8000, 2)
@@ -105,3 +106,16 @@ def test_unknown_placement_and_missing_workload():
         score("nope", state(1000), WHOLE1)
     with pytest.raises(ValueError):
         score("fgd", state(1000, 1000), WHOLE1)
+
+
+def test_kiln_counts_gpu_the_free_cpu_cannot_feed():
+    # the workload asks 1 GPU per 1000 milli-cores: a 2-GPU node with 1000 cores free strands one
+    workload = Workload([WHOLE1])
+    assert workload.gpu_per_cpu == 1.0
+    assert stranded(state(1000, 1000, cpu=1000), workload) == 1000
+    assert stranded(state(1000, 1000, cpu=8000), workload) == 0
+    # a CPU-only task: fgd sees +0 on both nodes (WHOLE1 still fits) and takes the first;
+    # kiln puts it where taking the cores strands no GPU
+    tight, roomy = state(1000, 1000, cpu=2000), state(1000, 1000, cpu=8000)
+    assert best("fgd", [tight, roomy], CPU_ONLY, workload)[0] == 0
+    assert best("kiln", [tight, roomy], CPU_ONLY, workload)[0] == 1
