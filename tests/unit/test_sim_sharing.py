@@ -153,3 +153,12 @@ def test_openb_error_names_the_file(tmp_path):
     path.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,8000,1024,2,\n")
     with pytest.raises(OpenbError, match="nodes.csv line 2: a node with 2 GPUs and no model"):
         read_nodes(path)
+
+
+def test_cli_plot_with_matplotlib(csvs, tmp_path):
+    pytest.importorskip("matplotlib")
+    pods, nodes = csvs
+    png = tmp_path / "curves.png"
+    result = run(pods, "--nodes-csv", nodes, "--placement", "bestfit,fgd", "--plot", png)
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
