@@ -59,7 +59,7 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
 
 
 @click.command(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("trace", metavar="TRACE.swf[.gz]")
+@click.argument("trace", metavar="TRACE.swf[.gz]|PODS.csv[.gz]")
 @click.option("--policy", default="kiln", show_default=True,
               type=click.Choice(["fcfs", "easy", "conservative", "kiln"]),
               help="fcfs, easy/conservative backfill, or kiln's own configuration")
@@ -89,7 +89,7 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
               help="GPU-sharing mode: the seed of the task draws")
 @click.option("--json", "as_json", is_flag=True, help="GPU-sharing mode: print JSON")
 @click.option("--curve", default=None, metavar="FILE",
-              help="GPU-sharing mode: write the figures at each 1 %% of arrived demand (CSV)")
+              help="GPU-sharing mode: write the figures at each 1 % of arrived demand (CSV)")
 @click.option("--plot", default=None, metavar="FILE.png",
               help="GPU-sharing mode: draw the placements' curves (needs matplotlib)")
 @click.pass_context
