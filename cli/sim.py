@@ -4,6 +4,13 @@
              [--nodes N] [--gpus-per-node G] [--config kiln.toml] [--out schedule.csv]
              [--by-user users.csv] [--from JOB|TIME] [--to JOB|TIME] [--forecasts]
 
+    kiln sim PODS.csv[.gz] --nodes-csv NODES.csv[.gz] [--placement P[,P...]] [--seed S]
+             [--json] [--curve FILE.csv] [--plot FILE.png]
+
+The second form (selected by ``--nodes-csv``) replays the Alibaba openb GPU-sharing trace in the
+protocol of Weng et al. (ATC'23): ``schedd/sim/sharing.py``, placements of
+``schedd/scheduler/gpushare.py``.
+
 Prints the trace, the machine, the policy, the figures of ``schedd.sim.metrics`` and how fast
 the replay ran (jobs/s, and the share of that time spent inside the scheduler core). Every bad
 input is one line on stderr and exit status 1.
@@ -52,7 +59,7 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
 
 
 @click.command(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("trace", metavar="TRACE.swf[.gz]")
+@click.argument("trace", metavar="TRACE.swf[.gz]|PODS.csv[.gz]")
 @click.option("--policy", default="kiln", show_default=True,
               type=click.Choice(["fcfs", "easy", "conservative", "kiln"]),
               help="fcfs, easy/conservative backfill, or kiln's own configuration")
@@ -73,11 +80,35 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
 @click.option("--forecasts", "forecasts", is_flag=True,
               help="publish each waiting job's p50/p90 start at arrival and report their "
                    "calibration (slower: two more plans per arrival)")
+@click.option("--nodes-csv", "nodes_csv", default=None, metavar="FILE",
+              help="GPU-sharing mode: TRACE is an openb pod list, FILE its node list")
+@click.option("--placement", "placements", multiple=True, metavar="P[,P...]",
+              help="GPU-sharing placement(s): random, bestfit, worstfit, dotprod, fgd, kiln "
+                   "(default kiln; repeat or separate by commas)")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="GPU-sharing mode: the seed of the task draws")
+@click.option("--json", "as_json", is_flag=True, help="GPU-sharing mode: print JSON")
+@click.option("--curve", default=None, metavar="FILE",
+              help="GPU-sharing mode: write the figures at each 1 % of arrived demand (CSV)")
+@click.option("--plot", default=None, metavar="FILE.png",
+              help="GPU-sharing mode: draw the placements' curves (needs matplotlib)")
 @click.pass_context
 def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
         gpus_per_node: int | None, config_file: str | None, out: str | None,
-        by_user: str | None, first: str | None, last: str | None, forecasts: bool) -> None:
-    """Replay an SWF trace through the scheduler core on a virtual clock."""
+        by_user: str | None, first: str | None, last: str | None, forecasts: bool,
+        nodes_csv: str | None, placements: tuple[str, ...], seed: int, as_json: bool,
+        curve: str | None, plot: str | None) -> None:
+    """Replay an SWF trace through the scheduler core on a virtual clock, or (with
+    --nodes-csv) an openb GPU-sharing trace placement by placement."""
+    if nodes_csv is not None:
+        from cli.sim_sharing import run_sharing
+
+        run_sharing(ctx, trace, nodes_csv, placements, seed, as_json, curve, plot)
+        return
+    sharing_only = [name for name, value in (("--placement", placements), ("--json", as_json),
+                                             ("--curve", curve), ("--plot", plot)) if value]
+    if sharing_only:
+        _fail(ctx, f"{sharing_only[0]} needs --nodes-csv (the GPU-sharing mode)")
     from cli.progress import progress
     from schedd.sim import machine as machines
     from schedd.sim import metrics as figures
