@@ -266,6 +266,9 @@ class Agent:
             usage = self.sampler.usage(r["job_id"], r["generation"])  # for sstat
             if usage:
                 item["usage"] = usage
+            util = self.sampler.gpu_now(r["job_id"], r["generation"])  # the idle-GPU watch
+            if util:
+                item["gpu_util"] = util
             out.append(item)
         out += [{"job_id": j, "generation": g} for j, g in self._waiting]  # held, not started
         # in their prolog (not started yet: "configuring") or their epilog (ended, not yet

@@ -158,6 +158,7 @@ class JobSamples:
     cpu_system: float = 0.0
     task: dict[str, float] = field(default_factory=dict)  # sstat's figures of the batch step
     simulated: bool = False  # the GPU readings came from the fake backend
+    last_util: list[float] = field(default_factory=list)  # the latest sample, GPU by GPU
 
     def add(self, gpu: list[tuple[float, float]], tree: TreeUsage) -> None:
         self.samples += 1
@@ -167,6 +168,7 @@ class JobSamples:
         self.cpu_user = max(self.cpu_user, tree.cpu_user)
         self.cpu_system = max(self.cpu_system, tree.cpu_system)
         if gpu:
+            self.last_util = [min(max(u, 0.0), 100.0) for u, _ in gpu]
             util = sum(u for u, _ in gpu) / len(gpu)
             self.gpu_samples += 1
             self.util_sum += util
@@ -341,6 +343,15 @@ class Sampler:
             if self.simulated:
                 out[keys.U_SIMULATED] = 1
         return out
+
+    def gpu_now(self, job_id: int, generation: int) -> list[float]:
+        """The job's latest utilisation reading, GPU by GPU (percent; [] before one): the
+        heartbeat's ``gpu_util``, for schedd's idle-GPU watch. A GPU NVML could not read is
+        left out, so a short list never passes for all GPUs idle."""
+        samples = self.jobs.get((job_id, generation))
+        if samples is None or len(samples.last_util) != len(samples.gpus):
+            return []
+        return list(samples.last_util)
 
     def step_usage(self) -> list[dict[str, Any]]:
         """Each srun step's live usage on this node, for the heartbeat's ``step_usage``."""

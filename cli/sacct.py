@@ -219,6 +219,9 @@ FIELDS: list[Field] = [
           else _simulated(r, f"{float(r['gpu_util']):.1f}%"), cut=False,
           keys=("gpu_util", "gpu_simulated")),
     Field("Group", 9, _group, keys=("gid",)),
+    # kiln's: the run's GPU-hours below [scheduler.idle_gpu] below_util ("" when not watched)
+    Field("IdleGPUHours", 12, _number("idle_gpu_hours", ".4f"), cut=False,
+          keys=("idle_gpu_hours",)),
     Field("JobID", -12, _text("job_id"), keys=("job_id",)),
     Field("JobIDRaw", -12, _text("job_id_raw"), keys=("job_id_raw",)),
     Field("JobName", 10, _text("name"), keys=("name",)),

@@ -180,6 +180,9 @@ def _gpu_lines(row: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
         lines.append(f"GPU Memory Utilized: {size_text(held)}{share}{sim}")
     else:
         lines.append("GPU Memory Utilized: unavailable (no GPU samples)")
+    idle, hours = row.get("idle_gpu_hours"), row.get("gpu_hours")
+    if isinstance(idle, (int, float)):  # [scheduler.idle_gpu] watched the run
+        lines.append(f"GPU idle: {idle:.2f} GPU-hours of {float(hours or 0):.2f}")
     return lines
 
 

@@ -47,6 +47,12 @@ def explain_lines(reply: dict[str, Any], stats: dict[str, Any] | None) -> list[s
         reason = job.get("reason") or ""
         if job["state"] != "RUNNING" and reason not in ("", "None"):
             lines.append(f"  Reason: {reason}")  # a launch failure, a failed GPU: what went wrong
+        idle = reply.get("idle_gpu")
+        if idle:  # lifecycle/idlegpu.py
+            lines.append(f"  Idle GPUs: {idle['gpus']} GPUs below {idle['below_util']:g}% since "
+                         f"{fmt_time(idle['since'])} ({fmt_duration(now - idle['since'])}), "
+                         f"{idle['gpu_seconds'] / 3600:.2f} idle GPU-hours this run"
+                         + (" (flagged IdleGPU)." if reason == "IdleGPU" else "."))
         return lines + requeued
     lines = [f"{head}: {job['reason']}.", *requeued]
     limit = reply.get("limit")

@@ -22,6 +22,54 @@ ISOLATION_MODES = ("kill", "keep")
 PRIVATE_DATA = frozenset({"jobs", "usage", "accounts", "users"})
 
 
+IDLE_GPU_ACTIONS = ("notify", "requeue", "cancel")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any, where: str) -> float:
+    """A config duration: seconds as a number, or a string of one number and a unit,
+    ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"`` (a bare number in a string is seconds)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        secs = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip().lower()
+        unit = _DURATION_UNITS.get(text[-1])
+        try:
+            secs = float(text[:-1] if unit else text) * (unit or 1)
+        except ValueError:
+            secs = -1.0
+    else:
+        secs = -1.0
+    if not secs > 0 or secs != secs or secs == float("inf"):
+        raise ConfigError(f"{where}: a duration such as \"30m\", \"90s\" or \"2h\", "
+                          f"not {value!r}")
+    return secs
+
+
+@dataclass(slots=True)
+class IdleGPUConfig:
+    """``[scheduler.idle_gpu]``: running jobs whose GPUs all stay below ``below_util`` percent
+    for ``after`` are flagged IdleGPU, mailed, and acted on (schedd/lifecycle/idlegpu.py).
+    Off by default: on once kiln.toml has the table (unless it says ``enabled = false``)."""
+
+    enabled: bool = False
+    after: Any = 1800.0  # a duration (parse_duration: "30m"), seconds once loaded
+    below_util: float = 5.0  # percent: a GPU reading below this is idle
+    action: str = "notify"  # notify | requeue | cancel (IDLE_GPU_ACTIONS)
+
+    def check(self, where: str) -> None:
+        self.after = parse_duration(self.after, f"{where} after")
+        if isinstance(self.below_util, bool) or not isinstance(self.below_util, (int, float)) \
+                or not 0 < self.below_util <= 100:
+            raise ConfigError(f"{where} below_util: a percentage above 0 and at most 100, not "
+                              f"{self.below_util!r}")
+        if self.action not in IDLE_GPU_ACTIONS:
+            raise ConfigError(f"{where} action: one of {', '.join(IDLE_GPU_ACTIONS)}, not "
+                              f"{self.action!r}")
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"{where} enabled: true or false, not {self.enabled!r}")
+
+
 @dataclass(slots=True)
 class SchedulerConfig:
     """Policy knobs of the scheduler core, in Slurm's names where Slurm has one."""
@@ -71,6 +119,7 @@ class SchedulerConfig:
     preempt_exempt_time: int = 60
     burst_qos: str = "burst"  # jobs of this QOS may exceed their account's guarantee
     reclaims_per_cycle: int = 1  # preemptors per cycle that may reclaim burst jobs
+    idle_gpu: IdleGPUConfig = field(default_factory=IdleGPUConfig)  # [scheduler.idle_gpu]
 
 
 @dataclass(slots=True)
@@ -363,7 +412,14 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     where = str(path or "config")
     data = dict(data)
     home = Path(data.pop("home", None) or (path.parent if path else kiln_home()))
-    scheduler = _build(SchedulerConfig, data.pop("scheduler", {}), f"{where} [scheduler]")
+    sched = data.pop("scheduler", {})
+    sched = dict(sched) if isinstance(sched, dict) else sched
+    raw_idle = sched.pop("idle_gpu", {}) if isinstance(sched, dict) else {}
+    idle = _build(IdleGPUConfig, raw_idle, f"{where} [scheduler.idle_gpu]")
+    if isinstance(raw_idle, dict) and raw_idle and "enabled" not in raw_idle:
+        idle.enabled = True  # the table's presence turns the watch on
+    idle.check(f"{where} [scheduler.idle_gpu]")
+    scheduler = _build(SchedulerConfig, sched, f"{where} [scheduler]", idle_gpu=idle)
     agent = _build(AgentConfig, data.pop("agent", {}), f"{where} [agent]")
     accounting = _build(AccountingConfig, data.pop("accounting", {}), f"{where} [accounting]")
     cgroup = _build(CgroupConfig, data.pop("cgroup", {}), f"{where} [cgroup]")

@@ -309,6 +309,10 @@ class Job:
     # the time-limit notices (--mail-type TIME_LIMIT_50/80/90, TIME_LIMIT) mailed for this run,
     # comma-separated in the order sent; cleared at each start (lifecycle/mail.py)
     mail_sent: str = ""
+    # idle GPUs ([scheduler.idle_gpu], lifecycle/idlegpu.py): this run's GPU-seconds read below
+    # below_util (None: the run was not watched), and since when all its GPUs have been (0: not)
+    idle_gpu_s: float | None = None
+    idle_since: float = 0.0
 
     @property
     def display_id(self) -> str:

@@ -271,9 +271,12 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
 # usage = the batch step's live figures (schedd.slurm.stats.USAGE_KEYS), for sstat
+# gpu_util = the latest sample's utilisation (percent) of each of the job's GPUs on the node,
+# in its allocation's order, for the idle-GPU watch (schedd/lifecycle/idlegpu.py)
 _USAGE = Map(Num(0), size=64)
 _RUNNING = Obj({"job_id": Int(0, required=True), "generation": Int(0, required=True),
                 "checkpoint_age": Num(0), "usage": _USAGE,
+                "gpu_util": List(Num(0, 100), size=4096),
                 # its prolog runs: allocated here, nothing of it started yet (CONFIGURING)
                 "configuring": Bool()})
 _ENDED: Schema = {"node": Str(256, required=True), "job_id": Int(0, required=True),

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from schedd.context import Context, RequestError
-from schedd.lifecycle import gpuhealth, health, reboot, transitions
+from schedd.lifecycle import gpuhealth, health, idlegpu, reboot, transitions
 from schedd.model import GPU, JobState, Node, NodeState
 from schedd.slurm.stats import clean_stats, clean_usage
 from schedd.state import RUNNING_STATES
@@ -136,6 +136,7 @@ def heartbeat(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]
                 any(a.node == name for a in job.allocation):
             usage[(job.id, str(item["step_id"]))] = clean_usage(item.get("usage"))
     ctx.agents.usage[name] = usage  # what sstat shows: this node's latest word
+    idlegpu.observe(ctx, name, body.get("running") or [], now)  # [scheduler.idle_gpu]
     reply: dict[str, Any] = {}
     if body.get("want_state"):  # its health check runs only in some states (agentd/health.py)
         node = ctx.state.nodes[name]

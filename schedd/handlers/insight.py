@@ -70,6 +70,10 @@ def job_why(ctx: Context, caller: Caller,
     if job.state != JobState.PENDING:
         reply["job"].update(start_time=job.start_time, end_time=job.end_time,
                             node_list=job.node_list)
+        if job.idle_since and job.state == JobState.RUNNING:  # [scheduler.idle_gpu]
+            reply["idle_gpu"] = {"since": job.idle_since, "gpus": job.total_gpus,
+                                 "below_util": ctx.cfg.scheduler.idle_gpu.below_util,
+                                 "gpu_seconds": ctx.agents.idle_gpu.total(job)}
         return reply
     state = ctx.state
     reason = job.reason or "None"

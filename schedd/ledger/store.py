@@ -210,6 +210,12 @@ def _load_field(name: str, value: Any) -> Any:
         if not isinstance(value, list) or len(value) != 5 or not all(map(_is_num, value)):
             raise ValueError(name)
         return [float(v) for v in value]
+    if name == "idle_gpu_s":  # None: the run was not watched (lifecycle/idlegpu.py)
+        if value is None:
+            return None
+        if not _is_num(value) or value < 0:
+            raise ValueError(name)
+        return float(value)
     if name == "stop":
         return None if value is None else StopMark.from_wire(value)
     if name == "preempt":

@@ -140,6 +140,8 @@ class JobRow(Base):
     forecast_band: Mapped[list[Any] | None] = mapped_column(JSON)
     set_aside: Mapped[str] = mapped_column(String, default="")
     mail_sent: Mapped[str] = mapped_column(String, default="")
+    idle_gpu_s: Mapped[float | None] = mapped_column(Float)  # lifecycle/idlegpu.py
+    idle_since: Mapped[float] = mapped_column(Float, default=0.0)
 
     # what squeue and sacct filter on, and forecast_stats reads newest first
     __table_args__ = (

@@ -16,6 +16,7 @@ from typing import Any
 from schedd import protocol
 from schedd.config import Config
 from schedd.domain.jobenv import job_environment, output_paths
+from schedd.lifecycle.idlegpu import Watch
 from schedd.model import Job, NodeAllocation, Partition
 
 log = logging.getLogger("schedd.lifecycle.agents")
@@ -44,6 +45,8 @@ class AgentRegistry:
         # jobs on a failed GPU already sent their notice: job id -> (generation, stop at)
         # (schedd/lifecycle/gpuhealth.py; memory only, rebuilt from the GPUs' faults)
         self.gpu_noticed: dict[int, tuple[int, float]] = {}
+        # runs' idle-GPU readings ([scheduler.idle_gpu], schedd/lifecycle/idlegpu.py)
+        self.idle_gpu = Watch()
         # node -> the Reason its health check drained it with ([agent] health_check_resume
         # resumes only these, and only while the reason and its (lack of an) admin uid stand)
         self.health_drained: dict[str, str] = {}

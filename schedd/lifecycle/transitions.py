@@ -123,6 +123,7 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
             "generation": job.generation + 1, "launched_limit": ctx.state.time_limit(job),
             "stop": None, "preempt": None, "expected_start": 0.0, "sched_nodes": "",
             "mail_sent": "",  # a new run: its time-limit notices are still to send
+            "idle_gpu_s": None, "idle_since": 0.0,  # ... and its GPUs to watch afresh
             # the forecasts published while it waited go to the ledger with the start
             "forecast_first": job.forecast_first, "forecast_last": job.forecast_last,
             "forecast_band": job.forecast_band,
@@ -308,7 +309,8 @@ def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
     verdict.requeue = mark.requeue and (job.requeue or not node_down)
     verdict.hold = mark.hold
     # a failed GPU's stop: the job's reason since its notice names the GPU and the fault
-    verdict.why = {"node_down": "node set DOWN", "gpu_fail": job.reason or "GPU failed"}.get(
+    verdict.why = {"node_down": "node set DOWN", "gpu_fail": job.reason or "GPU failed",
+                   "idle_gpu": "idle GPUs ([scheduler.idle_gpu])"}.get(
         mark.cause, "scontrol requeue")
     verdict.exit = mark.exit
     verdict.final = True

@@ -283,6 +283,9 @@ def job_row(job: Job, steps: list[dict[str, Any]], rc: RowContext) -> dict[str, 
         "constraints": job.constraint, "reservation": job.reservation,
         "cluster": rc.cluster, "restarts": job.restart_count,
         "gpu_hours": gpu_hours(job, rc.now), "billing": bill,
+        # GPU-hours this run's GPUs read below [scheduler.idle_gpu] below_util (idlegpu.py);
+        # None: not watched
+        "idle_gpu_hours": None if job.idle_gpu_s is None else job.idle_gpu_s / 3600,
         "cancelled_by": job.cancelled_by,
         # what sacct --json's records carry beside the columns (cli/sacct_json.py)
         "wckey": job.wckey, "licenses": job.licenses, "held": bool(job.held),
@@ -317,7 +320,7 @@ def _step_base(job: Job, parent: dict[str, Any], step_id: str, name: str) -> dic
         "name": name, "partition": "", "user": "", "derived_exit_code": "",
         "time_limit": None, "has_limit": False, "req_tres": "", "qos": "", "reason": "",
         "priority": None, "req_mem": "", "gpu_hours": None, "billing": None,
-        "cancelled_by": None,
+        "idle_gpu_hours": None, "cancelled_by": None,
     }
 
 

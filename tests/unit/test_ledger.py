@@ -129,7 +129,7 @@ def full_job(job_id: int = 42) -> Job:
         stats={"samples": 3.0, "rss_max_kb": 2048.0}, expected_start=5.0, sched_nodes="node01",
         forecast_first=[1.0, 2.0], forecast_last=[3.0, 4.0],
         forecast_band=[5.0, 6.0, 1.0, 4.0, 5.0], set_aside="held for a test",
-        mail_sent="TIME_LIMIT_50",
+        mail_sent="TIME_LIMIT_50", idle_gpu_s=1234.5, idle_since=99.0,
         node_list="node[01-02]",
         allocation=[
             NodeAllocation("node01", 32, 64000, [0, 1, 2, 3, 4, 5, 6, 7]),
