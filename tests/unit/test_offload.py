@@ -92,6 +92,7 @@ def test_results_errors_and_then_come_back_on_the_loop(worker: Offload) -> None:
 
 def test_a_request_waiting_on_the_worker_is_parked_until_it_is_done(worker: Offload) -> None:
     from schedd.daemon import Slices
+    from schedd.localsock import joined
 
     gate = _gate(worker)
     ticket = worker.submit(1000, lambda: {"n": 1})
@@ -107,5 +108,5 @@ def test_a_request_waiting_on_the_worker_is_parked_until_it_is_done(worker: Offl
     reply = None
     while reply is None:
         reply = work.step()
-    assert json.loads(b"".join(reply)) == {"v": protocol.VERSION, "id": 7, "ok": True,
+    assert json.loads(joined(reply)) == {"v": protocol.VERSION, "id": 7, "ok": True,
                                             "body": {"n": 1}}
