@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("agentd.jobtmp")
@@ -40,10 +41,10 @@ class JobTmpError(OSError):
     """The job's private /tmp could not be made or entered."""
 
 
-def enter(paths: dict[str, str]) -> None:
-    """In the job's child, as root: a mount namespace of its own, its mounts slaves of the
-    host's, with the job's directories bound on /tmp and /dev/shm."""
-    import ctypes  # noqa: PLC0415 - only a job's child with a private /tmp needs it
+def _own_namespace() -> Callable[..., None]:
+    """In a child, as root: a mount namespace of its own, its mounts slaves of the host's;
+    the ``mount(2)`` that binds in it (raising ``JobTmpError``, as this does)."""
+    import ctypes  # noqa: PLC0415 - only a child with a private /tmp needs it
 
     libc = ctypes.CDLL(None, use_errno=True)
 
@@ -54,14 +55,24 @@ def enter(paths: dict[str, str]) -> None:
 
     check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     check(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+
+    def bind(source: bytes, target: bytes, what: str) -> None:
+        check(libc.mount(source, target, None, MS_BIND, None), what)
+
+    return bind
+
+
+def enter(paths: dict[str, str]) -> None:
+    """In the job's child, as root: a mount namespace of its own, its mounts slaves of the
+    host's, with the job's directories bound on /tmp and /dev/shm."""
+    bind = _own_namespace()
     # the sources held open (in the new namespace: a bind takes no mount of another) before
     # the first bind: a base under /tmp is out of reach once /tmp is bound
     fds = [(os.open(paths[name], os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW), paths[name],
             target) for name, target in DIRS]
     try:
         for fd, source, target in fds:
-            check(libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND,
-                             None), f"bind {source} on {target}")
+            bind(f"/proc/self/fd/{fd}".encode(), target.encode(), f"bind {source} on {target}")
     finally:
         for fd, _, _ in fds:
             os.close(fd)
@@ -76,12 +87,8 @@ def probe() -> str:
     if pid == 0:  # pragma: no cover - the child's result is its exit code
         code = 1
         try:
-            import ctypes  # noqa: PLC0415
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.unshare(CLONE_NEWNS) == 0 and \
-                    libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None) == 0:
-                code = 0
+            _own_namespace()
+            code = 0
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -371,6 +373,18 @@ def remove_users() -> None:
 
 def user_home(name: str) -> Path:
     return Path(pwd.getpwnam(name).pw_dir)
+
+
+@contextmanager
+def sqlite_cluster(home: Path, **kw: Any) -> Iterator[Cluster]:
+    """A cluster up in ``home`` on a SQLite ledger there, for a module's own fixture (one
+    with a config of its own); down when the block ends. ``home`` stays the caller's."""
+    cluster = Cluster(home=home, db_url=f"sqlite:///{home}/kiln.db", **kw)
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
 
 
 def world_tempdir(prefix: str, under: str = "/tmp") -> Path:

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster, cleanup, node_state, until, world_tempdir
+from tests.integration.cluster import (
+    Cluster,
+    cleanup,
+    node_state,
+    sqlite_cluster,
+    until,
+    world_tempdir,
+)
 
 CHECK = """#!/bin/sh
 echo "$SLURMD_NODENAME" > {home}/checked-node
@@ -33,16 +40,12 @@ def cluster() -> Iterator[Cluster]:
         check = Path(home) / "healthcheck.sh"
         check.write_text(CHECK.format(home=home))
         check.chmod(0o755)
-        c = Cluster(home=home, db_url=f"sqlite:///{home}/kiln.db", nodes=1, fake_gpus="2",
-                    agent_extra=f'health_check_program = "{check}"\n'
-                                "health_check_interval = 1\nhealth_check_resume = true\n"
-                                # idle (drained idle too) and mixed, not allocated
-                                'health_check_node_state = "IDLE,MIXED,CYCLE"\n')
-        c.up()
-        try:
+        extra = (f'health_check_program = "{check}"\n'
+                 "health_check_interval = 1\nhealth_check_resume = true\n"
+                 # idle (drained idle too) and mixed, not allocated
+                 'health_check_node_state = "IDLE,MIXED,CYCLE"\n')
+        with sqlite_cluster(home, nodes=1, fake_gpus="2", agent_extra=extra) as c:
             yield c
-        finally:
-            c.down()
     finally:
         cleanup(home)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster, cleanup, until, world_tempdir
+from tests.integration.cluster import Cluster, cleanup, sqlite_cluster, until, world_tempdir
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 
@@ -21,13 +21,8 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 def cluster() -> Iterator[Cluster]:
     home = world_tempdir("kiln-it-", under="/var/tmp")
     try:
-        c = Cluster(home=home, db_url=f"sqlite:///{home}/kiln.db", nodes=2, fake_gpus="",
-                    job_tmp=True)
-        c.up()
-        try:
+        with sqlite_cluster(home, nodes=2, fake_gpus="", job_tmp=True) as c:
             yield c
-        finally:
-            c.down()
     finally:
         cleanup(home)
 

@@ -22,6 +22,7 @@ from tests.integration.cluster import (
     node_state,
     pid_exists,
     release_file,
+    sqlite_cluster,
     until,
     world_tempdir,
 )
@@ -43,13 +44,9 @@ def cluster() -> Iterator[Cluster]:
             script = Path(home) / name
             script.write_text(text.format(home=home))
             script.chmod(0o755)
-        c = Cluster(home=home, db_url=f"sqlite:///{home}/kiln.db", nodes=1, fake_gpus="2",
-                    agent_extra=f'reboot_program = "{home}/reboot.sh"\n')
-        c.up()
-        try:
+        with sqlite_cluster(home, nodes=1, fake_gpus="2",
+                            agent_extra=f'reboot_program = "{home}/reboot.sh"\n') as c:
             yield c
-        finally:
-            c.down()
     finally:
         cleanup(home)
 
