@@ -26,7 +26,7 @@ because the files were opened by root. ``cgroupfs.join_paths`` does the same fro
 process that still is root when it joins.
 
 Settings keep the names and meaning of Slurm's cgroup.conf (``[cgroup]`` in kiln.toml,
-``schedd.config.CgroupConfig``). Every file write is one short ``open``/``write``/``close``:
+``kiln.config.CgroupConfig``). Every file write is one short ``open``/``write``/``close``:
 a job's launch costs a handful of ``mkdir`` and writes (measured in docs/benchmarks.md).
 """
 
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd import cgroupfs
-from schedd.slurm.cpulist import format_cpu_list, parse_cpu_list
+from kiln.slurm.cpulist import format_cpu_list, parse_cpu_list
 
 log = logging.getLogger("agentd.cgroups")
 

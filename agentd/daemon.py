@@ -50,10 +50,11 @@ from agentd.reboot import Reboot
 from agentd.relay import Relay, should_serve
 from agentd.sampler import make_sampler
 from agentd.step_tasks import StepRunner
-from schedd import config as kconfig
-from schedd import keys, operations, protocol, reconfig
-from schedd.logs import setup_logging
-from schedd.slurm import stats as stat_keys
+from kiln import config as kconfig
+from kiln import keys, reconfig
+from kiln.logs import setup_logging
+from kiln.slurm import stats as stat_keys
+from kiln.wire import operations, protocol
 
 log = logging.getLogger("agentd")
 
@@ -436,7 +437,7 @@ class Agent:
 
     def reconfigure(self) -> None:
         """scontrol reconfigure: re-read kiln.toml and take its live [agent] keys
-        (schedd/reconfig.py) into what was built from them; the others are logged."""
+        (kiln/reconfig.py) into what was built from them; the others are logged."""
         try:
             new = kconfig.load(self.cfg.path)
         except kconfig.ConfigError as exc:

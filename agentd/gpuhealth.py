@@ -9,7 +9,7 @@
   fault), pending retired pages and row-remap failures (a fault once, while they last);
 - ``NVML_ERROR_GPU_IS_LOST`` from any of those calls: the GPU is lost (once, while it lasts).
 
-Which faults take the GPU out of service is schedd's decision (``schedd.slurm.gpufaults``); the
+Which faults take the GPU out of service is schedd's decision (``kiln.slurm.gpufaults``); the
 watch reports every one, the application's Xids too (they go to the node's audit history).
 
 ``FakeNvml`` is a small stand-in for the parts of pynvml the watch uses, with the same names,
@@ -34,12 +34,12 @@ MAX_EVENTS_PER_POLL = 64
 
 class Fault(NamedTuple):
     index: int
-    kind: str  # schedd.slurm.gpufaults.KINDS
+    kind: str  # kiln.slurm.gpufaults.KINDS
     xid: int = 0
     detail: str = ""
 
     def wire(self) -> dict[str, Any]:
-        """The heartbeat's ``gpu_faults`` item (schedd.operations)."""
+        """The heartbeat's ``gpu_faults`` item (kiln.wire.operations)."""
         return {"index": self.index, "kind": self.kind, "xid": self.xid,
                 "detail": self.detail[:256]}
 

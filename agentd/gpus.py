@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import psutil
 
-from schedd.model import GPU
-from schedd.slurm.cpulist import parse_cpu_list
+from kiln.model import GPU
+from kiln.slurm.cpulist import parse_cpu_list
 
 DEFAULT_FAKE_MODEL = "H100-80GB"
 DEFAULT_FAKE_MEMORY_MB = 81920

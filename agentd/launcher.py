@@ -68,7 +68,7 @@ from agentd.jobtmp import JobTmp, JobTmpError
 from agentd.spool import Spool
 from agentd.supervisors import Started, SupervisorStarter
 from agentd.walltime import SignalSpec, SignalSpecError, parse_signal
-from schedd import operations, protocol
+from kiln.wire import operations, protocol
 
 log = logging.getLogger("agentd.launcher")
 

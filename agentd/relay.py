@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from schedd import protocol
-from schedd.identity import Caller
-from schedd.localsock import LocalServer, Work, socket_path
+from kiln.identity import Caller
+from kiln.wire import protocol
+from kiln.wire.localsock import LocalServer, Work, socket_path
 
 log = logging.getLogger("agentd.relay")
 

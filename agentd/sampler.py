@@ -17,7 +17,7 @@ the larger is kept.
 
 When the job ends the agent sends them as ``stats`` in ``job_ended``; schedd keeps them in
 ``Job.stats`` and sacct prints them as GPUUtil, GPUMemMax, MaxRSS, AveRSS, TotalCPU,
-UserCPU and SystemCPU. The key names are ``schedd/slurm/stats.py``'s ``STAT_*``.
+UserCPU and SystemCPU. The key names are ``kiln/slurm/stats.py``'s ``STAT_*``.
 
 GPU figures come from a backend: NVML on a real node (utilisation of the job's devices, memory
 of the job's processes on them, else the device's used memory), or, with ``--fake-gpus``, a
@@ -39,8 +39,8 @@ from typing import Any, NamedTuple, Protocol
 
 import psutil
 
-from schedd.model import GPU
-from schedd.slurm import stats as keys
+from kiln.model import GPU
+from kiln.slurm import stats as keys
 
 log = logging.getLogger("agentd.sampler")
 
@@ -222,7 +222,7 @@ class TreeUsage(NamedTuple):
     write_bytes: float = 0.0
 
     def figures(self) -> dict[str, float]:
-        """This reading as sstat's per-task metrics (``schedd.slurm.stats.USAGE_METRICS``)."""
+        """This reading as sstat's per-task metrics (``kiln.slurm.stats.USAGE_METRICS``)."""
         return {"cpu": self.cpu_user + self.cpu_system, "mem": self.rss_kb, "vmem": self.vms_kb,
                 "pages": self.pages, "read": self.read_bytes, "write": self.write_bytes}
 
@@ -331,7 +331,7 @@ class Sampler:
                 absorb(self.steps[(job_id, step_id)].setdefault(task_id, {}), tree)
 
     def usage(self, job_id: int, generation: int) -> dict[str, float]:
-        """The batch step's live usage on this node (``schedd.slurm.stats.summarize_tasks``,
+        """The batch step's live usage on this node (``kiln.slurm.stats.summarize_tasks``,
         and the job's GPUs); {} before its first sample."""
         samples = self.jobs.get((job_id, generation))
         if samples is None or not samples.samples:

@@ -55,7 +55,7 @@ from agentd.forward import (
 )
 from agentd.terminal import Terminal, controlling_terminal
 from agentd.walltime import Ending, Walltime
-from schedd import operations, protocol
+from kiln.wire import operations, protocol
 
 log = logging.getLogger("agentd.step_tasks")
 

@@ -20,11 +20,11 @@ TYPE_CHECKING = False  # typing is not imported at run time (see agentd/stepd.py
 if TYPE_CHECKING:
     from typing import Any
 
-    from schedd.slurm.signals import SignalError as SignalSpecError
-    from schedd.slurm.signals import SignalSpec, parse_signal
+    from kiln.slurm.signals import SignalError as SignalSpecError
+    from kiln.slurm.signals import SignalSpec, parse_signal
 
 # The signal vocabulary is Slurm's, shared with the CLI and schedd: one parser for them all
-# (schedd/slurm/signals.py). agentd/launcher.py and the tests use these names from here; they
+# (kiln/slurm/signals.py). agentd/launcher.py and the tests use these names from here; they
 # are imported on first use, so that the per-job supervisor (agentd/stepd.py), which uses only
 # the arithmetic below, starts without them (nor dataclasses).
 _SIGNAL_NAMES = {"SignalSpec": "SignalSpec", "SignalSpecError": "SignalError",
@@ -35,7 +35,7 @@ __all__ = ["Ending", "SignalSpec", "SignalSpecError", "Walltime", "parse_signal"
 
 def __getattr__(name: str) -> Any:
     if name in _SIGNAL_NAMES:
-        from schedd.slurm import signals
+        from kiln.slurm import signals
 
         return getattr(signals, _SIGNAL_NAMES[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ def fold_pending_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Slurm keeps an array's not-yet-started tasks in one record: squeue shows it as
     '123_[4-9%2]' (``display_id``), scontrol as ``JobId=123 ArrayTaskId=4-9%2``
     (``array_task_ranges``)."""
-    from schedd.slurm.hostlist import compress
+    from kiln.slurm.hostlist import compress
 
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     out: list[dict[str, Any]] = []

@@ -15,8 +15,8 @@ import time
 
 import click
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU, NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.snapshot import AssociationView, NodeView, PendingJob, RunningJob, Snapshot
 
 NOW = 1_700_000_000.0

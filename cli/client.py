@@ -2,7 +2,7 @@
 
 This is also kiln's Python submit API: ``Client().call("submit", {...})`` on one connection.
 schedd learns who is calling from the kernel (``SO_PEERCRED``), never from the message.
-Frames are length-prefixed JSON (``schedd/localsock.py``). Only the standard library: a
+Frames are length-prefixed JSON (``kiln/wire/localsock.py``). Only the standard library: a
 command's cost is Python's start plus its own work. The socket is ``_socket``'s, the C type
 under ``socket.socket``: what a Unix stream needs (connect, sendall, recv, timeouts) without
 ``socket.py``'s imports (selectors, enum classes), a few ms of every command's start.
@@ -10,7 +10,8 @@ under ``socket.socket``: what a Unix stream needs (connect, sendall, recv, timeo
 
 import _socket
 
-from schedd import paths, protocol, wirejson
+from kiln import paths
+from kiln.wire import protocol, wirejson
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 60.0
 HEADER_BYTES = 4  # a frame's length, big-endian (int.to_bytes: `struct` is one more import)
-STREAMED = 0xFFFFFFFF  # the length of a streamed frame: chunks follow (schedd/localsock.py)
+STREAMED = 0xFFFFFFFF  # the length of a streamed frame: chunks follow (kiln/wire/localsock.py)
 UNREACHABLE = "Unable to contact slurm controller (connect failure)"
 LOST = ("Unable to contact slurm controller (connection lost; the request may or may not "
         "have been carried out)")
@@ -93,7 +94,7 @@ class Client:
             size = int.from_bytes(self._recv(sock, HEADER_BYTES), "big")
             if size != STREAMED:
                 return self._recv(sock, size)
-            chunks = []  # a streamed reply (schedd/localsock.py's Stream): chunks until b""
+            chunks = []  # a streamed reply (kiln/wire/localsock.py's Stream): chunks until b""
             while size := int.from_bytes(self._recv(sock, HEADER_BYTES), "big"):
                 chunks.append(self._recv(sock, size))
             return b"".join(chunks)

@@ -16,7 +16,7 @@ URL_HELP = "database URL (default: db_url from kiln.toml, else sqlite:///$KILN_H
 def _resolve_url(url: str | None) -> str:
     if url:
         return url
-    from schedd.config import ConfigError, load
+    from kiln.config import ConfigError, load
 
     try:
         return load().db_url

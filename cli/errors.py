@@ -41,7 +41,7 @@ def run_command(prog: str, body: "Callable[[Sequence[str]], int]",
                 argv: "Sequence[str] | None" = None) -> int:
     """Run a command's body and turn every failure into Slurm-style stderr and an exit code."""
     from cli.client import ClientError  # already imported by every command that talks to schedd
-    from schedd.paths import ConfigError
+    from kiln.paths import ConfigError
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:

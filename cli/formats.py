@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from schedd.slurm.compact import COMPACT_CODES
-from schedd.slurm.text import has_control, printable, printable_lines
+from kiln.slurm.compact import COMPACT_CODES
+from kiln.slurm.text import has_control, printable, printable_lines
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
@@ -470,7 +470,7 @@ _CLUSTER: list[str] = []  # the config's cluster name, read once (not functools.
 
 def _this_cluster() -> str:
     if not _CLUSTER:
-        from schedd.config import load
+        from kiln.config import load
 
         _CLUSTER.append(load().cluster_name)
     return _CLUSTER[0]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from schedd import config as kconfig
-from schedd import keys
+from kiln import config as kconfig
+from kiln import keys
 
 
 @click.command()

@@ -7,8 +7,8 @@ another).
 
 from __future__ import annotations
 
-from schedd.slurm.cpulist import format_cpu_list
-from schedd.slurm.gres import gres_type
+from kiln.slurm.cpulist import format_cpu_list
+from kiln.slurm.gres import gres_type
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:

@@ -266,7 +266,7 @@ def parse_array(text: str, max_array_size: int = 1001) -> "tuple[str, int, list[
     """--array=1-10, 1,3,5, 0-15:4, with %N throttle -> (spec, throttle, task ids).
 
     Like Slurm, every index must be below MaxArraySize (default 1001)."""
-    from schedd.slurm import arrayspec
+    from kiln.slurm import arrayspec
 
     spec = text.strip()
     try:
@@ -280,8 +280,8 @@ DEPENDENCY_ERROR = "Batch job submission failed: Job dependency problem"
 
 
 def parse_dependency(text: str) -> str:
-    """Check -d/--dependency syntax (schedd.slurm.dependency's grammar); returns the text unchanged."""
-    from schedd.slurm import dependency
+    """Check -d/--dependency syntax (kiln.slurm.dependency's grammar); returns the text unchanged."""
+    from kiln.slurm import dependency
 
     try:
         dependency.parse(text)
@@ -355,8 +355,8 @@ def _next_clock(now: float, today: "time.struct_time", h: int, mi: int, s: int) 
 
 
 def signal_name(text: str) -> "str | None":
-    """'USR1', 'SIGUSR1', 'usr1', '10' -> 'USR1'; None if no such signal (schedd.slurm.signals)."""
-    from schedd.slurm import signals  # only paid when a signal is named
+    """'USR1', 'SIGUSR1', 'usr1', '10' -> 'USR1'; None if no such signal (kiln.slurm.signals)."""
+    from kiln.slurm import signals  # only paid when a signal is named
 
     try:
         return signals.signal_name(signals.parse_signal(text))
@@ -366,7 +366,7 @@ def signal_name(text: str) -> "str | None":
 
 def parse_signal_spec(text: str) -> str:
     """--signal=[{R|B}:]SIG[@secs] -> normalised 'B:USR1@90' (time default 60 like Slurm)."""
-    from schedd.slurm import signals
+    from kiln.slurm import signals
 
     try:
         return signals.normalize_signal_option(text)
@@ -402,8 +402,8 @@ def build_environment(export: str, environ: "dict[str, str]") -> "dict[str, str]
 
 def parse_states(text: str) -> "tuple[list[str], bool]":
     """-t PD,R / pending,running / all -> (long state names, whether finished jobs are wanted)."""
-    from schedd.slurm.states import JobState, StateError
-    from schedd.slurm.states import parse_states as parse
+    from kiln.slurm.states import JobState, StateError
+    from kiln.slurm.states import parse_states as parse
 
     try:
         wanted = parse(text.split(","))
@@ -599,7 +599,7 @@ def _count(field: str, option: str) -> "Handler":
 
 
 # dest -> handler. Keys that are Job fields go to the job, keys starting with "_" stay in
-# sbatch; what is neither is not sent (schedd.protocol.SUBMIT_FIELDS is the allow-list).
+# sbatch; what is neither is not sent (kiln.wire.protocol.SUBMIT_FIELDS is the allow-list).
 SBATCH_HANDLERS: "dict[str, Handler]" = {
     "account": _store("account"),
     "array": _array,
@@ -800,7 +800,7 @@ def check_clusters(value: "str | None") -> None:
     """-M/--clusters: kiln is one cluster; another name is what slurmdbd does not know."""
     if not value:
         return
-    from schedd.config import load
+    from kiln.config import load
 
     here = load().cluster_name
     for name in value.split(","):
@@ -926,7 +926,7 @@ def list_filters(values: "dict[str, str | None]", dests: "dict[str, str]") -> "d
 
         body["users"] = [getpass.getuser()]
     if values.get("nodelist"):
-        from schedd.slurm.hostlist import HostlistError, expand
+        from kiln.slurm.hostlist import HostlistError, expand
 
         try:
             body["nodes"] = expand(values["nodelist"])

@@ -38,7 +38,7 @@ from cli.options import (
     parse_begin,
     parse_states,
 )
-from schedd.slurm.text import printable, printable_lines
+from kiln.slurm.text import printable, printable_lines
 
 PROG = "sacct"
 DEFAULT_FORMAT = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
@@ -139,7 +139,7 @@ def _limit_raw(row: dict[str, Any], opts: Options) -> str:
 
 
 def _units(value: Any, units: str, opts: Options) -> str:
-    from schedd.reports.accounting import unit_text
+    from kiln.slurm.tres import unit_text
 
     if value is None:
         return ""
@@ -165,7 +165,7 @@ def _billing(row: dict[str, Any], opts: Options) -> str:
 def _group(row: dict[str, Any], opts: Options) -> str:
     if row.get("kind") == "step" or row.get("gid") is None:
         return ""
-    from schedd.identity import group_name
+    from kiln.identity import group_name
 
     return group_name(int(row["gid"]))
 
@@ -427,7 +427,7 @@ def build_query(values: dict[str, list[str | None]], specs: list[JobSpec],
     elif "allusers" not in values and not specs and os.getuid() != 0:
         query["users"] = [getpass.getuser()]
     if values.get("nodelist"):
-        from schedd.slurm.hostlist import HostlistError, expand
+        from kiln.slurm.hostlist import HostlistError, expand
 
         try:
             query["nodes"] = expand(last("nodelist") or "")

@@ -67,7 +67,7 @@ def usage(row: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 def step_record(row: dict[str, Any]) -> dict[str, Any]:
     nodes = row.get("node_list") or ""
-    from schedd.slurm.hostlist import HostlistError, expand
+    from kiln.slurm.hostlist import HostlistError, expand
 
     try:
         names = expand(nodes) if nodes else []
@@ -108,7 +108,7 @@ def std_paths(row: dict[str, Any]) -> dict[str, str]:
 
 
 def job_record(row: dict[str, Any]) -> dict[str, Any]:
-    from schedd.identity import group_name
+    from kiln.identity import group_name
 
     limit = row.get("time_limit")
     start, eligible = int(row.get("start") or 0), int(row.get("eligible") or 0)

@@ -263,7 +263,7 @@ def static_show(req: Request, opts: set[str]) -> int:
     """``show cluster`` and ``show tres``: kiln has one cluster and a fixed TRES list."""
     if req.verb != "show":
         fail(f"kiln does not {req.verb} {req.entity}s: they follow kiln.toml")
-    from schedd.config import load
+    from kiln.config import load
 
     cfg = load()
     if req.entity == "tres":

@@ -27,8 +27,8 @@ from cli.options import (
     refused_option,
     resolve_cpus_per_gpu,
 )
-from schedd import paths
-from schedd.protocol import (
+from kiln import paths
+from kiln.wire.protocol import (
     E_AGAIN,
     MAX_ENV_BYTES,
     MAX_SCRIPT_BYTES,

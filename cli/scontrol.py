@@ -33,8 +33,8 @@ from cli.options import (
     parse_memory_mb,
     parse_time_limit,
 )
-from schedd.slurm.hostlist import HostlistError, compress, expand
-from schedd.slurm.text import printable_lines
+from kiln.slurm.hostlist import HostlistError, compress, expand
+from kiln.slurm.text import printable_lines
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ def _gres_spec(job: dict[str, Any], count: int) -> str:
 def node_detail_lines(job: dict[str, Any]) -> list[str]:
     """-d's per-node lines, as Slurm 22.05 prints them (two spaces deeper than the record):
     ``  Nodes=node1 CPU_IDs=0-3 Mem=8192 GRES=gpu:a100:2(IDX:0-1)``."""
-    from schedd.slurm.cpulist import format_cpu_list
+    from kiln.slurm.cpulist import format_cpu_list
 
     gtype = job.get("gpu_type") or ""
     lines = []
@@ -661,7 +661,7 @@ def update_node(pairs: list[tuple[str, str]]) -> int:
 
 def reconfigure(args: list[str]) -> int:
     """Slurm prints nothing when the daemons re-read their configuration; kiln adds a line
-    for each changed key that a running daemon cannot take (schedd/reconfig.py)."""
+    for each changed key that a running daemon cannot take (kiln/reconfig.py)."""
     if args:
         fail("too many arguments for keyword:reconfigure")
     with Client() as client:

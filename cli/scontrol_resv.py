@@ -16,7 +16,7 @@ from cli.client import Client, ClientError
 from cli.errors import fail
 from cli.formats import fmt_duration, fmt_time
 from cli.options import OptionError, parse_begin, parse_time_limit
-from schedd.slurm.hostlist import HostlistError, compress, expand
+from kiln.slurm.hostlist import HostlistError, compress, expand
 
 UNLIMITED_DURATION = 365 * 86400  # Duration=UNLIMITED: a year, re-settable with update
 _NAME_KEYS = ("reservationname", "reservation", "res")

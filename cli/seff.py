@@ -188,7 +188,7 @@ def _gpu_lines(row: dict[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
 
 def _gpu_model(row: dict[str, Any], nodes: list[dict[str, Any]]) -> tuple[str, float]:
     """The GPU model and per-GPU memory (MiB) of the job's first node."""
-    from schedd.slurm.hostlist import HostlistError, expand
+    from kiln.slurm.hostlist import HostlistError, expand
 
     try:
         names = expand(str(row.get("node_list") or ""))

@@ -8,10 +8,10 @@
              [--json] [--curve FILE.csv] [--plot FILE.png]
 
 The second form (selected by ``--nodes-csv``) replays the Alibaba openb GPU-sharing trace in the
-protocol of Weng et al. (ATC'23): ``schedd/sim/sharing.py``, placements of
+protocol of Weng et al. (ATC'23): ``simulator/sharing.py``, placements of
 ``schedd/scheduler/gpushare.py``.
 
-Prints the trace, the machine, the policy, the figures of ``schedd.sim.metrics`` and how fast
+Prints the trace, the machine, the policy, the figures of ``simulator.metrics`` and how fast
 the replay ran (jobs/s, and the share of that time spent inside the scheduler core). Every bad
 input is one line on stderr and exit status 1.
 
@@ -20,7 +20,7 @@ plain numbers are job numbers (inclusive), numbers with a unit (``s``, ``m``, ``
 submit times on the trace's clock (``--from 30d --to 60d``: submitted in [30 d, 60 d)).
 
 ``--forecasts`` publishes, for each job that does not start at its arrival, the p50 and p90
-start ``kiln why`` would show (``schedd/sim/forecasts.py``) and reports how they turned out:
+start ``kiln why`` would show (``simulator/forecasts.py``) and reports how they turned out:
 the share of jobs that started by their p90 and the median absolute errors.
 """
 
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from schedd.config import ConfigError
+from kiln.config import ConfigError
 
 if TYPE_CHECKING:
-    from schedd.sim.machine import Machine
-    from schedd.sim.metrics import Metrics, Slice
-    from schedd.sim.replay import Replay
-    from schedd.sim.swf import Trace
+    from simulator.machine import Machine
+    from simulator.metrics import Metrics, Slice
+    from simulator.replay import Replay
+    from simulator.swf import Trace
 
 PROG = "kiln sim"
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -110,11 +110,11 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
     if sharing_only:
         _fail(ctx, f"{sharing_only[0]} needs --nodes-csv (the GPU-sharing mode)")
     from cli.progress import progress
-    from schedd.sim import machine as machines
-    from schedd.sim import metrics as figures
-    from schedd.sim.policy import policy_config
-    from schedd.sim.replay import SimError, replay
-    from schedd.sim.swf import SwfError, read_swf
+    from simulator import machine as machines
+    from simulator import metrics as figures
+    from simulator.policy import policy_config
+    from simulator.replay import SimError, replay
+    from simulator.swf import SwfError, read_swf
 
     for name, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
         if value is not None and value < 1:
@@ -154,7 +154,7 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
 
 def _slice(ctx: click.Context, first: str | None, last: str | None) -> Slice | None:
     """``--from``/``--to`` as a Slice: job numbers, or submit times when they carry a unit."""
-    from schedd.sim.metrics import Slice
+    from simulator.metrics import Slice
 
     if first is None and last is None:
         return None

@@ -35,8 +35,8 @@ def _placements(ctx: click.Context, given: tuple[str, ...]) -> list[str]:
 def run_sharing(ctx: click.Context, pods_csv: str, nodes_csv: str, given: tuple[str, ...],
                 seed: int, as_json: bool, curve: str | None, plot: str | None) -> None:
     from schedd.scheduler.gpushare import Workload
-    from schedd.sim.openb import OpenbError, read_nodes, read_pods
-    from schedd.sim.sharing import CURVE_COLUMNS, SharingError, replay
+    from simulator.openb import OpenbError, read_nodes, read_pods
+    from simulator.sharing import CURVE_COLUMNS, SharingError, replay
 
     placements = _placements(ctx, given)
     if plot is not None:

@@ -31,7 +31,7 @@ from cli.options import (
     env_defaults,
     parse_argv,
 )
-from schedd.slurm.hostlist import compress, expand
+from kiln.slurm.hostlist import compress, expand
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ LETTERS = {
 }
 
 def _cluster(g: Group) -> str:
-    from schedd.config import load
+    from kiln.config import load
 
     return load().cluster_name
 
@@ -348,7 +348,7 @@ def apply_filters(values: dict[str, str | None], partitions: list[dict[str, Any]
         wanted = set(values["partition"].split(","))
         partitions = [p for p in partitions if p["name"] in wanted]
     if values.get("nodes"):
-        from schedd.slurm.hostlist import HostlistError
+        from kiln.slurm.hostlist import HostlistError
 
         try:
             wanted_nodes = set(expand(values["nodes"]))

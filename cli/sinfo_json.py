@@ -59,7 +59,7 @@ def _minutes(secs: Any) -> int | None:
 
 def json_partition(part: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
     members = partition_nodes(part, nodes)
-    from schedd.slurm.hostlist import compress
+    from kiln.slurm.hostlist import compress
 
     return {
         "name": part["name"], "nodes": compress([n["name"] for n in members]),
@@ -89,7 +89,7 @@ def print_json(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]],
 def document_v4(groups: list[dict[str, Any]], nodes: list[dict[str, Any]],
                 version: str) -> dict[str, Any]:
     from cli import data_parser
-    from schedd.config import load
+    from kiln.config import load
 
     cluster = load().cluster_name
     return data_parser.document(version, "sinfo", {

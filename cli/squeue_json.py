@@ -72,7 +72,7 @@ def _gres(job: dict[str, Any], count: int) -> str:
 
 def gres_detail(job: dict[str, Any]) -> list[str]:
     """Per node, its GPUs with their indices: ['gpu:a100:2(IDX:0-1)']."""
-    from schedd.slurm.cpulist import format_cpu_list
+    from kiln.slurm.cpulist import format_cpu_list
 
     gtype = job.get("gpu_type") or ""
     out = []
@@ -218,7 +218,7 @@ def job_info(job: dict[str, Any], ctx: Ctx, cluster: str, version: str,
 def document(jobs: list[dict[str, Any]], ctx: Ctx, version: str,
              values: dict[str, str | None]) -> dict[str, Any]:
     """The whole response: openapi_job_info_resp."""
-    from schedd.config import load
+    from kiln.config import load
 
     cluster = load().cluster_name
     flags = show_flags(values)

@@ -58,7 +58,7 @@ from cli.options import (
     parse_argv,
     refused_option,
 )
-from schedd import paths
+from kiln import paths
 
 PROG = "srun"
 VERSION_TEXT = "slurm 22.05.8 (kiln)"

@@ -2,7 +2,7 @@
 
 The figures are the agents' own samples (``agentd/sampler.py``: the batch shell's process tree,
 and each srun task's), sent with every heartbeat and merged over the step's nodes by schedd
-(``job_stat``, ``schedd.slurm.stats.merge_usage``). A task's figure is its largest RSS and
+(``job_stat``, ``kiln.slurm.stats.merge_usage``). A task's figure is its largest RSS and
 virtual size, and its CPU time, major page faults and bytes read and written so far; ``Ave*``
 is the mean over the step's tasks, ``Max*``/``Min*`` the task that has the most/least, with
 its node and task id. GPU utilisation and memory appear in the TRESUsageIn fields as
@@ -28,7 +28,7 @@ from cli.errors import CommandError, fail, run_command
 from cli.formats import fmt_cpu_time, fmt_duration
 from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
 from cli.sacct import Column, Field, Options, render
-from schedd.slurm.tres import unit_text
+from kiln.slurm.tres import unit_text
 
 PROG = "sstat"
 VERSION = "slurm 22.05.8 (kiln)"
@@ -87,7 +87,7 @@ HELP = """sstat [<OPTION>] -j <job(.stepid)>
 
 _STEP = re.compile(r"^(\d+(?:_\d+)?)(?:\.(batch|extern|\d+))?$")
 
-Row = dict[str, Any]  # one step: job_id, step, nodes, usage (schedd.slurm.stats.merge_usage)
+Row = dict[str, Any]  # one step: job_id, step, nodes, usage (kiln.slurm.stats.merge_usage)
 
 
 # --- figures ---------------------------------------------------------------------------------

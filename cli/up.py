@@ -28,8 +28,9 @@ from pathlib import Path
 
 import click
 
-from schedd import config as kconfig
-from schedd import paths, statedir
+from kiln import config as kconfig
+from kiln import paths
+from schedd import statedir
 
 DEFAULT_FAKE_GPUS = "8xH100-80GB"
 FAKE_NODE_CPUS = 64  # a pretend GPU node offers what a real one has (CPUs are overcommitted)
@@ -268,7 +269,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    from schedd import keys
+    from kiln import keys
     from schedd.ledger.migrate import upgrade
 
     try:

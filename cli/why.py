@@ -15,7 +15,7 @@ import click
 from cli.client import Client, ClientError
 from cli.formats import fmt_duration, fmt_time
 from cli.outlook import outlook_lines
-from schedd.reports.explain import FACTORS
+from kiln.slurm.priority import FACTORS
 
 FACTOR_HEADERS = {"age": "AGE", "fairshare": "FAIRSHARE", "job_size": "JOBSIZE",
                   "partition": "PARTITION", "qos": "QOS", "assoc": "ASSOC", "nice": "NICE",

@@ -1,7 +1,7 @@
 """What a request handler and a lifecycle transition may use: the ``Context`` and ``RequestError``.
 
 A handler is ``handle(ctx, caller, body) -> reply body``. It validates what it was given (the
-envelope and every field were checked by ``schedd.protocol`` already), changes state only
+envelope and every field were checked by ``kiln.wire.protocol`` already), changes state only
 through ``ctx.state`` (which commits to the ledger before memory), and raises ``RequestError``
 for anything the caller did wrong: the daemon turns that into an error reply.
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from schedd import protocol
+from kiln.wire import protocol
 
 if TYPE_CHECKING:  # below this module in the tiers (nothing there imports schedd.context)
-    from schedd.config import Config
+    from kiln.config import Config
     from schedd.domain.steps import StepTable
     from schedd.state import State
 

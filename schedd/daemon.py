@@ -25,12 +25,17 @@ from typing import Any
 
 import zmq
 
-from schedd import config as kconfig
-from schedd import keys, leader, offload, operations, protocol, slicing, statedir
+from kiln import config as kconfig
+from kiln import keys
+from kiln.identity import Caller, set_admin_lookup
+from kiln.logs import setup_logging
+from kiln.slurm.hostlist import compress
+from kiln.wire import operations, protocol
+from kiln.wire.localsock import LocalServer, Reply, Stream, Work
+from schedd import leader, offload, slicing, statedir
 from schedd.collector import Collector
 from schedd.context import RequestError
 from schedd.domain.steps import StepTable
-from schedd.identity import Caller, set_admin_lookup
 from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
 from schedd.lifecycle import (
@@ -44,15 +49,12 @@ from schedd.lifecycle import (
 )
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
-from schedd.localsock import LocalServer, Reply, Stream, Work
-from schedd.logs import setup_logging
 from schedd.loopwatch import LoopWatch
 from schedd.relay import Pending, RelayError, Relays
 from schedd.reports import forecast, metrics
 from schedd.reports.diag import SchedulerDiag
 from schedd.routes import AGENT_HANDLERS, CLIENT_HANDLERS
 from schedd.scheduler.snapshot import Decisions
-from schedd.slurm.hostlist import compress
 from schedd.state import State
 
 log = logging.getLogger("schedd")

@@ -38,7 +38,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd import protocol
+from kiln.wire import protocol
 from schedd.context import RequestError
 
 log = logging.getLogger("schedd.offload")

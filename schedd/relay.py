@@ -1,7 +1,7 @@
 """schedd's side of the relay: commands on other nodes, asked through their node's agent.
 
 A command on a compute or login node talks to its local agentd (the same socket path as on the
-head, ``schedd/localsock.py``); the agent forwards the request's frame over its CURVE channel
+head, ``kiln/wire/localsock.py``); the agent forwards the request's frame over its CURVE channel
 as ``relay`` with the uid, gid and pid it read from the kernel (``SO_PEERCRED``). schedd takes
 that identity only
 
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schedd import protocol
-from schedd.identity import Caller
-from schedd.localsock import WORK_BUDGET, Reply, Stream, Work, joined
+from kiln.identity import Caller
+from kiln.wire import protocol
+from kiln.wire.localsock import WORK_BUDGET, Reply, Stream, Work, joined
 
 log = logging.getLogger("schedd.relay")
 

@@ -1,6 +1,6 @@
 """Which handler answers which operation: the one table the daemon dispatches by.
 
-Every op named here is also in ``schedd.operations`` (``CLIENT_OPS``/``AGENT_OPS``), where its
+Every op named here is also in ``kiln.wire.operations`` (``CLIENT_OPS``/``AGENT_OPS``), where its
 fields are allow-listed; the handler modules are leaves that never import each other.
 """
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, TypeVar
 
-from schedd import protocol, wirejson
+from kiln.wire import protocol, wirejson
 
 SLICE_SECONDS = 0.005  # how long a long request's slice runs before it yields
 ENCODE_ITEMS = 200  # list items encoded per slice (a sacct row is ~3 kB of JSON)

@@ -16,15 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from schedd.config import Config
-from schedd.domain.accounts import Accounts
-from schedd.domain.dependents import Dependents
-from schedd.domain.reservation import Reservation
-from schedd.domain.runtimes import LeadCalibration, RuntimeHistory, shape_of
-from schedd.domain.usage import UsageMeter
-from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepRecord
-from schedd.ledger.store import Store
-from schedd.model import (
+from kiln.config import Config
+from kiln.model import (
     ACTIVE_STATES,
     LAUNCH_FAILED_HELD,
     Allocation,
@@ -34,6 +27,14 @@ from schedd.model import (
     NodeState,
     Partition,
 )
+from kiln.slurm import dependency
+from schedd.domain.accounts import Accounts
+from schedd.domain.dependents import Dependents
+from schedd.domain.reservation import Reservation
+from schedd.domain.usage import UsageMeter
+from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepRecord
+from schedd.ledger.store import Store
+from schedd.scheduler.runtimes import LeadCalibration, RuntimeHistory, shape_of
 from schedd.scheduler.snapshot import (
     NodeView,
     PendingJob,
@@ -42,13 +43,12 @@ from schedd.scheduler.snapshot import (
     job_licenses,
     pending_from_job,
 )
-from schedd.slurm import dependency
 
 log = logging.getLogger("schedd.state")
 
 RUNNING_STATES = frozenset({JobState.RUNNING, JobState.COMPLETING})
 # the ends whose run time says how long the job's kind runs (a preempted, requeued or
-# node-failed run was cut by something else): schedd/domain/runtimes.py
+# node-failed run was cut by something else): schedd/scheduler/runtimes.py
 RUN_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT,
                       JobState.CANCELLED, JobState.OUT_OF_MEMORY})
 RUNS_LOADED = 20_000  # recent runs read into the run-time history at start-up
@@ -102,7 +102,7 @@ class State:
         self.usage = UsageMeter(cfg.scheduler)  # fair-share and GrpTRESMins usage
         self.reservations: dict[str, Reservation] = {}  # advance reservations by name
         # how long jobs really ran, and how the forecasts' waits turned out (kiln why,
-        # sbatch --test-only, kiln stats: schedd/domain/runtimes.py)
+        # sbatch --test-only, kiln stats: schedd/scheduler/runtimes.py)
         self.runtimes = RuntimeHistory()
         self.leads = LeadCalibration(floor=float(cfg.scheduler.bf_resolution or 1))
         # how many times jobs entered each state (and "submitted") since schedd started: sdiag

@@ -22,7 +22,7 @@ import os
 import stat
 from pathlib import Path
 
-from schedd.config import Config, ConfigError
+from kiln.config import Config, ConfigError
 
 PRIVATE_UMASK = 0o077
 HOME_MODE = 0o711  # others may traverse (kiln.toml, the socket, spool/) but not list
@@ -74,7 +74,7 @@ def secure(cfg: Config) -> None:
     for path in sorted(dirs):
         private_dir(path)
     if cfg.path is not None:  # the TOML's parsed copy: no more readable than the TOML
-        from schedd import paths
+        from kiln import paths
 
         try:
             toml_mode = stat.S_IMODE(os.stat(cfg.path).st_mode)
@@ -100,7 +100,7 @@ def check_secrets(cfg: Config) -> None:
     (0640 with a group is allowed: the site chose who shares it.)"""
     if cfg.path is None:
         return
-    from schedd import paths
+    from kiln import paths
 
     written = paths.schedd_setting(paths.read_raw(str(cfg.path))[1], "db_url")
     if not isinstance(written, str) or not has_password(written):

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.slurm import tres
 from schedd.ledger.records import AccountingChange
 from schedd.scheduler.limits import pending_tres, per_job_reason
 from schedd.scheduler.snapshot import (
@@ -32,7 +33,6 @@ from schedd.scheduler.snapshot import (
     PendingJob,
     QOSLimits,
 )
-from schedd.slurm import tres
 
 ROOT = "root"
 ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator",

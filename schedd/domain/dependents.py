@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from schedd.slurm.dependency import (
+from kiln.slurm.dependency import (
     MET,
     NEVER,
     WAITING,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from schedd.model import Job, NodeAllocation
-from schedd.slurm.hostlist import compress
+from kiln.model import Job, NodeAllocation
+from kiln.slurm.hostlist import compress
 
 
 def expand_output_pattern(pattern: str, job: Job, node: str,

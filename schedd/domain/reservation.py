@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.model import Job, Node
+from kiln.model import Job, Node
 from schedd.scheduler.snapshot import ReservationView
 
 FLAGS = ("MAINT", "IGNORE_JOBS")

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kiln.model import Job, NodeAllocation
+from kiln.slurm.hostlist import compress, expand
+from kiln.slurm.stats import STAT_CPU_SYSTEM, STAT_CPU_USER
 from schedd.domain.jobenv import job_ntasks
 from schedd.domain.stepoutput import StepOutput
-from schedd.model import Job, NodeAllocation
-from schedd.slurm.hostlist import compress, expand
-from schedd.slurm.stats import STAT_CPU_SYSTEM, STAT_CPU_USER
 
 # Slurm's words for a step that ended badly, most telling first.
 _STATE_RANK = {"NODE_FAIL": 5, "TIMEOUT": 4, "CANCELLED": 3, "OUT_OF_MEMORY": 2, "FAILED": 1,

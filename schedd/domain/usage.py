@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
+from kiln.model import Job, JobState
 from schedd.domain.accounts import ROOT, Accounts
 from schedd.ledger.store import Store
-from schedd.model import Job, JobState
 from schedd.scheduler.fairshare import FairShareTree, billing, decay
 from schedd.scheduler.limits import allocation_tres
 from schedd.scheduler.snapshot import AssocKey

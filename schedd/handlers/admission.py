@@ -1,7 +1,7 @@
 """Admission: whether a job may be submitted (or changed) as asked, and what schedd fills in.
 
 Shared by ``submit`` (sbatch), ``update_job`` (scontrol update) and ``--test-only``; no handler.
-The fields were typed and bounded by ``schedd.protocol`` before any of this runs; what is
+The fields were typed and bounded by ``kiln.wire.protocol`` before any of this runs; what is
 checked here is what needs the cluster's state: partitions and their limits, whether any node
 could ever hold the job, accounts and QOS (with Slurm's messages), dependencies, reservations.
 """
@@ -14,15 +14,15 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from schedd import protocol
+from kiln.identity import Caller, is_operator
+from kiln.model import Job, JobState, Node
+from kiln.slurm import arrayspec, dependency, licenses, mailuser
+from kiln.slurm.hostlist import HostlistError, compress, expand
+from kiln.slurm.text import has_control
+from kiln.wire import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
 from schedd.domain.reservation import ACCESS_DENIED
-from schedd.identity import Caller, is_operator
-from schedd.model import Job, JobState, Node
-from schedd.slurm import arrayspec, dependency, licenses, mailuser
-from schedd.slurm.hostlist import HostlistError, compress, expand
-from schedd.slurm.text import has_control
 
 if TYPE_CHECKING:
     from schedd.scheduler.snapshot import PendingJob

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.identity import Caller, is_operator
+from kiln.model import Job, JobState
+from kiln.slurm.signals import SignalError
+from kiln.slurm.signals import parse_signal as _parse_signal
 from schedd.context import Context, RequestError
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs, select_jobs_reporting
-from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
 from schedd.lifecycle import transitions
-from schedd.model import Job, JobState
-from schedd.slurm.signals import SignalError
-from schedd.slurm.signals import parse_signal as _parse_signal
 
 
 def parse_signal(name: str) -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pwd
 from typing import Any
 
-from schedd import protocol
+from kiln.identity import Caller, is_operator
+from kiln.wire import protocol
 from schedd.context import Context, RequestError
-from schedd.identity import Caller, is_operator
 
 DENIED = "Access/permission denied"
 

@@ -14,6 +14,8 @@ import dataclasses
 from collections.abc import Generator
 from typing import Any
 
+from kiln.identity import Caller
+from kiln.model import Job, JobState
 from schedd import offload
 from schedd.context import Context, RequestError
 from schedd.handlers.selection import (
@@ -23,8 +25,6 @@ from schedd.handlers.selection import (
     select_jobs_reporting,
     visible_jobs,
 )
-from schedd.identity import Caller
-from schedd.model import Job, JobState
 from schedd.reports import advisor, explain, forecast
 from schedd.scheduler import limits
 from schedd.scheduler.snapshot import NodeView, PendingJob

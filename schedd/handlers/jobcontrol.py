@@ -17,7 +17,10 @@ import dataclasses
 import logging
 from typing import Any
 
-from schedd import protocol
+from kiln.identity import Caller, is_operator
+from kiln.model import Job, JobState, NodeState
+from kiln.slurm import dependency
+from kiln.wire import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import AccountsError
 from schedd.domain.reservation import ACCESS_DENIED, INVALID_RESERVATION
@@ -31,11 +34,8 @@ from schedd.handlers.admission import (
     resolve_nodes,
 )
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs_reporting
-from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
 from schedd.lifecycle import gpuhealth, transitions
-from schedd.model import Job, JobState, NodeState
-from schedd.slurm import dependency
 
 log = logging.getLogger("schedd.jobcontrol")
 

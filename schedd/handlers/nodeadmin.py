@@ -1,7 +1,7 @@
 """``reconfigure``, ``reboot_nodes``, ``cancel_reboot``: scontrol's administration of the
 daemons and the nodes, operators only (root, SlurmUser, AdminLevel Operator or above).
 
-``reconfigure`` re-reads kiln.toml: schedd takes what it can take live (schedd/reconfig.py),
+``reconfigure`` re-reads kiln.toml: schedd takes what it can take live (kiln/reconfig.py),
 tells every agent to re-read its own, and answers with the keys that need a restart. A file
 that does not load changes nothing. The reboots' course is schedd/lifecycle/reboot.py's.
 """
@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from schedd import config as kconfig
-from schedd import protocol, reconfig
+from kiln import config as kconfig
+from kiln import reconfig
+from kiln.identity import Caller, is_operator
+from kiln.wire import protocol
 from schedd.context import Context, RequestError
 from schedd.handlers.admission import INVALID_NODE
 from schedd.handlers.selection import DENIED
-from schedd.identity import Caller, is_operator
 from schedd.lifecycle import reboot
 
 log = logging.getLogger("schedd.admin")

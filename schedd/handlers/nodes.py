@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from kiln.identity import Caller
 from schedd.context import Context
-from schedd.identity import Caller
 from schedd.scheduler.snapshot import job_licenses
 
 

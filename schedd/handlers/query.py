@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from kiln.identity import Caller, is_operator
+from kiln.model import ROW_FIELDS, Job, job_columns
+from kiln.slurm.stats import merge_usage
 from schedd.context import Context, RequestError
 from schedd.handlers.selection import (
     INVALID_JOB_ID,
@@ -12,10 +15,7 @@ from schedd.handlers.selection import (
     select_jobs_reporting,
     visible_jobs,
 )
-from schedd.identity import Caller, is_operator
-from schedd.model import ROW_FIELDS, Job, job_columns
 from schedd.slicing import each
-from schedd.slurm.stats import merge_usage
 from schedd.state import RUNNING_STATES
 
 
@@ -79,7 +79,7 @@ def wire_listing(ctx: Context, caller: Caller, jobs: list[Job],
 
 def job_stat(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     """sstat: for each id asked for (in order), the jobs it names with their running steps,
-    each step's live usage merged over its nodes (``schedd.slurm.stats.merge_usage``) from the
+    each step's live usage merged over its nodes (``kiln.slurm.stats.merge_usage``) from the
     agents' last heartbeats. A user sees their own jobs; another's comes back ``denied``
     (operators see every job), or not at all under PrivateData=jobs. A job that is not running
     has no steps."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from schedd import protocol
+from kiln.identity import Caller, is_operator
+from kiln.model import Job
+from kiln.wire import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.reservation import (
     IN_USE,
@@ -26,8 +28,6 @@ from schedd.domain.reservation import (
     next_name,
     window,
 )
-from schedd.identity import Caller, is_operator
-from schedd.model import Job
 
 _TYPES: dict[str, Any] = {
     "name": str, "start_time": (int, float, type(None)), "end_time": (int, float, type(None)),

@@ -13,6 +13,8 @@ import pwd
 from collections.abc import Generator, Iterator
 from typing import Any
 
+from kiln.identity import Caller
+from kiln.model import Job, JobState
 from schedd.context import Context, RequestError
 from schedd.handlers.selection import (
     RefSet,
@@ -21,9 +23,7 @@ from schedd.handlers.selection import (
     sees_all,
     visible_jobs,
 )
-from schedd.identity import Caller
 from schedd.ledger.records import JobEvent
-from schedd.model import Job, JobState
 from schedd.reports import accounting
 from schedd.slicing import each
 

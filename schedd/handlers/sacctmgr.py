@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from kiln.identity import Caller, is_operator
+from kiln.slurm import tres
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import (
     ADMIN_LEVELS,
@@ -28,9 +30,7 @@ from schedd.domain.accounts import (
     user_row,
 )
 from schedd.handlers.selection import sees_all
-from schedd.identity import Caller, is_operator
 from schedd.ledger.records import AccountingChange, AuditRecord
-from schedd.slurm import tres
 
 # --- settings -----------------------------------------------------------------------------
 

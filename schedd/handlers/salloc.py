@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedd import protocol
+from kiln.identity import Caller, is_operator
+from kiln.model import Job, JobState
+from kiln.wire import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.jobenv import allocation_environment
-from schedd.identity import Caller, is_operator
 from schedd.lifecycle import transitions
-from schedd.model import Job, JobState
 
 NOT_ALLOCATION = "Job is not an allocation of salloc"
 

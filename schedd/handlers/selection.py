@@ -11,13 +11,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from schedd import protocol
+from kiln.identity import Caller, is_operator
+from kiln.model import ACTIVE_STATES, Job, JobState
+from kiln.slurm import arrayspec
+from kiln.slurm.states import StateError
+from kiln.slurm.states import parse_states as _parse_states
+from kiln.wire import protocol
 from schedd.context import Context, RequestError
-from schedd.identity import Caller, is_operator
-from schedd.model import ACTIVE_STATES, Job, JobState
-from schedd.slurm import arrayspec
-from schedd.slurm.states import StateError
-from schedd.slurm.states import parse_states as _parse_states
 
 INVALID_JOB_ID = "Invalid job id specified"
 DENIED = "Access/permission denied"

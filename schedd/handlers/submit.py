@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from schedd import offload, protocol
+from kiln.identity import Caller, is_operator
+from kiln.model import Job
+from kiln.slurm.hostlist import compress
+from kiln.wire import protocol
+from schedd import offload
 from schedd.context import Context, RequestError
 from schedd.handlers.admission import (
     build_job,
@@ -15,11 +19,8 @@ from schedd.handlers.admission import (
     expand_array,
 )
 from schedd.handlers.selection import DENIED
-from schedd.identity import Caller, is_operator
 from schedd.ledger.records import JobEvent
-from schedd.model import Job
 from schedd.reports import advisor
-from schedd.slurm.hostlist import compress
 
 
 def submit(ctx: Context, caller: Caller,

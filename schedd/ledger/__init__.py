@@ -1,6 +1,6 @@
 """schedd's ledger: the durable record of jobs, nodes, accounts, fair share and audit.
 
-- ``records``: the plain data classes the ledger stores (besides ``schedd.model``'s jobs and
+- ``records``: the plain data classes the ledger stores (besides ``kiln.model``'s jobs and
   nodes) and its errors; no SQLAlchemy.
 - ``engine``: database URLs and engines (SQLite, PostgreSQL).
 - ``migrate``: schema revisions and ``kiln db upgrade`` (Alembic; versions in ``migrations/``).

@@ -34,6 +34,21 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
+from kiln.model import (
+    ACTIVE_STATES,
+    FINISHED_STATES,
+    GPU,
+    JOB_FIELDS,
+    Job,
+    JobState,
+    Node,
+    NodeAllocation,
+    NodeState,
+    Partition,
+    PreemptMark,
+    StopMark,
+)
+from kiln.slurm.cpulist import format_cpu_list, parse_cpu_list
 from schedd.ledger import tables as t
 from schedd.ledger.engine import make_engine, one_line, show_url
 from schedd.ledger.migrate import current_heads, judge_revision
@@ -48,21 +63,6 @@ from schedd.ledger.records import (
     StepRecord,
     UserRecord,
 )
-from schedd.model import (
-    ACTIVE_STATES,
-    FINISHED_STATES,
-    GPU,
-    JOB_FIELDS,
-    Job,
-    JobState,
-    Node,
-    NodeAllocation,
-    NodeState,
-    Partition,
-    PreemptMark,
-    StopMark,
-)
-from schedd.slurm.cpulist import format_cpu_list, parse_cpu_list
 
 log = logging.getLogger("schedd.ledger")
 
@@ -523,7 +523,7 @@ class Store:
     def recent_runs(self, states: Iterable[str], limit: int) -> list[Job]:
         """The last ``limit`` runs that ended in one of ``states``, with only what a run-time
         prediction needs (user, request, limit, start and end): schedd's history of how long
-        jobs really ran (``schedd/domain/runtimes.py``), read once at start-up."""
+        jobs really ran (``schedd/scheduler/runtimes.py``), read once at start-up."""
         c = t.jobs.c
         cols = (c.id, c.user, c.partition, c.num_nodes, c.num_tasks, c.ntasks_per_node,
                 c.cpus_per_task, c.gpus, c.gpus_per_node, c.gpus_per_task, c.time_limit,

@@ -1,6 +1,6 @@
 """The ledger's tables: SQLAlchemy 2 declarative models, one per thing schedd must not forget.
 
-The ``jobs`` table has one column per field of :class:`schedd.model.Job`, with the same names,
+The ``jobs`` table has one column per field of :class:`kiln.model.Job`, with the same names,
 so a row and a ``Job`` convert into each other by name (``store.job_to_row``/``row_to_job``).
 Every sbatch option is kept even where no feature acts on it yet: ``sacct`` and later issues
 read them back. Lists and dictionaries (environment, script arguments, marks, the allocation, node
@@ -127,7 +127,7 @@ class JobRow(Base):
     generation: Mapped[int] = mapped_column(Integer, default=0)
     cancelled_by: Mapped[int | None] = mapped_column(BigInteger)
 
-    # server-owned state (schedd.model.Job's typed fields; marks as JSON of their to_wire)
+    # server-owned state (kiln.model.Job's typed fields; marks as JSON of their to_wire)
     admin_priority: Mapped[int | None] = mapped_column(BigInteger)
     launched_limit: Mapped[int | None] = mapped_column(Integer)
     stop: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -221,7 +221,7 @@ class PartitionRow(Base):
 class LimitColumns:
     """The limits sacctmgr sets on an account, a user association or a QOS (Slurm's names).
 
-    TRES limits are TRES strings (``gres/gpu=2,cpu=8``, see ``schedd/slurm/tres.py``), '' = none;
+    TRES limits are TRES strings (``gres/gpu=2,cpu=8``, see ``kiln/slurm/tres.py``), '' = none;
     counts and MaxWall (seconds) are NULL when unset.
     """
 

@@ -13,11 +13,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from schedd import protocol
-from schedd.config import Config
+from kiln.config import Config
+from kiln.model import Job, NodeAllocation, Partition
+from kiln.wire import protocol
 from schedd.domain.jobenv import job_environment, output_paths
 from schedd.lifecycle.idlegpu import Watch
-from schedd.model import Job, NodeAllocation, Partition
 
 log = logging.getLogger("schedd.lifecycle.agents")
 
@@ -40,7 +40,7 @@ class AgentRegistry:
         self._prolog_arrays: dict[tuple[int, int], tuple[int, ...]] = {}
         self._prologs_passed: set[tuple[int, int]] = set()
         # node -> {(job id, step: "batch" or "0", "1", ...): its live usage there}, as the node's
-        # last heartbeat reported it (schedd.slurm.stats; sstat reads it, nothing stores it)
+        # last heartbeat reported it (kiln.slurm.stats; sstat reads it, nothing stores it)
         self.usage: dict[str, dict[tuple[int, str], dict[str, float]]] = {}
         # jobs on a failed GPU already sent their notice: job id -> (generation, stop at)
         # (schedd/lifecycle/gpuhealth.py; memory only, rebuilt from the GPUs' faults)

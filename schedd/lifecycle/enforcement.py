@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 
+from kiln.model import JobState
 from schedd.context import Context
 from schedd.lifecycle.health import fail_run
 from schedd.lifecycle.transitions import request_stop
-from schedd.model import JobState
 from schedd.scheduler import limits
 
 log = logging.getLogger("schedd.enforcement")

@@ -2,7 +2,7 @@
 
 An agent reports each NVML fault it sees (agentd/gpuhealth.py, in its heartbeat). ``record``
 writes every one to the node's audit history (``kiln events``); a fatal one
-(``schedd.slurm.gpufaults.is_fatal``) marks the GPU failed (``GPU.fault``, in the ledger) and
+(``kiln.slurm.gpufaults.is_fatal``) marks the GPU failed (``GPU.fault``, in the ledger) and
 gives the node a Reason naming it (``sinfo -R``, ``scontrol show node``). The node stays in
 service: placement sees only its healthy GPUs (``State.snapshot``), so its other GPUs keep
 being scheduled, and a job wanting more GPUs than are left pends.
@@ -27,11 +27,11 @@ import logging
 import os
 from typing import Any
 
+from kiln.model import Job, JobState, Node
+from kiln.slurm.gpufaults import describe, is_fatal
+from kiln.slurm.signals import notice_signal
 from schedd.context import Context
 from schedd.lifecycle.transitions import request_stop
-from schedd.model import Job, JobState, Node
-from schedd.slurm.gpufaults import describe, is_fatal
-from schedd.slurm.signals import notice_signal
 
 log = logging.getLogger("schedd.gpuhealth")
 

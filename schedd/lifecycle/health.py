@@ -12,9 +12,9 @@ import dataclasses
 import logging
 import os
 
+from kiln.model import Job, JobState, Node, NodeState
 from schedd.context import Context
 from schedd.lifecycle.transitions import RunEnd, end_run
-from schedd.model import Job, JobState, Node, NodeState
 
 log = logging.getLogger("schedd.health")
 

@@ -2,7 +2,7 @@
 
 GPU-hours are the scarcest resource a lab has, and a job that holds GPUs it does not use (a
 notebook left open, a job stuck on I/O or on a dead peer) takes them from everyone waiting.
-With ``[scheduler.idle_gpu]`` in kiln.toml (off by default; ``schedd.config.IdleGPUConfig``):
+With ``[scheduler.idle_gpu]`` in kiln.toml (off by default; ``kiln.config.IdleGPUConfig``):
 
 - every heartbeat carries, per running job, the latest utilisation sample of each of its GPUs
   on that node (``gpu_util``, agentd/sampler.py ``Sampler.gpu_now``; a sample every ``[agent]
@@ -38,10 +38,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.model import Job, JobState
 from schedd.context import Context
 from schedd.lifecycle.mail import mail_types, run_time
 from schedd.lifecycle.transitions import Verdict, after, request_stop
-from schedd.model import Job, JobState
 
 log = logging.getLogger("schedd.idlegpu")
 

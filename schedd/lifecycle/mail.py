@@ -9,7 +9,7 @@ every task.
 The message is Slurm's one line, sent as the subject with an empty body: ``Slurm Job_id=7
 Name=train Ended, Run time 00:01:02, COMPLETED, ExitCode 0``. It goes out through MailProg
 called as slurmctld calls it (``MailProg -s SUBJECT -- USER``: ``--`` so that no recipient is
-read as an option, and --mail-user checked as recipients at submit by schedd/slurm/mailuser.py;
+read as an option, and --mail-user checked as recipients at submit by kiln/slurm/mailuser.py;
 the SLURM_JOB_* variables in its environment, stdin and stdout /dev/null), or, with
 ``[mail] smtp_host`` set, over SMTP. Either way schedd never waits for it: MailProg runs on
 its own (reaped later), SMTP in a thread.
@@ -29,8 +29,8 @@ import subprocess
 import threading
 from email.message import EmailMessage
 
-from schedd.config import Config
-from schedd.model import Job, JobState
+from kiln.config import Config
+from kiln.model import Job, JobState
 from schedd.state import State
 
 log = logging.getLogger("schedd.mail")

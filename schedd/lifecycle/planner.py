@@ -13,11 +13,10 @@ import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from schedd.config import Config, SchedulerConfig
-from schedd.domain import runtimes
+from kiln.config import Config, SchedulerConfig
 from schedd.lifecycle import preemption
 from schedd.lifecycle.agents import AgentRegistry
-from schedd.scheduler import forecast
+from schedd.scheduler import forecast, runtimes
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot
 from schedd.state import State

@@ -25,12 +25,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from schedd.config import Config
+from kiln.config import Config
+from kiln.model import Job, JobState, PreemptMark
+from kiln.slurm.signals import notice_signal
 from schedd.context import Context
 from schedd.lifecycle.transitions import RunEnd, Verdict, after, judge
-from schedd.model import Job, JobState, PreemptMark
 from schedd.scheduler.snapshot import Preemption, PreemptPolicy, Snapshot
-from schedd.slurm.signals import notice_signal
 from schedd.state import RUNNING_STATES, State
 
 log = logging.getLogger("schedd.preemption")

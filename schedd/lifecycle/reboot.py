@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from kiln.model import Node, NodeState
 from schedd.context import Context
-from schedd.model import Node, NodeState
 
 log = logging.getLogger("schedd.reboot")
 

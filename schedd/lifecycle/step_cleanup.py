@@ -5,9 +5,9 @@ steps; anything else ends them CANCELLED). The ``.batch`` row was written with t
 
 from __future__ import annotations
 
+from kiln.model import Job, JobState
 from schedd.context import Context
 from schedd.lifecycle.transitions import Verdict, after
-from schedd.model import Job, JobState
 
 
 @after(10, "steps")

@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.model import LAUNCH_FAILED_HELD, Job, JobState, NodeAllocation, StopMark
+from kiln.slurm.hostlist import compress
 from schedd.context import Context
 from schedd.domain.steps import in_nodelist_order
 from schedd.ledger.records import JobEvent, StepRecord
-from schedd.model import LAUNCH_FAILED_HELD, Job, JobState, NodeAllocation, StopMark
-from schedd.slurm.hostlist import compress
 from schedd.state import RUNNING_STATES
 
 log = logging.getLogger("schedd.lifecycle")

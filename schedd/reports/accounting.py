@@ -1,6 +1,6 @@
 """Accounting figures: what sacct prints per job and step, and what sreport sums over a window.
 
-Pure functions of jobs as the ledger holds them (``schedd.model.Job``), the job steps stored
+Pure functions of jobs as the ledger holds them (``kiln.model.Job``), the job steps stored
 by srun (plain dicts of ``job_steps`` columns), the node GPU types, the TRES billing weights and
 the GPU price table. No database, socket or clock: the handler passes ``now`` in.
 
@@ -16,7 +16,7 @@ Conventions, as Slurm's accounting has them:
   the states and exit codes Slurm's slurmstepd would have written (see e_sacct.txt).
 
 Sampled statistics come from the agent (``agentd/sampler.py``) in ``Job.stats``; the
-key names, the contract between the two, are in ``schedd/slurm/stats.py``.
+key names, the contract between the two, are in ``kiln/slurm/stats.py``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.model import Job, JobState
-from schedd.scheduler.fairshare import billing
-from schedd.slurm.hostlist import HostlistError, expand
-from schedd.slurm.stats import (
+from kiln.model import Job, JobState
+from kiln.slurm.hostlist import HostlistError, expand
+from kiln.slurm.stats import (
     STAT_CPU_SYSTEM,
     STAT_CPU_USER,
     STAT_GPU_MEM_MAX,
@@ -38,7 +37,8 @@ from schedd.slurm.stats import (
     STAT_RSS_MAX,
     STAT_RSS_MEAN,
 )
-from schedd.slurm.tres import to_string, unit_text
+from kiln.slurm.tres import to_string, unit_text
+from schedd.scheduler.fairshare import billing
 
 # States whose job row prints ExitCode 0:0 whatever the batch shell got (Slurm's rule)
 _SIGNALLED_BY_SLURM = {JobState.CANCELLED, JobState.TIMEOUT, JobState.PREEMPTED,

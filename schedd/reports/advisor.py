@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from schedd.model import Job, Partition
+from kiln.model import Job, Partition
 from schedd.scheduler.snapshot import PendingJob, Snapshot
 
 log = logging.getLogger("schedd.advisor")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler import priority
 from schedd.scheduler.snapshot import AssocKey, NodeView, PendingJob
 
@@ -51,7 +51,6 @@ REASONS: dict[str, str] = {
     "None": "nothing holds it back; it should start at the next scheduling cycle",
 }
 
-FACTORS = ("age", "fairshare", "job_size", "partition", "qos", "assoc")
 _WEIGHTS = {"age": "weight_age", "fairshare": "weight_fairshare", "job_size": "weight_job_size",
             "partition": "weight_partition", "qos": "weight_qos", "assoc": "weight_assoc"}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from schedd.model import Job
+from kiln.model import Job
 
 
 def publish(job: Job, when: float, now: float) -> None:

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from schedd.model import Job, JobState
-from schedd.paths import ConfigError
+from kiln.model import Job, JobState
+from kiln.paths import ConfigError
 
 if TYPE_CHECKING:
-    from schedd.config import Config
+    from kiln.config import Config
     from schedd.state import State
 
 log = logging.getLogger("schedd.reports.metrics")

@@ -35,8 +35,8 @@ from functools import partial
 from itertools import compress, repeat
 from operator import attrgetter, ge, le, or_
 
-from schedd.config import SchedulerConfig
-from schedd.model import NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import NodeAllocation
 from schedd.scheduler import placement
 from schedd.scheduler.profile import Demand, NodeTimeline, round_up
 from schedd.scheduler.snapshot import PendingJob

@@ -27,7 +27,7 @@ from functools import partial
 from itertools import compress
 from operator import attrgetter, indexOf, not_
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler import (
     fairshare,
     licenses,

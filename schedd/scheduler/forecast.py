@@ -10,7 +10,7 @@ planned for its predicted median run time (p50) and once for its predicted 90th 
 - the **p90 start**: when it starts if they all run as long as their 90th percentile.
 
 The predictions come from the caller (``Predictions``: computed from history at the edge,
-``schedd/domain/runtimes.py``), each capped by the limit; a job without one is planned at its
+``schedd/scheduler/runtimes.py``), each capped by the limit; a job without one is planned at its
 limit. A forecast plans a start for every job it looks at, not only for the first
 ``bf_max_reservations`` (``forecast_config``): each job is reserved in turn, as Slurm's
 backfill plans expected starts, up to ``depth`` jobs. Pure, like the rest of the core: the
@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler.cycle import ranked_order, schedule
 from schedd.scheduler.snapshot import Snapshot
 

@@ -8,7 +8,7 @@ used GPU when tasks want whole ones). Their placement, fragmentation gradient de
 puts each task where it increases the expected fragmentation least.
 
 Everything here is pure arithmetic on node states (no clock, no database, no sockets): the
-simulator (``schedd/sim/sharing.py``) replays traces with it, and the tests check it by hand.
+simulator (``simulator/sharing.py``) replays traces with it, and the tests check it by hand.
 
 Units are integers: CPU in milli-cores, memory in MiB, GPU in milli-GPU (1000 = one GPU). A node
 state keeps the free milli-GPU of each GPU *sorted*, largest first: two nodes of the same kind

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from schedd.model import NodeAllocation
+from kiln.model import NodeAllocation
+from kiln.slurm import tres as t
 from schedd.scheduler.snapshot import (
     AssocKey,
     Limits,
@@ -32,7 +33,6 @@ from schedd.scheduler.snapshot import (
     PendingJob,
     RunningJob,
 )
-from schedd.slurm import tres as t
 
 # Slurm's reason words: (kind, TRES) -> suffix after "Assoc"/"QOS"
 _GRP_TRES = {"cpu": "GrpCpuLimit", "mem": "GrpMemLimit", "node": "GrpNodeLimit",

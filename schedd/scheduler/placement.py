@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from heapq import nsmallest
 from operator import attrgetter
 
-from schedd.model import NodeAllocation
+from kiln.model import NodeAllocation
 from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline
 from schedd.scheduler.snapshot import NodeView, PendingJob
 

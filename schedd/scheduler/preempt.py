@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler import placement
 from schedd.scheduler.profile import NodeTimeline
 from schedd.scheduler.snapshot import (

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import add, attrgetter, mul, sub
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler.fairshare import job_factor
 from schedd.scheduler.snapshot import AssocKey, NodeView, PendingJob
 

@@ -53,8 +53,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, is_
 
-from schedd.config import SchedulerConfig
-from schedd.model import NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import NodeAllocation
 from schedd.scheduler.backfill import Held, Plan, Walk
 from schedd.scheduler.profile import Steps, planning_end, round_up
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler import placement
 from schedd.scheduler.backfill import Plan, Walk
 from schedd.scheduler.profile import Demand, NodeTimeline, round_up

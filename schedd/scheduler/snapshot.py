@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schedd.model import GPU, Job, NodeAllocation
-from schedd.slurm import licenses
+from kiln.model import GPU, Job, NodeAllocation
+from kiln.slurm import licenses
 
 
 @dataclass(slots=True)
@@ -310,7 +310,7 @@ def mem_per_node(job: Job) -> int:
 
 def split_names(expr: str) -> frozenset[str]:
     """'-w a,b' or a hostlist expression -> node names."""
-    from schedd.slurm.hostlist import expand
+    from kiln.slurm.hostlist import expand
 
     return frozenset(expand(expr)) if expr else frozenset()
 

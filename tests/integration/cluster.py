@@ -285,7 +285,7 @@ def until(check: Any, what: str = "", timeout: float = 60) -> Any:
 _RAW_CLIENT = r"""
 import json, sys
 from cli.client import Client
-from schedd import protocol
+from kiln.wire import protocol
 client = Client(endpoint=sys.argv[1], timeout=10)
 out = []
 for n, line in enumerate(sys.stdin):

@@ -26,8 +26,9 @@ from cli import sbatch
 from cli.client import Client, ClientError
 from cli.errors import CommandError
 from cli.options import SBATCH_TABLE
-from schedd import keys, operations, protocol
-from schedd.localsock import HEADER
+from kiln import keys
+from kiln.wire import operations, protocol
+from kiln.wire.localsock import HEADER
 from tests.integration.cluster import Cluster, cleanup, world_tempdir
 from tests.integration.conftest import BACKENDS, _cluster
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from schedd import keys
+from kiln import keys
 from tests.integration.cluster import Cluster, cleanup, node_state, pid_exists, until, world_tempdir
 from tests.integration.conftest import _cluster
 from tests.integration.oneway import OneWay, one_way

@@ -22,7 +22,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from schedd import keys
+from kiln import keys
 from tests.integration.cluster import BIN, CLI_TIMEOUT, Cluster, stop_process, until
 from tests.integration.conftest import BACKENDS, _cluster
 from tests.integration.netns import Netns, namespace

@@ -8,8 +8,8 @@ import time
 
 import psutil
 
-from schedd import protocol
-from schedd.localsock import HEADER
+from kiln.wire import protocol
+from kiln.wire.localsock import HEADER
 from tests.integration.cluster import Cluster
 
 JOBS, SCRIPT_MB, CONNECTIONS = 8, 3, 20  # a 24 MB reply each; 480 MB unbounded

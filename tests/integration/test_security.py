@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from schedd import keys
+from kiln import keys
 from tests.integration.cluster import (
     Cluster,
     cleanup,

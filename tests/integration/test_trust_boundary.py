@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from schedd import operations, protocol
+from kiln.wire import operations, protocol
+from kiln.wire.protocol import Field
 from schedd.handlers.admission import NODE_CONFIG
-from schedd.protocol import Field
 from tests.integration.cluster import BIN, Cluster, until
 
 PLANTED_PRIORITY = 1_000_000
@@ -38,7 +38,7 @@ PLANTED_PRIORITY = 1_000_000
 _AS_USER = r"""
 import json, sys
 from cli.client import Client, ClientError
-from schedd import protocol
+from kiln.wire import protocol
 endpoint, mode = sys.argv[1], sys.argv[2]
 requests = json.load(sys.stdin)
 out = []

@@ -35,16 +35,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedd.config import Config
+from kiln.config import Config
+from kiln.identity import Caller
+from kiln.model import Job, JobState, Node, NodeAllocation, PreemptMark
 from schedd.domain.steps import StepTable
 from schedd.handlers import jobcontrol
-from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.lifecycle import health, transitions
 from schedd.lifecycle.preemption import Tracker
 from schedd.lifecycle.transitions import RunEnd
-from schedd.model import Job, JobState, Node, NodeAllocation, PreemptMark
 from schedd.state import RUNNING_STATES, State
 
 T0 = 3_000_000.0

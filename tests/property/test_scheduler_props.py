@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU
+from kiln.config import SchedulerConfig
+from kiln.model import GPU
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
 

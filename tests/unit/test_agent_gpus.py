@@ -9,7 +9,7 @@ import pytest
 
 from agentd import gpus
 from agentd.gpus import GPUDiscoveryError, discover, node_resources
-from schedd.model import gres_type
+from kiln.model import gres_type
 
 
 def test_fake_eight_h100_in_two_islands():

@@ -11,8 +11,8 @@ import pytest
 
 from agentd.daemon import Agent
 from agentd.lease import Lease
-from schedd import config as kconfig
-from schedd import protocol
+from kiln import config as kconfig
+from kiln.wire import protocol
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 import zmq
 
 from cli.client import Client, ClientError
-from schedd import operations, protocol
-from schedd.localsock import LocalServer
+from kiln.wire import operations, protocol
+from kiln.wire.localsock import LocalServer
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 

@@ -10,7 +10,7 @@ import pytest
 
 from cli import scontrol
 from cli.client import ClientError
-from schedd.model import Job, JobState, NodeAllocation
+from kiln.model import Job, JobState, NodeAllocation
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 START = time.mktime((2026, 11, 29, 8, 6, 38, 0, 0, -1))

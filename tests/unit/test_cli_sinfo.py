@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cli import sinfo
-from schedd.model import GPU, Node, NodeState
+from kiln.model import GPU, Node, NodeState
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 

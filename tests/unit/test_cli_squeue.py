@@ -19,8 +19,8 @@ from cli.formats import (
     parse_percent_format,
     render,
 )
+from kiln.model import Job, JobState, NodeAllocation
 from schedd.handlers.query import column_reply, row_columns
-from schedd.model import Job, JobState, NodeAllocation
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 NOW = 1_800_000_000.0

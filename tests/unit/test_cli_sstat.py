@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cli import sstat
-from schedd.slurm.stats import merge_usage, summarize_tasks
+from kiln.slurm.stats import merge_usage, summarize_tasks
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 TASKS = {0: {"cpu": 65.5, "mem": 204800.0, "vmem": 409600.0, "pages": 3.0, "read": 2048.0,

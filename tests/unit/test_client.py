@@ -1,4 +1,4 @@
-"""The local endpoint (schedd/localsock.py) and its client (cli/client.py): identity from the
+"""The local endpoint (kiln/wire/localsock.py) and its client (cli/client.py): identity from the
 kernel, length-prefixed frames, one reply held per client, and failures said at once."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 import zmq
 
 from cli.client import LOST, UNREACHABLE, Client, ClientError
-from schedd import operations, protocol
-from schedd.identity import Caller
-from schedd.localsock import HEADER, LocalServer, Work
+from kiln.identity import Caller
+from kiln.wire import operations, protocol
+from kiln.wire.localsock import HEADER, LocalServer, Work
 
 
 class Served:
@@ -138,7 +138,7 @@ def test_a_client_that_never_reads_holds_one_reply(tmp_path: Path) -> None:
 
 
 def test_per_user_connections_are_bounded(served: Served, monkeypatch) -> None:
-    from schedd import localsock
+    from kiln.wire import localsock
 
     monkeypatch.setattr(localsock, "MAX_PER_UID", 2)
     socks = []
@@ -182,8 +182,8 @@ def test_a_request_sent_with_the_connect_is_answered_in_the_turn_that_accepts_it
 def test_one_turn_answers_a_few_requests_of_each_user(tmp_path: Path) -> None:
     """A user with many connections cannot make another wait behind all of them: a turn of
     the loop answers at most PER_USER_TURN requests of each user."""
-    from schedd import localsock
-    from schedd.localsock import Connection
+    from kiln.wire import localsock
+    from kiln.wire.localsock import Connection
 
     answered: list[int] = []
 
@@ -234,7 +234,7 @@ def test_long_requests_go_in_slices_one_user_at_a_time(tmp_path: Path) -> None:
     to 2.4 s. Long requests now go in slices, and each user gets a slice in turn however many
     long requests it has in flight; of one user's, the two oldest are built at a time (in
     turn), the others wait, so that a user's sixteen sacct never hold sixteen bodies."""
-    from schedd.localsock import Connection
+    from kiln.wire.localsock import Connection
 
     served = Served(tmp_path / "s.sock")
     served.close()  # the thread is not needed: drive step_work by hand

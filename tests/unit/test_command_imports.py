@@ -16,10 +16,10 @@ ROOT = Path(__file__).parents[2]
 
 @pytest.mark.parametrize("module,absent", [
     # --test-only's lines (cli.outlook, with cli.formats: ~2 ms a start) only for --test-only;
-    # the op schemas (schedd.operations: ~2.5M instructions to build) only in the daemons;
+    # the op schemas (kiln.wire.operations: ~2.5M instructions to build) only in the daemons;
     # __future__ (annotations are strings), struct and itertools (cli.client): ~0.5M each
     ("cli.sbatch", {"cli.outlook", "cli.formats", "collections", "re", "json", "typing",
-                    "schedd.operations", "__future__", "struct", "itertools"}),
+                    "kiln.wire.operations", "__future__", "struct", "itertools"}),
     # cpulist's Iterable is for checkers: collections cost sinfo ~2 ms
     ("cli.sinfo", {"collections", "re", "json", "typing"}),
 ])
@@ -31,9 +31,9 @@ def test_sbatch_loads_these_modules_of_kiln_and_no_more() -> None:
     """Each module costs every sbatch ~0.3M instructions to find and load before its code runs
     (8 parallel sbatch loops are bound by the commands' CPU: docs/benchmarks.md, issue 13): one
     more on this path should be a decision, not an accident."""
-    kiln = {m for m in _loaded("cli.sbatch") if m.split(".")[0] in ("cli", "schedd", "agentd")}
+    kiln = {m for m in _loaded("cli.sbatch") if m.split(".")[0] in ("cli", "kiln", "schedd", "agentd")}
     assert kiln == {"cli", "cli.sbatch", "cli.errors", "cli.client", "cli.options",
-                    "schedd", "schedd.paths", "schedd.protocol", "schedd.wirejson"}
+                    "kiln", "kiln.paths", "kiln.wire", "kiln.wire.protocol", "kiln.wire.wirejson"}
 
 
 def _loaded(module: str) -> set[str]:

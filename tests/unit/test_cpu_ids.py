@@ -1,6 +1,6 @@
 """The scheduler's CPU ids: distinct per running job on a node, near the job's GPUs first."""
 
-from schedd.model import GPU, NodeAllocation
+from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.profile import NodeTimeline
 from schedd.scheduler.snapshot import NodeView
 

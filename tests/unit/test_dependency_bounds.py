@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from schedd.config import Config, ConfigError
+from kiln.config import Config, ConfigError
+from kiln.identity import Caller
+from kiln.model import JobState, Node
+from kiln.slurm import dependency
 from schedd.context import RequestError
 from schedd.handlers import jobcontrol, submit
-from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
-from schedd.model import JobState, Node
-from schedd.slurm import dependency
 from schedd.state import State
 
 NOW = 2_000_000.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU
+from kiln.config import SchedulerConfig
+from kiln.model import GPU
 from schedd.reports import explain
 from schedd.scheduler import priority
 from schedd.scheduler.fairshare import FairShareTree

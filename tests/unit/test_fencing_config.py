@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from schedd import config
-from schedd.paths import ConfigError
+from kiln import config
+from kiln.paths import ConfigError
 
 
 def _load(tmp_path: Path, text: str) -> config.Config:

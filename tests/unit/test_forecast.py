@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedd.model import Job
+from kiln.model import Job
 from schedd.reports import forecast
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU, Job, NodeAllocation, Partition
+from kiln.config import SchedulerConfig
+from kiln.model import GPU, Job, NodeAllocation, Partition
 from schedd.reports import advisor
 from schedd.scheduler import forecast
 from schedd.scheduler.cycle import schedule

@@ -1,5 +1,5 @@
 """The GPU health watch (agentd/gpuhealth.py) over a fake pynvml, the Xid table
-(schedd/slurm/gpufaults.py), and the fake sampler's --util override."""
+(kiln/slurm/gpufaults.py), and the fake sampler's --util override."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from agentd.gpuhealth import FakeNvml, Watcher
 from agentd.gpus import fake_gpus
 from agentd.sampler import FakeGPUs, fake_gpu_sample
-from schedd.slurm.gpufaults import APPLICATION_XIDS, FATAL_XIDS, describe, is_fatal
+from kiln.slurm.gpufaults import APPLICATION_XIDS, FATAL_XIDS, describe, is_fatal
 
 
 @pytest.mark.parametrize("xid", [48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120])

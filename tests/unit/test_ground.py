@@ -8,10 +8,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from schedd import operations, protocol
+from kiln.model import Job, JobState, NodeAllocation, StopMark
+from kiln.slurm import arrayspec, dependency, hostlist
+from kiln.wire import operations, protocol
 from schedd.domain.jobenv import expand_output_pattern, job_environment
-from schedd.model import Job, JobState, NodeAllocation, StopMark
-from schedd.slurm import arrayspec, dependency, hostlist
 
 
 @pytest.mark.parametrize("expr,names", [
@@ -132,7 +132,7 @@ def test_protocol_never_raises_anything_else(frame: bytes) -> None:
 
 
 def test_submit_fields_are_job_fields() -> None:
-    from schedd.model import JOB_FIELDS
+    from kiln.model import JOB_FIELDS
 
     assert protocol.SUBMIT_FIELDS <= set(JOB_FIELDS)
     owned_by_schedd = {"id", "user", "uid", "gid", "state", "generation", "allocation",
@@ -188,7 +188,7 @@ def test_job_wire_round_trip() -> None:
 def test_example_config_loads_and_shows_the_defaults() -> None:
     from pathlib import Path
 
-    from schedd import config
+    from kiln import config
 
     example = config.load(Path(__file__).resolve().parents[2] / "conf" / "kiln.toml")
     defaults = config.SchedulerConfig()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agentd.health import HealthCheck
-from schedd.config import ConfigError, health_check_states
+from kiln.config import ConfigError, health_check_states
 
 
 def _check(states: str, node: str = "node1", interval: float = 10.0) -> HealthCheck:

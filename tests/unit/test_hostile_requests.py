@@ -10,15 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from schedd import identity
-from schedd.config import Config
+from kiln import identity
+from kiln.config import Config
+from kiln.identity import Caller
+from kiln.model import Job, JobState, Node
+from kiln.slurm import hostlist
 from schedd.context import RequestError
 from schedd.handlers import control, selection, submit
-from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
-from schedd.model import Job, JobState, Node
-from schedd.slurm import hostlist
 from schedd.state import State
 
 NOW = 2_000_000.0
@@ -229,7 +229,7 @@ def test_an_environment_over_a_mebibyte_is_refused_in_one_line(ctx) -> None:
 
 
 def test_a_script_over_the_cap_in_a_message_under_it_gets_an_error_reply() -> None:
-    from schedd import operations, protocol
+    from kiln.wire import operations, protocol
 
     job = _spec(script="#!/bin/sh\n" + "#" * (protocol.MAX_SCRIPT_BYTES + 10))
     frame = protocol.request("submit", {"job": job}, 7)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentd.sampler import JobSamples, Sampler, TreeUsage
-from schedd.config import from_dict, parse_duration
+from kiln.config import from_dict, parse_duration
+from kiln.paths import ConfigError
 from schedd.lifecycle.idlegpu import all_idle, idle_seconds
-from schedd.paths import ConfigError
 
 
 def test_each_gpu_below_the_threshold_counts_the_interval() -> None:

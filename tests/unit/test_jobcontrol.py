@@ -9,15 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from schedd.config import Config
+from kiln.config import Config
+from kiln.identity import Caller
+from kiln.model import Job, JobState, Node, NodeAllocation
 from schedd.domain.steps import StepTable
 from schedd.handlers import jobcontrol
-from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.lifecycle import enforcement, health, transitions
 from schedd.lifecycle.preemption import Tracker
-from schedd.model import Job, JobState, Node, NodeAllocation
 from schedd.state import State
 
 NOW = 2_000_000.0

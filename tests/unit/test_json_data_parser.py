@@ -12,7 +12,7 @@ import pytest
 
 from cli import sacct, sinfo, squeue
 from cli.data_parser import schema
-from schedd.model import Job, JobState, NodeAllocation, StopMark
+from kiln.model import Job, JobState, NodeAllocation, StopMark
 from tests.openapi_schema import schema_errors, unknown_keys
 from tests.unit import test_cli_sinfo, test_sacct
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from zmq.auth.thread import ThreadAuthenticator
 
 from cli.keygen import keygen
-from schedd import keys
+from kiln import keys
 
 
 def test_keygen_makes_pairs_and_authorises_nodes(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_a_refused_key_retried_many_times_is_logged_once_then_counted(tmp_path: 
 
 
 def test_the_repeat_limiter_bounds_the_peers_it_tracks(caplog) -> None:
-    from schedd.logs import RepeatLimiter
+    from kiln.logs import RepeatLimiter
 
     clock = _Clock()
     limiter = RepeatLimiter(logging.getLogger("test.keys.many"), max_peers=10, clock=clock)

@@ -13,6 +13,18 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from cli.kiln import main as kiln
+from kiln.model import (
+    GPU,
+    JOB_FIELDS,
+    Job,
+    JobState,
+    Node,
+    NodeAllocation,
+    NodeState,
+    Partition,
+    PreemptMark,
+    StopMark,
+)
 from schedd.ledger import tables as t
 from schedd.ledger.engine import make_engine, show_url
 from schedd.ledger.migrate import current_revision, head_revision, upgrade
@@ -25,18 +37,6 @@ from schedd.ledger.records import (
     UserRecord,
 )
 from schedd.ledger.store import Store
-from schedd.model import (
-    GPU,
-    JOB_FIELDS,
-    Job,
-    JobState,
-    Node,
-    NodeAllocation,
-    NodeState,
-    Partition,
-    PreemptMark,
-    StopMark,
-)
 
 # -- fixtures -------------------------------------------------------------------------------------
 
@@ -559,7 +559,7 @@ def test_kiln_db_upgrade_bad_url_is_one_line(bad_url, message):
 def test_kiln_db_upgrade_defaults_to_the_cluster_database(tmp_path, monkeypatch):
     monkeypatch.delenv("KILN_CONF", raising=False)
     # a system install on the test host (bin/quickstart as root makes one) is not this cluster
-    monkeypatch.setattr("schedd.paths.SYSTEM_CONF", str(tmp_path / "no-system" / "kiln.toml"))
+    monkeypatch.setattr("kiln.paths.SYSTEM_CONF", str(tmp_path / "no-system" / "kiln.toml"))
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
     result = CliRunner().invoke(kiln, ["db", "upgrade"])
     assert result.exit_code == 0, result.output

@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
+from kiln.model import NodeAllocation
+from kiln.slurm import tres
 from schedd.domain.accounts import Accounts, AccountsError, Association, User
 from schedd.domain.usage import period_start
-from schedd.model import NodeAllocation
 from schedd.scheduler.limits import Enforcer
 from schedd.scheduler.snapshot import (
     AssocLimits,
@@ -21,7 +22,6 @@ from schedd.scheduler.snapshot import (
     QOSLimits,
     RunningJob,
 )
-from schedd.slurm import tres
 
 
 def test_tres_parse_and_format() -> None:

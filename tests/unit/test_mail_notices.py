@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from schedd.config import Config
+from kiln.config import Config
+from kiln.model import Job, JobState
 from schedd.ledger.store import Store
 from schedd.lifecycle.mail import Outbox
-from schedd.model import Job, JobState
 from schedd.state import State
 
 START = 1_800_000_000.0
@@ -78,8 +78,8 @@ def test_a_new_run_gets_its_notices_again(url: str, tmp_path: Path) -> None:
     """start_runs clears the record with the new generation (lifecycle/transitions.py)."""
     from types import SimpleNamespace
 
+    from kiln.model import NodeAllocation
     from schedd.lifecycle import transitions
-    from schedd.model import NodeAllocation
 
     state, outbox, store = schedd(url, tmp_path)
     job = Job(id=6, name="again", user="alice", uid=1000, gid=1000, state=JobState.PENDING,

@@ -1,4 +1,4 @@
-"""--mail-user is checked as recipients before it is stored (schedd/slurm/mailuser.py), with one
+"""--mail-user is checked as recipients before it is stored (kiln/slurm/mailuser.py), with one
 line naming the option, at submit (admission.check_text); and MailProg is called with ``--``
 before the recipient, so a value read as an option could not reach mail(1) even from an older row.
 """
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from schedd.config import Config
+from kiln.config import Config
+from kiln.model import Job, JobState
+from kiln.slurm import mailuser
 from schedd.context import RequestError
 from schedd.handlers.admission import check_text
 from schedd.lifecycle.mail import Outbox
-from schedd.model import Job, JobState
-from schedd.slurm import mailuser
 
 
 @pytest.mark.parametrize("value", ["", "alice", "a.b+c@example.org", "a@b,c@mail.d-e.org",

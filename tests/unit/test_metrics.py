@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from schedd.config import Config
-from schedd.model import GPU, Job, JobState, Node, NodeAllocation, Partition
-from schedd.paths import ConfigError
+from kiln.config import Config
+from kiln.model import GPU, Job, JobState, Node, NodeAllocation, Partition
+from kiln.paths import ConfigError
 from schedd.reports import metrics
 from schedd.state import State
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from schedd import protocol
+from kiln.wire import protocol
 from schedd.context import RequestError
 from schedd.offload import Offload, Ticket, wait
 
@@ -91,8 +91,8 @@ def test_results_errors_and_then_come_back_on_the_loop(worker: Offload) -> None:
 
 
 def test_a_request_waiting_on_the_worker_is_parked_until_it_is_done(worker: Offload) -> None:
+    from kiln.wire.localsock import joined
     from schedd.daemon import Slices
-    from schedd.localsock import joined
 
     gate = _gate(worker)
     ticket = worker.submit(1000, lambda: {"n": 1})

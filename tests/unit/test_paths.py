@@ -1,4 +1,4 @@
-"""schedd.paths: the fast path's config reading and its parsed copy beside the TOML."""
+"""kiln.paths: the fast path's config reading and its parsed copy beside the TOML."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from schedd import paths
+from kiln import paths
 
 
 def _conf(tmp_path: Path, text: str) -> str:

@@ -3,8 +3,8 @@ really let the preemptor start, guarantees and burst reclaim."""
 
 from __future__ import annotations
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU, NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import GPU, NodeAllocation
 from schedd.scheduler import preempt
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import NodeView, PendingJob, PreemptPolicy, RunningJob, Snapshot

@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import pytest
 
 from cli.options import OptionError, parse_restart_cost
-from schedd.config import Config
+from kiln.config import Config
+from kiln.model import Job, JobState, NodeAllocation, PreemptMark
 from schedd.domain.accounts import QOS, Accounts, Association
 from schedd.handlers.sacct import earlier_runs
 from schedd.ledger.records import JobEvent
 from schedd.lifecycle import preemption, transitions
 from schedd.lifecycle.transitions import RunEnd, Verdict
-from schedd.model import Job, JobState, NodeAllocation, PreemptMark
 from schedd.scheduler.snapshot import RunningJob, Snapshot
 
 NOW = 5_000_000.0

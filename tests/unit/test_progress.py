@@ -8,10 +8,10 @@ import io
 from rich.console import Console
 
 from cli.progress import progress
-from schedd.sim.machine import pool
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import PROGRESS_EVERY, replay
-from schedd.sim.swf import parse_swf
+from simulator.machine import pool
+from simulator.policy import policy_config
+from simulator.replay import PROGRESS_EVERY, replay
+from simulator.swf import parse_swf
 
 
 def test_a_bar_is_drawn_on_a_terminal() -> None:

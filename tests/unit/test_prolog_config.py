@@ -1,11 +1,11 @@
 """``[agent]`` prolog, epilog, task_prolog, task_epilog and their timeouts, as the config
-loader types and checks them (schedd/config.py)."""
+loader types and checks them (kiln/config.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from schedd.config import ConfigError, from_dict
+from kiln.config import ConfigError, from_dict
 
 
 def test_paths_and_timeouts_are_read() -> None:

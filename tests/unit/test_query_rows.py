@@ -17,10 +17,10 @@ from cli.formats import (
     job_sort_key,
     sort_column,
 )
-from schedd import operations, protocol
+from kiln.model import ROW_FIELDS, Job, JobState, NodeAllocation
+from kiln.wire import operations, protocol
 from schedd.context import RequestError
 from schedd.handlers.query import column_reply, row_columns
-from schedd.model import ROW_FIELDS, Job, JobState, NodeAllocation
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 NOW = 1_800_000_000.0

@@ -1,6 +1,6 @@
 """scontrol reboot's and reconfigure's pure parts: the argument parsing (cli/scontrol.py),
 the state words (cli/nodeview.py), which kiln.toml keys a running daemon takes
-(schedd/reconfig.py), and a reboot's course on a node (schedd/lifecycle/reboot.py)."""
+(kiln/reconfig.py), and a reboot's course on a node (schedd/lifecycle/reboot.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from cli.errors import CommandError
 from cli.nodeview import node_state
 from cli.scontrol import parse_reboot
-from schedd import reconfig
-from schedd.config import ConfigError, from_dict
+from kiln import reconfig
+from kiln.config import ConfigError, from_dict
+from kiln.model import Node, NodeState
 from schedd.lifecycle import reboot
-from schedd.model import Node, NodeState
 
 
 def test_reboot_arguments() -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from agentd import relay as agent_relay
-from schedd import operations, protocol, relay, slicing
-from schedd.config import Config
+from kiln.config import Config
+from kiln.wire import operations, protocol
+from schedd import relay, slicing
 from schedd.daemon import Daemon
 from schedd.ledger.migrate import upgrade
 from schedd.routes import AGENT_HANDLERS
@@ -256,7 +257,7 @@ def test_a_relay_only_agent_says_hello(daemon: Daemon) -> None:
 
 
 def test_serve_commands_and_relay_root_nodes_are_checked(tmp_path: Path) -> None:
-    from schedd.config import ConfigError, from_dict
+    from kiln.config import ConfigError, from_dict
 
     cfg = from_dict({"agent": {"serve_commands": "auto", "relay_only": True},
                      "schedd": {"relay_root_nodes": ["gpu01"]}}, tmp_path / "kiln.toml")

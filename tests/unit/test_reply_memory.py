@@ -1,5 +1,5 @@
 """Issue 31 item 2: schedd's memory held for replies nobody reads is bounded per user and in
-all (schedd/localsock.py); past a bound the slowest reader is dropped, with a logged reason."""
+all (kiln/wire/localsock.py); past a bound the slowest reader is dropped, with a logged reason."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from schedd import localsock, protocol
-from schedd.identity import Caller
-from schedd.localsock import HEADER, Connection, LocalServer
+from kiln.identity import Caller
+from kiln.wire import localsock, protocol
+from kiln.wire.localsock import HEADER, Connection, LocalServer
 
 MB = 1 << 20
 
@@ -63,7 +63,7 @@ def test_one_user_that_never_reads_holds_at_most_its_bound_and_one_reply(
     rig = Rig(tmp_path, 2 * MB)
     try:
         first = rig.ask(1001)
-        with caplog.at_level(logging.WARNING, logger="schedd.localsock"):
+        with caplog.at_level(logging.WARNING, logger="kiln.wire.localsock"):
             for _ in range(20):
                 rig.ask(1001)
         assert rig.held(1001) <= 6 * MB + 2 * MB + 64 * 1024
@@ -116,7 +116,7 @@ def test_within_the_bounds_nobody_is_dropped(tmp_path: Path, bounds) -> None:
 
 def test_the_bounds_come_from_the_config(tmp_path: Path) -> None:
     """``[schedd] reply_buffer_bytes`` / ``reply_buffer_per_user_bytes`` reach the server."""
-    from schedd import config
+    from kiln import config
 
     path = tmp_path / "kiln.toml"
     path.write_text("[schedd]\nreply_buffer_bytes = 4194304\n"

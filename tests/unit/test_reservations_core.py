@@ -8,8 +8,8 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU, NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.reserved import RESERVED_FOR_OTHER, WAITING
 from schedd.scheduler.snapshot import (

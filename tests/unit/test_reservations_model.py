@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kiln.model import GPU, Job, JobState, Node, NodeAllocation, NodeState
 from schedd.domain.reservation import (
     BUSY_NODES,
     INVALID_ACCOUNT,
@@ -19,7 +20,6 @@ from schedd.domain.reservation import (
     next_name,
     window,
 )
-from schedd.model import GPU, Job, JobState, Node, NodeAllocation, NodeState
 
 NOW = 1_000_000.0
 

@@ -1,4 +1,4 @@
-"""Run-time predictions from history (schedd/domain/runtimes.py): the conformal ranks, the
+"""Run-time predictions from history (schedd/scheduler/runtimes.py): the conformal ranks, the
 limit as the cap and the fallback, conditioning on elapsed time, and the calibration of the
 plan's waits (Kaplan-Meier over censored waits, classes, the adaptive level)."""
 
@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from schedd.domain.runtimes import (
+from kiln.model import NodeAllocation
+from schedd.scheduler.runtimes import (
     LeadCalibration,
     RuntimeHistory,
     Shape,
@@ -16,7 +17,6 @@ from schedd.domain.runtimes import (
     predictions,
     rank_quantile,
 )
-from schedd.model import NodeAllocation
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
 
 HOUR = 3600

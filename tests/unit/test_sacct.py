@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from cli import sacct
-from schedd.model import Job, JobState, NodeAllocation
+from kiln.model import Job, JobState, NodeAllocation
+from kiln.slurm import stats as keys
 from schedd.reports import accounting
-from schedd.slurm import stats as keys
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 T0 = 1_795_938_899.0

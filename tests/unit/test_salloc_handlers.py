@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from schedd import operations, protocol
+from kiln.model import Job, JobState, NodeAllocation
+from kiln.wire import operations, protocol
 from schedd.context import RequestError
 from schedd.handlers import salloc as h
 from schedd.ledger.records import StepRecord
 from schedd.lifecycle import transitions
-from schedd.model import Job, JobState, NodeAllocation
 from tests.unit.test_steps_handlers import OWNER, ROOT, STRANGER, ctx, store
 
 __all__ = ["ctx", "store"]  # the fixtures, shared with the step handlers' tests (the ledger: conftest.py)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from agentd import sampler
-from schedd.model import GPU
-from schedd.slurm import stats as keys
+from kiln.model import GPU
+from kiln.slurm import stats as keys
 
 
 def gpus(n: int = 4, memory_mb: int = 81920) -> list[GPU]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU, NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
 

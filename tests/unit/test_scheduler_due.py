@@ -11,14 +11,14 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.config import SchedulerConfig
-from schedd.model import NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import NodeAllocation
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
-from schedd.sim.machine import pool
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import Trace, TraceJob
+from simulator.machine import pool
+from simulator.policy import policy_config
+from simulator.replay import replay
+from simulator.swf import Trace, TraceJob
 
 CPUS = 8
 BOUND = 40

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU, NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import (
     AssociationView,
@@ -33,10 +33,10 @@ from schedd.scheduler.snapshot import (
     RunningJob,
     Snapshot,
 )
-from schedd.sim.machine import pool
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import Trace, TraceJob
+from simulator.machine import pool
+from simulator.policy import policy_config
+from simulator.replay import replay
+from simulator.swf import Trace, TraceJob
 
 NOW = 1_000_000.0
 CONFIGS = [

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.fairshare import FairShareTree, billing, decay, factors, job_factor
 from schedd.scheduler.snapshot import AssociationView, NodeView, PendingJob, Snapshot

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler import cycle, priority
 from schedd.scheduler.profile import Demand, NodeTimeline
 from schedd.scheduler.snapshot import NodeView, PendingJob, Snapshot

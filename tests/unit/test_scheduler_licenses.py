@@ -3,7 +3,7 @@ starts of one cycle and the running jobs; the rest wait with reason Licenses."""
 
 from __future__ import annotations
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import RunningJob, Snapshot
 from tests.unit.test_scheduler_backfill import NOW, gpu_node, job, running, started

@@ -14,21 +14,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.config import Config, SchedulerConfig
+from kiln.config import Config, SchedulerConfig
+from kiln.model import GPU, Job, Node, NodeAllocation
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
 from schedd.lifecycle.preemption import Tracker
-from schedd.model import GPU, Job, Node, NodeAllocation
 from schedd.scheduler import overtake
 from schedd.scheduler.cycle import owed_jobs, schedule
 from schedd.scheduler.snapshot import Decisions, NodeView, PendingJob, RunningJob, Snapshot
-from schedd.sim.machine import pool
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import Trace, TraceJob
 from schedd.state import State
+from simulator.machine import pool
+from simulator.policy import policy_config
+from simulator.replay import replay
+from simulator.swf import Trace, TraceJob
 
 NOW = 1_000_000.0
 MIN = 60

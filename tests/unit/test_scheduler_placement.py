@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schedd.config import SchedulerConfig
-from schedd.model import GPU, NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.profile import NodeTimeline
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot

@@ -3,7 +3,7 @@ nice, and the admin override."""
 
 from __future__ import annotations
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.priority import ClusterSize, priorities
 from schedd.scheduler.snapshot import NodeView, PendingJob, Snapshot

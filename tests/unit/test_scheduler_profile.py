@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schedd.model import GPU, NodeAllocation
+from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.profile import (
     INFINITY,
     Demand,

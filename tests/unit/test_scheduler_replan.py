@@ -9,16 +9,16 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.model import NodeAllocation
+from kiln.model import NodeAllocation
 from schedd.scheduler import backfill
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.profile import Demand, build
 from schedd.scheduler.replan import PlanMemo
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
-from schedd.sim.machine import gpu_cluster, pool
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import Trace, TraceJob
+from simulator.machine import gpu_cluster, pool
+from simulator.policy import policy_config
+from simulator.replay import replay
+from simulator.swf import Trace, TraceJob
 
 CONSERVATIVE = policy_config("conservative")
 FIELDS = ("starts", "reasons", "expected_start", "reserved_nodes", "priorities", "depth",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from schedd.config import Config
+from kiln.config import Config
+from kiln.model import Job, JobState, Node
 from schedd.ledger import tables as t
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
-from schedd.model import Job, JobState, Node
 from schedd.state import State
 
 NOW = 2_000_000.0

@@ -1,18 +1,18 @@
-"""Predictions and forecasts in a replay (schedd/sim/forecasts.py): the p50/p90 starts
+"""Predictions and forecasts in a replay (simulator/forecasts.py): the p50/p90 starts
 published at arrival and how they turned out, and planning on predicted run times."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from schedd.model import NodeAllocation
+from kiln.model import NodeAllocation
 from schedd.scheduler.snapshot import PendingJob, RunningJob
-from schedd.sim.forecasts import SimForecaster
-from schedd.sim.machine import pool
-from schedd.sim.metrics import forecast_figures
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import parse_swf
+from simulator.forecasts import SimForecaster
+from simulator.machine import pool
+from simulator.metrics import forecast_figures
+from simulator.policy import policy_config
+from simulator.replay import replay
+from simulator.swf import parse_swf
 
 # 4 CPUs; four whole-machine jobs of user 1 at t = 0..3, each runs 10 s of a 100 s estimate
 TRACE = "; MaxProcs: 4\n" + "".join(

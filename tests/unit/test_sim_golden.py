@@ -16,10 +16,10 @@ import random
 import pytest
 
 from schedd.scheduler.cycle import schedule as core
-from schedd.sim.machine import gpu_cluster, pool
-from schedd.sim.policy import POLICIES, policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import Trace, TraceJob
+from simulator.machine import gpu_cluster, pool
+from simulator.policy import POLICIES, policy_config
+from simulator.replay import replay
+from simulator.swf import Trace, TraceJob
 
 PROCS = 64
 

@@ -18,11 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 from cli.kiln import main
-from schedd.sim.machine import pool
-from schedd.sim.metrics import Slice, by_user, jain, nearest_rank, summarize
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import parse_swf
+from simulator.machine import pool
+from simulator.metrics import Slice, by_user, jain, nearest_rank, summarize
+from simulator.policy import policy_config
+from simulator.replay import replay
+from simulator.swf import parse_swf
 
 TRACE = """\
 ; MaxProcs: 4

@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from schedd.config import ConfigError, SchedulerConfig
+from kiln.config import ConfigError, SchedulerConfig
 from schedd.scheduler.snapshot import PendingJob
-from schedd.sim.machine import gpu_cluster, pool
-from schedd.sim.policy import policy_config
-from schedd.sim.swf import TraceJob
-from schedd.sim.usage import UsageLedger
+from simulator.machine import gpu_cluster, pool
+from simulator.policy import policy_config
+from simulator.swf import TraceJob
+from simulator.usage import UsageLedger
 
 
 def test_textbook_policies():

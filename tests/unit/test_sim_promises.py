@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedd.scheduler.cycle import schedule
-from schedd.sim.machine import gpu_cluster
-from schedd.sim.metrics import summarize
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import Trace, TraceJob
+from simulator.machine import gpu_cluster
+from simulator.metrics import summarize
+from simulator.policy import policy_config
+from simulator.replay import replay
+from simulator.swf import Trace, TraceJob
 
 NODES, GPUS = 3, 4
 

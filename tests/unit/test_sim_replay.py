@@ -17,14 +17,14 @@ import csv
 
 import pytest
 
-from schedd.config import SchedulerConfig
-from schedd.model import NodeAllocation
+from kiln.config import SchedulerConfig
+from kiln.model import NodeAllocation
 from schedd.scheduler.snapshot import Decisions, Start
-from schedd.sim.machine import gpu_cluster, pool
-from schedd.sim.metrics import bounded_slowdown, summarize, write_csv
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import SimError, replay
-from schedd.sim.swf import parse_swf
+from simulator.machine import gpu_cluster, pool
+from simulator.metrics import bounded_slowdown, summarize, write_csv
+from simulator.policy import policy_config
+from simulator.replay import SimError, replay
+from simulator.swf import parse_swf
 
 HAND_TRACE = """\
 ; MaxProcs: 4

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from cli.kiln import main
 from schedd.scheduler.gpushare import NodeKind, Task
-from schedd.sim.openb import OpenbError, read_nodes, read_pods
-from schedd.sim.sharing import SharingError, replay
+from simulator.openb import OpenbError, read_nodes, read_pods
+from simulator.sharing import SharingError, replay
 
 ONE_GPU_NODE = NodeKind("T4", 4000, 4000, 1)
 

@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from schedd.sim.swf import SwfError, parse_swf, read_swf
+from simulator.swf import SwfError, parse_swf, read_swf
 
 
 def line(job, submit, run, alloc, req=-1, estimate=-1, user=-1, group=-1):

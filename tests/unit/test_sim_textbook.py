@@ -22,11 +22,11 @@ import heapq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.sim.machine import pool
-from schedd.sim.metrics import summarize
-from schedd.sim.policy import policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import Trace, TraceJob
+from simulator.machine import pool
+from simulator.metrics import summarize
+from simulator.policy import policy_config
+from simulator.replay import replay
+from simulator.swf import Trace, TraceJob
 
 CPUS = 8
 

@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
-from schedd import loopwatch, operations, protocol, slicing
-from schedd.config import Config
+from kiln.config import Config
+from kiln.identity import Caller
+from kiln.model import Job, JobState, NodeAllocation
+from kiln.wire import operations, protocol
+from kiln.wire.localsock import Stream, joined
+from schedd import loopwatch, slicing
 from schedd.daemon import Daemon, Slices
 from schedd.handlers import insight
-from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
-from schedd.localsock import Stream, joined
-from schedd.model import Job, JobState, NodeAllocation
 from schedd.routes import CLIENT_HANDLERS
 
 T0 = 1_795_938_899.0

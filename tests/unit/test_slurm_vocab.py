@@ -5,8 +5,8 @@ import signal
 
 import pytest
 
-from schedd.slurm import signals, stats
-from schedd.slurm.signals import (
+from kiln.slurm import signals, stats
+from kiln.slurm.signals import (
     SignalError,
     SignalSpec,
     normalize_signal_option,
@@ -15,7 +15,7 @@ from schedd.slurm.signals import (
     parse_signal_option,
     signal_name,
 )
-from schedd.slurm.states import JobState, StateError, parse_state, parse_states
+from kiln.slurm.states import JobState, StateError, parse_state, parse_states
 
 # --- signal names ----------------------------------------------------------------------------
 
@@ -229,5 +229,5 @@ def test_vocabulary_is_standard_library_only():
                 continue
             for name in names:
                 top = name.split(".")[0]
-                assert top in sys.stdlib_module_names or name.startswith("schedd.slurm"), (
+                assert top in sys.stdlib_module_names or name.startswith("kiln.slurm"), (
                     path.name, name)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cli import sreport
-from schedd.model import GPU, Job, JobState, Node, NodeAllocation
+from kiln.model import GPU, Job, JobState, Node, NodeAllocation
 from schedd.reports import accounting
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from schedd import config as kconfig
-from schedd import paths, statedir
+from kiln import config as kconfig
+from kiln import paths
+from schedd import statedir
 from schedd.ledger.engine import make_engine
 
 

@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from schedd import operations, protocol
+from kiln.identity import Caller
+from kiln.model import Job, JobState, NodeAllocation
+from kiln.wire import operations, protocol
 from schedd.context import RequestError
 from schedd.domain.dependents import Dependents
 from schedd.domain.steps import StepTable
 from schedd.handlers import agent
 from schedd.handlers import srun as h
-from schedd.identity import Caller
 from schedd.ledger.records import StepRecord
 from schedd.ledger.store import Store
 from schedd.lifecycle import transitions
 from schedd.lifecycle.preemption import Tracker
-from schedd.model import Job, JobState, NodeAllocation
 from schedd.state import State
 
 OWNER, STRANGER, ROOT = Caller(1000, 1000), Caller(1001, 1001), Caller(0, 0)

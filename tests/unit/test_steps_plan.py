@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kiln.model import Job, JobState, NodeAllocation
 from schedd.domain.jobenv import job_ntasks, step_environment, task_overlay, tasks_per_node_text
 from schedd.domain.steps import (
     LiveStep,
@@ -14,7 +15,6 @@ from schedd.domain.steps import (
     in_nodelist_order,
     plan,
 )
-from schedd.model import Job, JobState, NodeAllocation
 
 
 def _job(nodes: int = 2, gpus: int = 4, **kw) -> Job:

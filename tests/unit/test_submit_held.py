@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from schedd.config import Config
+from kiln.config import Config
+from kiln.identity import Caller
+from kiln.model import Node
 from schedd.handlers import control, submit
-from schedd.identity import Caller
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
-from schedd.model import Node
 from schedd.state import State
 
 NOW = 2_000_000.0

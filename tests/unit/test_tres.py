@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedd.slurm import tres
+from kiln.slurm import tres
 
 
 def test_sacctmgr_order_and_units() -> None:

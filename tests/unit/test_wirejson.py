@@ -1,4 +1,4 @@
-"""schedd.wirejson writes and reads exactly what json does: same text, same values, and for a
+"""kiln.wire.wirejson writes and reads exactly what json does: same text, same values, and for a
 bad document the same error with the same words."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from schedd import wirejson
+from kiln.wire import wirejson
 
 DOCS = [
     {"v": 1, "op": "submit", "id": 7, "body": {"job": {"script": "#!/bin/sh\ntrue\n",

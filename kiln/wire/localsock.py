@@ -3,7 +3,7 @@
 Every command (and the Python submit API, ``cli.client.Client``) connects here. The kernel
 says who the peer is (``SO_PEERCRED``: pid, uid, gid), never the message. Frames are
 length-prefixed (4 bytes, big-endian, then the versioned JSON envelope of
-``schedd.protocol``); one request is answered before the next one of the same connection is
+``kiln.wire.protocol``); one request is answered before the next one of the same connection is
 read, so a client that sends and never reads holds at most one reply in schedd.
 
 Bounds (no client can make schedd hold more):
@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd import protocol
-from schedd.identity import Caller
+from kiln.identity import Caller
+from kiln.wire import protocol
 
-log = logging.getLogger("schedd.localsock")
+log = logging.getLogger("kiln.wire.localsock")
 
 HEADER = struct.Struct(">I")
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid

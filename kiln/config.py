@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from schedd import paths
-from schedd.model import License, Partition
-from schedd.paths import ConfigError
+from kiln import paths
+from kiln.model import License, Partition
+from kiln.paths import ConfigError
 
 # what a partition's jobs do when their node loses schedd (Partition.on_isolation)
 ISOLATION_MODES = ("kill", "keep")
@@ -291,7 +291,7 @@ class Config:
     # so no state change costs schedd more than its dependents can (schedd/domain/dependents.py)
     max_dependency_jobs: int = 10_000
     max_dependency_edges_per_user: int = 100_000
-    # bytes of replies clients have not taken yet, in all and per user (schedd/localsock.py):
+    # bytes of replies clients have not taken yet, in all and per user (kiln/wire/localsock.py):
     # past either, the slowest reader is dropped
     reply_buffer_bytes: int = 64 * 1024 * 1024
     reply_buffer_per_user_bytes: int = 32 * 1024 * 1024

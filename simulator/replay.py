@@ -10,7 +10,7 @@ The loop, event by event:
    as ``Snapshot.memo``: conservative backfill then plans only what changed,
    ``schedd.scheduler.replan``), the count of overtaking (``Decisions.passed_over``, for
    ``bf_overtake``: ``schedd.scheduler.overtake``) and, when fair share weighs, the
-   associations' decayed usage (``schedd.sim.usage``);
+   associations' decayed usage (``simulator.usage``);
 4. start the decided jobs at ``now`` (each ends at ``now + run``; the core was told
    ``now + estimate``), and note every reservation the plan made (``Decisions.expected_start``).
 
@@ -34,13 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler.forecast import Forecast
 from schedd.scheduler.snapshot import Decisions, PendingJob, RunningJob, Snapshot, Start
-from schedd.sim.forecasts import SimForecaster
-from schedd.sim.machine import Machine, Shape
-from schedd.sim.swf import Trace, TraceJob
-from schedd.sim.usage import UsageLedger
+from simulator.forecasts import SimForecaster
+from simulator.machine import Machine, Shape
+from simulator.swf import Trace, TraceJob
+from simulator.usage import UsageLedger
 
 Scheduler = Callable[[Snapshot, SchedulerConfig], Decisions]
 

@@ -29,7 +29,7 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
-from schedd.config import ConfigError, SchedulerConfig, from_dict
+from kiln.config import ConfigError, SchedulerConfig, from_dict
 
 POLICIES = ("fcfs", "easy", "conservative", "kiln")
 TRACE_RESOLUTION = 1  # seconds

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedd.model import GPU
+from kiln.model import GPU
 from schedd.scheduler.snapshot import NodeView, PendingJob
-from schedd.sim.swf import TraceJob
+from simulator.swf import TraceJob
 
 DEFAULT_GPUS_PER_NODE = 8
 GPU_MODEL = "SIM"

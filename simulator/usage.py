@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from schedd.config import SchedulerConfig
+from kiln.config import SchedulerConfig
 from schedd.scheduler.snapshot import AssociationView, PendingJob
 
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from schedd.sim.replay import JobRecord, Replay
+from simulator.replay import JobRecord, Replay
 
 TAU = 10.0  # seconds: the bounded-slowdown threshold
 LATE = 1e-6  # seconds: starting later than this after the reservation is a violation

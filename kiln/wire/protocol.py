@@ -10,11 +10,11 @@ Every request is size-capped and schema-checked on receipt (``decode_request``);
 raises ``ProtocolError`` whose code and message go back in an error reply, so no input can crash
 a daemon. Here: the envelope, the limits and error codes, the check, and the names of the
 fields a submission may set (``SUBMIT_FIELDS``, which sbatch needs); every op's schema (the
-field types and bounds) is in ``schedd.operations``, which only the daemons build. Standard
+field types and bounds) is in ``kiln.wire.operations``, which only the daemons build. Standard
 library only: ``sbatch`` pays for every import.
 """
 
-from schedd import wirejson
+from kiln.wire import wirejson
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:
@@ -53,9 +53,9 @@ class ProtocolError(Exception):
         self.message = message
 
 
-# What a submission may set, by name: the Job fields (schedd.model.Job) sbatch parses, and
+# What a submission may set, by name: the Job fields (kiln.model.Job) sbatch parses, and
 # nothing of what schedd decides (owner, state, priority, marks, the allocation). sbatch sends
-# only these; their types and bounds are schedd.operations.SUBMIT_SCHEMA's, which names the
+# only these; their types and bounds are kiln.wire.operations.SUBMIT_SCHEMA's, which names the
 # same fields (a unit test holds them equal): the schemas are not built in a command's start.
 SUBMIT_FIELDS = frozenset({
     "account", "array_max_running", "array_spec", "begin_time", "command", "comment", "constraint",
@@ -135,7 +135,7 @@ def check_request(msg: "dict[str, Any]",
 
 # --- the check -------------------------------------------------------------------------------
 # ``check`` walks a body against its op's schema, a dict of ``Field`` (the schemas themselves,
-# every op's, are schedd.operations').
+# every op's, are kiln.wire.operations').
 
 
 class Field:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from schedd.config import Config
+from kiln.config import Config
 
 # Config's own (top-level and [schedd]) keys schedd reads at the time of use
 LIVE_TOP = frozenset({"kill_wait", "min_job_age", "gpu_fault_grace", "max_array_size",

@@ -19,7 +19,7 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
-from schedd.logs import RepeatLimiter
+from kiln.logs import RepeatLimiter
 
 
 class KeyFileError(Exception):

@@ -1,7 +1,7 @@
 """Slurm's compact job state codes (squeue's ``%t``: PD, R, CG, ...), by state name.
 
 Plain strings, in a module of their own: squeue and sinfo print them without importing
-``schedd.slurm.states`` (its ``enum`` classes cost a command a few ms of its start).
+``kiln.slurm.states`` (its ``enum`` classes cost a command a few ms of its start).
 ``states.COMPACT_STATES`` is this table keyed by ``JobState``.
 """
 

@@ -1,6 +1,6 @@
 """Job and node states, in Slurm's words, with their compact spellings.
 
-Kept apart from ``schedd.model`` so that ``squeue`` and ``scancel`` can name states without
+Kept apart from ``kiln.model`` so that ``squeue`` and ``scancel`` can name states without
 paying for the data classes (standard library only).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from schedd.slurm.compact import COMPACT_CODES
+from kiln.slurm.compact import COMPACT_CODES
 
 
 class JobState(StrEnum):

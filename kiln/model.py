@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.slurm.gres import gres_type  # noqa: F401  (re-exported, as below)
-from schedd.slurm.states import (  # noqa: F401  (re-exported: the domain's words live here too)
+from kiln.slurm.gres import gres_type  # noqa: F401  (re-exported, as below)
+from kiln.slurm.states import (  # noqa: F401  (re-exported: the domain's words live here too)
     ACTIVE_STATES,
     COMPACT_STATES,
     FINISHED_STATES,

@@ -1,7 +1,7 @@
 """Where a cluster's config is, and the two settings a command needs before it can ask schedd.
 
 The fast path of ``sbatch``/``squeue``/``scancel`` reads the TOML here and builds nothing else
-(``schedd.config`` builds the whole typed Config, which costs more than a submission should).
+(``kiln.config`` builds the whole typed Config, which costs more than a submission should).
 Lookup order: ``$KILN_CONF``, ``$KILN_HOME/kiln.toml`` (default ``~/.kiln``), ``/etc/kiln/kiln.toml``.
 
 Even ``tomllib`` costs a short command about 5 ms (a tenth of an ``sbatch``), so the parsed
@@ -14,7 +14,7 @@ it is never readable by more users than the TOML (whose ``db_url`` may hold a pa
 
 import os
 
-from schedd import wirejson
+from kiln.wire import wirejson
 
 SYSTEM_CONF = "/etc/kiln/kiln.toml"
 DEFAULT_MAX_ARRAY_SIZE = 1001

@@ -1,10 +1,10 @@
 """The policy comparison table of docs/benchmarks.md, reproducible from a checkout.
 
-    python -m schedd.sim.bench TRACE.swf.gz ... [--policies fcfs,easy,conservative,kiln]
+    python -m simulator.bench TRACE.swf.gz ... [--policies fcfs,easy,conservative,kiln]
                                [--budget SECONDS] [--gpus-per-node G]
 
 Replays every trace under every policy on the pool model (one node of MaxProcs CPUs), or with
-``--gpus-per-node`` on ceil(MaxProcs / G) GPU nodes (``schedd.sim.machine``), and prints one
+``--gpus-per-node`` on ceil(MaxProcs / G) GPU nodes (``simulator.machine``), and prints one
 Markdown row per run. A run that takes longer than ``--budget`` seconds of wall time
 (default 300) is stopped and its row says so; the figures of a stopped run would be partial.
 """
@@ -16,11 +16,11 @@ import multiprocessing
 import sys
 from pathlib import Path
 
-from schedd.sim.machine import gpu_cluster, pool
-from schedd.sim.metrics import summarize
-from schedd.sim.policy import POLICIES, policy_config
-from schedd.sim.replay import replay
-from schedd.sim.swf import read_swf
+from simulator.machine import gpu_cluster, pool
+from simulator.metrics import summarize
+from simulator.policy import POLICIES, policy_config
+from simulator.replay import replay
+from simulator.swf import read_swf
 
 HEADER = (
     "| trace | policy | jobs | avg wait (s) | p95 wait | max wait | avg bsld | utilisation "
@@ -65,7 +65,7 @@ def timed_row(trace_path: str, policy: str, budget: float, gpus_per_node: int = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m schedd.sim.bench")
+    parser = argparse.ArgumentParser(prog="python -m simulator.bench")
     parser.add_argument("traces", nargs="+")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--budget", type=float, default=300.0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from schedd.slurm.states import JobState
+from kiln.slurm.states import JobState
 
 KINDS = ("after", "afterany", "afterok", "afternotok", "afterburstbuffer", "aftercorr", "expand",
          "singleton")

@@ -3,7 +3,7 @@
 Two uses, each off unless asked for:
 
 - **planning on predictions** (the policy's ``predict_runtime``): every job is planned for its
-  predicted median run time (``schedd/domain/runtimes.py``: the user's recent runs of the same
+  predicted median run time (``schedd/scheduler/runtimes.py``: the user's recent runs of the same
   shape, capped by the estimate) instead of its estimate. A running job that outlives its
   prediction is re-predicted from the runs longer than what it has run (its estimate when
   none was), so the plan never counts on a job that is already late ending now. The kill time
@@ -21,9 +21,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from schedd.config import SchedulerConfig
-from schedd.domain.runtimes import LeadCalibration, RuntimeHistory, shape_of
+from kiln.config import SchedulerConfig
 from schedd.scheduler import forecast
+from schedd.scheduler.runtimes import LeadCalibration, RuntimeHistory, shape_of
 from schedd.scheduler.snapshot import PendingJob, RunningJob, Snapshot
 
 

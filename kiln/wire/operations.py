@@ -3,12 +3,12 @@ ask schedd (``CLIENT_OPS``), what an agent may tell it (``AGENT_OPS``) and what 
 agent (``SCHEDD_TO_AGENT_OPS``, ``LAUNCH_FIELDS``, ``STEP_LAUNCH_FIELDS``).
 
 The trust boundary is an allow-list: every field a client (or an agent) may send in every op
-is named here, with its type and bounds (``Field``). ``schedd.protocol.check`` refuses anything
+is named here, with its type and bounds (``Field``). ``kiln.wire.protocol.check`` refuses anything
 else with a one-line error that names the field; nothing is silently dropped. State the server
 owns (admin priority, the limit an agent enforces, lifecycle marks, restart counts, samples) is
 named in no client schema, so no request can write it.
 
-The envelope, the limits and the check are ``schedd.protocol``'s; the schemas are here, built
+The envelope, the limits and the check are ``kiln.wire.protocol``'s; the schemas are here, built
 only where requests are checked (schedd, agentd): building them cost every command's start some
 2.5M instructions, ~0.4 ms (docs/benchmarks.md, issue 13). Standard library only.
 """
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedd.protocol import (
+from kiln.slurm.gpufaults import FAKE_ACTIONS, KINDS
+from kiln.wire.protocol import (
     MAX_ENV_VALUE,
     MAX_ENV_VARS,
     MAX_JOB_REFS,
@@ -32,7 +33,6 @@ from schedd.protocol import (
     Field,
     Schema,
 )
-from schedd.slurm.gpufaults import FAKE_ACTIONS, KINDS
 
 _BIG = 2**62  # any stored integer stays well inside 64 bits
 
@@ -82,7 +82,7 @@ MEM = Int(0, INT32)  # MiB
 ENVIRONMENT = Map(Str(MAX_ENV_VALUE), size=MAX_ENV_VARS)
 
 # What a submission may set (protocol.SUBMIT_FIELDS names the same fields, for sbatch): the Job
-# fields (schedd.model.Job) sbatch parses, and nothing of what schedd decides (owner, state,
+# fields (kiln.model.Job) sbatch parses, and nothing of what schedd decides (owner, state,
 # priority, marks, the allocation). A literal, not derived from the data class.
 SUBMIT_SCHEMA: Schema = {
     "account": NAME, "array_max_running": COUNT, "array_spec": Str(),
@@ -270,7 +270,7 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          "fake_gpus": Bool()}  # its GPUs are --fake-gpus (kiln fake-gpu may inject)
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
-# usage = the batch step's live figures (schedd.slurm.stats.USAGE_KEYS), for sstat
+# usage = the batch step's live figures (kiln.slurm.stats.USAGE_KEYS), for sstat
 # gpu_util = the latest sample's utilisation (percent) of each of the job's GPUs on the node,
 # in its allocation's order, for the idle-GPU watch (schedd/lifecycle/idlegpu.py)
 _USAGE = Map(Num(0), size=64)
@@ -301,7 +301,7 @@ AGENT_OPS: dict[str, Schema] = {
                   # a job's processes outlived UnkillableStepTimeout: drain with this reason
                   "drain": Str(256),
                   # GPU faults NVML reported since the last heartbeat (agentd/gpuhealth.py);
-                  # schedd decides which drain the GPU (schedd.slurm.gpufaults)
+                  # schedd decides which drain the GPU (kiln.slurm.gpufaults)
                   "gpu_faults": List(Obj({"index": Int(0, 4096, required=True),
                                           "kind": Str(16, required=True, choices=KINDS),
                                           "xid": Int(0, 2**31), "detail": Str(256)}), size=64),
@@ -454,6 +454,6 @@ SCHEDD_TO_AGENT_OPS: dict[str, Schema] = {
     "gpu_reset": {"gpus": List(Int(0, 4096), size=4096, required=True)},
     # scontrol reboot, issued: run [agent] reboot_program, then register again
     "reboot": {},
-    # scontrol reconfigure: re-read kiln.toml, take its live [agent] keys (schedd/reconfig.py)
+    # scontrol reconfigure: re-read kiln.toml, take its live [agent] keys (kiln/reconfig.py)
     "reconfigure": {},
 }

@@ -1,6 +1,6 @@
 """GRES words: the GPU type users write in ``--gres=gpu:TYPE:N``.
 
-Its own module (not ``schedd.model``) so that the commands that show GPUs (sinfo, scontrol)
+Its own module (not ``kiln.model``) so that the commands that show GPUs (sinfo, scontrol)
 need not import the domain's dataclasses: ``dataclasses`` pulls in ``inspect`` and ``ast``,
 more than a command's whole run costs otherwise.
 """
