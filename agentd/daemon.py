@@ -97,6 +97,7 @@ class Agent:
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
                                  allow_root=cfg.allow_root_jobs, cgroups=self.cgroups,
                                  job_tmp=None if self.relay_only else _make_job_tmp(cfg, spool))
+        self.launcher.propagate = kconfig.propagated_limits(cfg.agent)
         recovered = self.launcher.recover()
         a = cfg.agent  # Prolog / Epilog (agentd/prolog.py), off the loop
         self.scripts = Scripts(a.prolog, a.epilog, a.prolog_timeout, a.epilog_timeout,
@@ -452,6 +453,7 @@ class Agent:
         check.interval, check.timeout = a.health_check_interval, a.health_check_timeout
         check.program = "" if self.relay_only else a.health_check_program
         check.set_states(kconfig.health_check_states(a.health_check_node_state))
+        self.launcher.propagate = kconfig.propagated_limits(a)
         log.warning("reconfigured from %s: %s", self.cfg.path or "the defaults",
                     ", ".join(applied) or "nothing changed")
         for line in static:

@@ -68,6 +68,7 @@ from agentd.jobtmp import JobTmp, JobTmpError
 from agentd.spool import Spool
 from agentd.supervisors import Started, SupervisorStarter
 from agentd.walltime import SignalSpec, SignalSpecError, parse_signal
+from kiln.slurm import rlimits
 from kiln.wire import operations, protocol
 
 log = logging.getLogger("agentd.launcher")
@@ -177,6 +178,8 @@ class Launcher:
         self.node_name = node_name
         self.kill_wait = kill_wait
         self.allow_root = allow_root
+        # the submitter's soft limits the jobs get (Slurm's PropagateResourceLimits)
+        self.propagate: frozenset[str] = frozenset(rlimits.NAMES)
         self._jobs: dict[tuple[int, int], _Job] = {}
         self._ended: dict[tuple[int, int], Finished] = {}
         self._identities: dict[tuple[str, int, int], tuple[float, Identity]] = {}
@@ -227,6 +230,12 @@ class Launcher:
         self._save(job)
         return True
 
+    def limits_of(self, env: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
+        """A job's environment without the ``SLURM_RLIMIT_*`` its command sent, and those of
+        the limits this node propagates (kiln/slurm/rlimits.py)."""
+        environment, limits = rlimits.take(env)
+        return environment, {k: v for k, v in limits.items() if k in self.propagate}
+
     def _start(self, spec: dict[str, Any], ident: Identity, script: Path,
                warning: SignalSpec | None, final: bool = True) -> _Job:
         """Start the job's supervisor; it execs the job (``agentd.stepd``)."""
@@ -249,9 +258,12 @@ class Launcher:
         kill_wait = spec["kill_wait"] if spec["kill_wait"] >= 0 else self.kill_wait
         argv = [str(script)] if spec["script"].startswith("#!") else ["/bin/bash", str(script)]
         argv += spec.get("args") or []  # sbatch script.sh a b: $1 $2 of the batch shell
+        environment, limits = self.limits_of(spec["environment"])
+        environment.pop("SLURM_UMASK", None)  # the batch step has it applied, not in its env
         launch = {
             "job_id": key[0], "generation": key[1], "node": self.node_name, "argv": argv,
-            "environment": spec["environment"], "cwd": cwd, "umask": _umask(spec["environment"]),
+            "environment": environment, "rlimits": limits,
+            "cwd": cwd, "umask": _umask(spec["environment"]),
             "switch_user": os.geteuid() == 0, "uid": ident.uid, "gid": ident.gid,
             "groups": list(ident.groups), "script_head": spec["script"].split("\n", 1)[0],
             "time_limit": spec["time_limit"], "kill_wait": kill_wait, "launch_time": start,

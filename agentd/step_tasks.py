@@ -55,6 +55,7 @@ from agentd.forward import (
 )
 from agentd.terminal import Terminal, controlling_terminal
 from agentd.walltime import Ending, Walltime
+from kiln.slurm import rlimits
 from kiln.wire import operations, protocol
 
 log = logging.getLogger("agentd.step_tasks")
@@ -281,8 +282,10 @@ class StepRunner:
                     in_fd = self._devnull
                 if note and task is step.tasks[0]:
                     lch._write_fd(err_fd, note)
-                env = {**spec["environment"], **_strings(entry.get("env"))}
-                self._exec(step, task, argv, env, cwd, (in_fd, out_fd, err_fd), join, tmp)
+                env, limits = self.launcher.limits_of(
+                    {**spec["environment"], **_strings(entry.get("env"))})
+                self._exec(step, task, argv, env, cwd, (in_fd, out_fd, err_fd), join, tmp,
+                           limits)
         except OSError as exc:
             log.error("step %d.%d cannot join its cgroup: %s", step.job_id, step.step_id, exc)
             for task in step.tasks:
@@ -348,7 +351,7 @@ class StepRunner:
 
     def _exec(self, step: _Step, task: _Task, argv: list[str], env: dict[str, str], cwd: str,
               stdio: tuple[int, int, int], join: list[int],
-              tmp: dict[str, str] | None = None) -> None:
+              tmp: dict[str, str] | None = None, limits: dict[str, int] | None = None) -> None:
         in_fd, out_fd, err_fd = stdio
         enter = lch.enter_workdir(cwd, join)  # as the user, in the step's cgroup
         credentials = self.launcher._credentials(step.ident)
@@ -363,6 +366,8 @@ class StepRunner:
                 jobtmp.enter(tmp)
             if switch is not None:
                 switch()
+            for line in rlimits.apply(limits or {}):  # the submitter's (PropagateResourceLimits)
+                os.write(2, line.encode())
             enter()
 
         try:

@@ -51,6 +51,7 @@ import time
 
 from agentd import cgroupfs, stepfiles
 from agentd.walltime import Ending, Walltime
+from kiln.slurm import rlimits
 
 TYPE_CHECKING = False  # typing is not imported at run time: the supervisor starts light
 if TYPE_CHECKING:
@@ -139,6 +140,8 @@ def child_setup(launch: dict[str, Any]) -> None:
         os.setresuid(launch["uid"], launch["uid"], launch["uid"])
     if launch["umask"] >= 0:
         os.umask(launch["umask"])
+    for line in rlimits.apply(launch.get("rlimits") or {}):
+        os.write(2, line.encode())
     try:
         os.chdir(launch["cwd"])
     except OSError as exc:
@@ -161,7 +164,8 @@ def spawn(launch: dict[str, Any]) -> int:
                 os.write(write_end, b"S" + f"{type(exc).__name__}: {exc}".encode()[:1000])
                 os._exit(1)
             try:
-                os.execve(launch["argv"][0], launch["argv"], launch["environment"])
+                env = {**launch["environment"], "SLURM_TASK_PID": str(os.getpid())}
+                os.execve(launch["argv"][0], launch["argv"], env)
             except OSError as exc:
                 os.write(write_end, b"E" + str(exc.errno or 0).encode())
         finally:

@@ -28,6 +28,7 @@ from cli.options import (
     resolve_cpus_per_gpu,
 )
 from kiln import paths
+from kiln.slurm import rlimits
 from kiln.wire.protocol import (
     E_AGAIN,
     MAX_ENV_BYTES,
@@ -185,6 +186,7 @@ def build_job(settings: "Settings", script: str, default_name: str, command: str
     job["submit_host"] = os.uname().nodename
     job["environment"] = build_environment(settings.get("export", "ALL"),
                                            dict(os.environ) if environ is None else environ)
+    job["environment"].update(rlimits.submitted())  # umask and soft limits, whatever --export
     size = environment_bytes(job["environment"])
     if size > MAX_ENV_BYTES:
         fail(f"Batch job submission failed: environment of {size} bytes is over the limit of "

@@ -59,6 +59,7 @@ from cli.options import (
     refused_option,
 )
 from kiln import paths
+from kiln.slurm import rlimits
 
 PROG = "srun"
 VERSION_TEXT = "slurm 22.05.8 (kiln)"
@@ -328,7 +329,8 @@ def step_body(job_id: int, settings: Settings, command: list[str],
     """The ``step_start`` request: only what the user gave; schedd fills in the job's values."""
     body: dict[str, Any] = {
         "job_id": job_id, "argv": command, "cwd": cwd,
-        "environment": build_environment(settings.get("export", "ALL"), dict(os.environ)),
+        "environment": {**build_environment(settings.get("export", "ALL"), dict(os.environ)),
+                        **rlimits.submitted()},  # umask and soft limits, whatever --export
         "name": settings.get("name") or os.path.basename(command[0]),
     }
     for key, field_name in (("num_tasks", "ntasks"), ("num_nodes", "nodes"),

@@ -174,6 +174,11 @@ class AgentConfig:
     # BasePath (default: the node's spool, "jobtmp")
     job_tmp: bool = True
     job_tmp_base: str = ""
+    # Slurm's PropagateResourceLimits / PropagateResourceLimitsExcept (kiln/slurm/rlimits.py):
+    # which of the submitter's soft limits (ulimit -S) the job's processes get; ALL, NONE or
+    # a comma list of AS, CORE, CPU, DATA, FSIZE, MEMLOCK, NOFILE, NPROC, RSS, STACK
+    propagate_resource_limits: str = "ALL"
+    propagate_resource_limits_except: str = ""
     # Slurm's RebootProgram (scontrol reboot; docs/admin-guide.md, "Rebooting nodes"): run as
     # root on the node with SLURMD_NODENAME in its environment; "" = scontrol reboot refused
     reboot_program: str = ""
@@ -204,6 +209,22 @@ def _check_agent_scripts(agent: AgentConfig) -> None:
     if not isinstance(base, str) or (base and not base.startswith("/")) or "\0" in base:
         raise ConfigError(f"[agent] job_tmp_base: an absolute path (or \"\" for the node's "
                           f"spool), not {base!r}")
+    propagated_limits(agent)
+
+
+def propagated_limits(agent: AgentConfig) -> frozenset[str]:
+    """The limits ``[agent] propagate_resource_limits[_except]`` name (kiln/slurm/rlimits.py)."""
+    from kiln.slurm import rlimits
+
+    for key in ("propagate_resource_limits", "propagate_resource_limits_except"):
+        if not isinstance(getattr(agent, key), str):
+            raise ConfigError(f"[agent] {key}: a comma list of limits, not "
+                              f"{getattr(agent, key)!r}")
+    try:
+        return rlimits.propagated(agent.propagate_resource_limits,
+                                  agent.propagate_resource_limits_except)
+    except rlimits.LimitsError as exc:
+        raise ConfigError(f"[agent] propagate_resource_limits: {exc}") from None
 
 
 HEALTH_CHECK_STATES = ("ANY", "IDLE", "NONDRAINED_IDLE", "MIXED", "ALLOC", "CYCLE")

@@ -29,7 +29,8 @@ LIVE_AGENT = frozenset({"prolog", "epilog", "prolog_timeout", "epilog_timeout", 
                         "task_epilog", "health_check_program", "health_check_interval",
                         "health_check_timeout", "health_check_resume",
                         "health_check_node_state", "reboot_program",
-                        "output_dir_wait"})
+                        "output_dir_wait", "propagate_resource_limits",
+                        "propagate_resource_limits_except"})
 # sections read where they are used: [mail] (each mail), [accounting] (each report)
 LIVE_SECTIONS = ("mail", "accounting")
 STATIC_SECTIONS = ("cgroup",)  # the agents' containment, set up when each agent starts

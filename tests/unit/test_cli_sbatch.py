@@ -12,6 +12,7 @@ import pytest
 
 from cli import sbatch
 from cli.client import ClientError
+from kiln.slurm import rlimits
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
 
@@ -103,7 +104,8 @@ def test_options_become_job_fields(submitted) -> None:
         "constraint": "a100", "nodelist": "n[1-2]", "exclude": "n3", "nice": 5,
         "comment": "hi", "mail_type": "END,FAIL", "mail_user": "a@b", "reservation": "r",
         "qos": "high", "time_min": 1800, "workdir": "/tmp", "export": "NONE",
-        "environment": {},
+        # --export=NONE: only the umask and soft limits (PropagateResourceLimits)
+        "environment": rlimits.submitted(),
     }
     assert {k: job[k] for k in expected} == expected
     assert job["wckey"] == "w" and job["begin_time"] > 0

@@ -33,7 +33,9 @@ def test_sbatch_loads_these_modules_of_kiln_and_no_more() -> None:
     more on this path should be a decision, not an accident."""
     kiln = {m for m in _loaded("cli.sbatch") if m.split(".")[0] in ("cli", "kiln", "schedd", "agentd")}
     assert kiln == {"cli", "cli.sbatch", "cli.errors", "cli.client", "cli.options",
-                    "kiln", "kiln.paths", "kiln.wire", "kiln.wire.protocol", "kiln.wire.wirejson"}
+                    "kiln", "kiln.paths", "kiln.wire", "kiln.wire.protocol", "kiln.wire.wirejson",
+                    # the submitter's umask and soft limits (PropagateResourceLimits)
+                    "kiln.slurm", "kiln.slurm.rlimits"}
 
 
 def _loaded(module: str) -> set[str]:

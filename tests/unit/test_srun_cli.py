@@ -11,6 +11,7 @@ import pytest
 
 from cli import srun, srun_hold
 from cli.errors import CommandError
+from kiln.slurm import rlimits
 
 
 def test_options_reuse_sbatchs_parsers_plus_sruns_own() -> None:
@@ -48,7 +49,8 @@ def test_step_request_carries_only_what_was_given(monkeypatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "12")
     settings, command = srun.parse(["-n", "4", "--export=NONE", "hostname"])
     body = srun.step_body(12, settings, command, "/w")
-    assert body == {"job_id": 12, "argv": ["hostname"], "cwd": "/w", "environment": {},
+    assert body == {"job_id": 12, "argv": ["hostname"], "cwd": "/w",
+                    "environment": rlimits.submitted(),  # whatever --export
                     "name": "hostname", "ntasks": 4, "forward": True}
     settings, command = srun.parse(["-o", "a", "-e", "b", "--open-mode=append", "-J", "s", "x"])
     body = srun.step_body(12, settings, command, "/w")
