@@ -12,10 +12,10 @@ import sys
 import time
 from typing import Any
 
-from cli.client import Client, ClientError
-from cli.errors import fail
-from cli.formats import fmt_duration, fmt_time
-from cli.options import OptionError, parse_begin, parse_time_limit
+from cli.core import fail
+from cli.core.client import Client, ClientError
+from cli.core.formats import fmt_duration, fmt_time
+from cli.core.options import OptionError, parse_begin, parse_time_limit
 from kiln.slurm.hostlist import HostlistError, compress, expand
 
 UNLIMITED_DURATION = 365 * 86400  # Duration=UNLIMITED: a year, re-settable with update
