@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cli.core import Args, CommandError, command, fail
+from cli.core import Args, CommandError, command, fail, write_lines
 from cli.core.client import Client
 from cli.core.formats import fmt_cpu_time, fmt_duration, fmt_time
 from cli.core.options import (
@@ -648,8 +648,7 @@ def sacct(args: Args) -> int:
         delimiter = (values.get("delimiter") or ["|"])[-1] or "|"
     lines = render(rows, columns, opts, header="noheader" not in values, delimiter=delimiter,
                    trailing="parsable" in values)
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from cli.core import Args, CommandError, command, fail
+from cli.core import Args, CommandError, command, fail, write_lines
 from cli.core.client import Client, ClientError
 from cli.core.formats import (
     Column,
@@ -308,8 +308,7 @@ def sinfo(args: Args) -> int:
         import time
 
         lines.insert(0, time.strftime("%a %b %d %H:%M:%S %Y"))
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0
 
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from cli.core import Args, command, fail
+from cli.core import Args, command, fail, write_lines
 from cli.core.client import Client
 from cli.core.formats import Column, pad, parse_percent_format
 from cli.core.options import NO_ARG, Opt, OptionTable
@@ -184,8 +184,7 @@ def sprio(args: Args) -> int:
         lines.append(render_line(prefix, columns, None, weights))
     else:
         lines.extend(render_line(prefix, columns, job, weights) for job in jobs)
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0
 
 

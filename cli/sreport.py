@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.core import Args, CommandError, command, fail
+from cli.core import Args, CommandError, command, fail, write_lines
 from cli.core.client import Client
 from cli.core.formats import fmt_time
 from cli.core.options import NO_ARG, Opt, OptionTable
@@ -430,8 +430,7 @@ def sreport(args: Args) -> int:
         lines = account_cost(data, s)
     else:
         lines = user_usage(data, s, s.top)
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0
 
 

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from cli.core import Args, command, fail
+from cli.core import Args, command, fail, write_lines
 from cli.core.client import Client
 from cli.core.formats import fmt_cpu_time, fmt_duration
 from cli.core.options import NO_ARG, Opt, OptionTable
@@ -372,8 +372,7 @@ def _print(rows: list[Row], columns: list[Column], values: dict[str, list[str | 
     lines = render(rows, columns, Options(0.0, "noconvert" in values),
                    header="noheader" not in values, delimiter="|" if parsable else None,
                    trailing="parsable" in values)
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
 
 
 main = sstat.main

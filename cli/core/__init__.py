@@ -109,6 +109,12 @@ class Args:
             fail(message.format(words=" ".join(self.positional), first=self.positional[0]))
 
 
+def write_lines(lines: "list[str]") -> None:
+    """A command's output lines on stdout, in one write (none: nothing, not an empty line)."""
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
 def warn_ignored(prog: str, given: "dict[str, str | None]", ignored: "dict[str, str]") -> None:
     """One ``<prog>: warning: --NAME is ignored: WHY`` line per ignored option given."""
     for dest, why in ignored.items():
