@@ -7,10 +7,11 @@ stderr and an exit status, here once. A command whose Slurm answers the help at 
 (after its environment, after its refusals) calls the same steps in its own order.
 
 How they fail: one line on stderr, exit 1, never a traceback. Every command's ``main`` goes
-through ``run_command``: a ``CommandError`` carries the exact text
-Slurm would print (``sbatch: error: ...`` or a bare ``slurm_load_jobs error: ...``), a
-``ClientError`` that nobody translated becomes ``<prog>: error: <message>``, and anything
-unexpected is still reduced to one line, because scripts parse our stderr and people read it.
+through ``run_command``: a ``CommandError`` carries the exact text Slurm would print
+(``sbatch: error: ...`` or a bare ``slurm_load_jobs error: ...``), a bad option value
+(``OptionError``) and a ``ClientError`` that nobody translated become ``<prog>: error:
+<message>``, and anything unexpected is still reduced to one line, because scripts parse our
+stderr and people read it.
 """
 
 import os
