@@ -8,10 +8,9 @@ stderr and an exit status, here once. A command whose Slurm answers the help at 
 
 How they fail: one line on stderr, exit 1, never a traceback. Every command's ``main`` goes
 through ``run_command``: a ``CommandError`` carries the exact text Slurm would print
-(``sbatch: error: ...`` or a bare ``slurm_load_jobs error: ...``), a bad option value
-(``OptionError``) and a ``ClientError`` that nobody translated become ``<prog>: error:
-<message>``, and anything unexpected is still reduced to one line, because scripts parse our
-stderr and people read it.
+(``sbatch: error: ...`` or a bare ``slurm_load_jobs error: ...``), a ``ClientError`` that
+nobody translated becomes ``<prog>: error: <message>``, and anything unexpected is still
+reduced to one line, because scripts parse our stderr and people read it.
 """
 
 import os
@@ -52,9 +51,8 @@ def report(prog: str, err: "CommandError") -> int:
 def run_command(prog: str, body: "Callable[[Sequence[str]], int]",
                 argv: "Sequence[str] | None" = None) -> int:
     """Run a command's body and turn every failure into Slurm-style stderr and an exit code."""
-    # each already imported by every command that talks to schedd and has an option table
+    # already imported by every command that talks to schedd
     from cli.core.client import ClientError
-    from cli.core.options import OptionError
     from kiln.paths import ConfigError
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -62,8 +60,6 @@ def run_command(prog: str, body: "Callable[[Sequence[str]], int]",
         return body(args)
     except CommandError as err:
         return report(prog, err)
-    except OptionError as err:  # a bad value (a time, a size, a directive's quote)
-        return report(prog, CommandError(err.message, prefixed=err.prefixed))
     except ClientError as err:
         print(f"{prog}: error: {err.message}", file=sys.stderr)
         return 1
@@ -155,13 +151,20 @@ class Command:
         return run_command(self.prog, self.invoke, argv)
 
     def invoke(self, argv: "Sequence[str]") -> int:
+        """The command line to an exit status; a failure raised as a ``CommandError`` (a bad
+        option value's ``OptionError`` too: ``<prog>: error: <message>``)."""
+        from cli.core.options import OptionError
+
         args = self.parse(argv)
         if self.check is not None:
             self.check(args)
         if self.answer(args.given):
             return 0
         assert self.body is not None
-        return self.body(args)
+        try:
+            return self.body(args)
+        except OptionError as exc:  # a bad value (a time, a size, a directive's quote)
+            raise CommandError(exc.message, prefixed=exc.prefixed) from None
 
     def parse(self, argv: "Sequence[str]") -> "Args":
         """The command line by the table; a bad one raises getopt's line as a CommandError."""
