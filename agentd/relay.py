@@ -1,6 +1,6 @@
 """The relay: on a node that is not the head, agentd serves the commands' endpoint.
 
-Commands (sbatch, squeue, srun's client side, ``cli.client.Client``) connect to the path of
+Commands (sbatch, squeue, srun's client side, ``cli.core.client.Client``) connect to the path of
 ``client_endpoint`` wherever they run. On the head node schedd listens there; on a compute or
 login node the agent does (``schedd/localsock.LocalServer``, the same server: ``SO_PEERCRED``
 identity, length-prefixed frames, one reply per connection at a time) and forwards each

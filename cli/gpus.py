@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import click
 
-from cli.client import Client, ClientError
-from cli.formats import fmt_time
+from cli.core.client import Client, ClientError
+from cli.core.formats import fmt_time
 
 
 @click.command("fake-gpu")

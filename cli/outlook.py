@@ -5,7 +5,7 @@ start under run times predicted from history, and the nearby shapes that start s
 
 from __future__ import annotations
 
-from cli.formats import fmt_time
+from cli.core.formats import fmt_time
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
 if TYPE_CHECKING:

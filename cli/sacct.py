@@ -24,17 +24,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cli.client import Client
-from cli.errors import CommandError, fail, run_command
-from cli.formats import fmt_cpu_time, fmt_duration, fmt_time
-from cli.options import (
+from cli.core import Args, CommandError, command, fail, write_lines
+from cli.core.client import Client
+from cli.core.formats import fmt_cpu_time, fmt_duration, fmt_time
+from cli.core.options import (
     NO_ARG,
     OPTIONAL,
     Opt,
     OptionError,
     OptionTable,
     check_users,
-    parse_argv,
     parse_begin,
     parse_states,
 )
@@ -45,7 +44,6 @@ DEFAULT_FORMAT = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
 BRIEF_FORMAT = "JobID,State,ExitCode"
 LONG_FORMAT = ("JobID,JobIDRaw,JobName,Partition,MaxRSS,AllocCPUS,Elapsed,State,ExitCode,"
                "AllocTRES,ReqTRES,GPUHours,GPUUtil,GPUMemMax,Billing")
-VERSION = "slurm 22.05.8 (kiln)"
 
 TABLE = OptionTable([
     Opt("allusers", "a", NO_ARG), Opt("accounts", "A"), Opt("account", "", dest="accounts"),
@@ -570,20 +568,21 @@ USAGE = """Usage: sacct [options]
   --delimiter  --json  --name  --noconvert  -V, --version"""
 
 
-def collect(argv: Sequence[str]) -> dict[str, list[str | None]]:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    if positional:
-        fail(f"Unknown arguments: {' '.join(positional)}")
-    values: dict[str, list[str | None]] = {}
-    for opt, value in found:
+def refused(args: Args) -> None:
+    """What sacct refuses or warns about, before it answers --help."""
+    args.refuse_positional("Unknown arguments: {words}")
+    for opt, _ in args.parsed:
         if opt.dest in REFUSED:
             fail(f"--{opt.long} is not supported by kiln: {REFUSED[opt.dest]}")
         if IGNORED.get(opt.dest):
             print(f"{PROG}: warning: --{opt.long} is ignored: {IGNORED[opt.dest]}",
                   file=sys.stderr)
+
+
+def collect(args: Args) -> dict[str, list[str | None]]:
+    """Each dest's values: all of them for a repeatable option, else the last."""
+    values: dict[str, list[str | None]] = {}
+    for opt, value in args.parsed:
         if opt.dest in REPEATABLE:
             values.setdefault(opt.dest, []).append(value)
         else:
@@ -603,18 +602,18 @@ def choose_columns(values: dict[str, list[str | None]]) -> list[Column]:
     return parse_format(text)
 
 
-def sacct_command(argv: Sequence[str]) -> int:
-    values = collect(argv)
-    if "help" in values or "usage" in values:
-        print(USAGE)
-        return 0
-    if "version" in values:
-        print(VERSION)
-        return 0
+def print_field_names(fields: Sequence[Field]) -> None:
+    """--helpformat (sacct's and sstat's): the field names, four to a line."""
+    names = [f.name for f in fields]
+    for i in range(0, len(names), 4):
+        print("".join(n.ljust(20) for n in names[i:i + 4]).rstrip())
+
+
+@command(PROG, TABLE, help=USAGE + "\n", check=refused)
+def sacct(args: Args) -> int:
+    values = collect(args)
     if "helpformat" in values:
-        names = [f.name for f in FIELDS]
-        for i in range(0, len(names), 4):
-            print("".join(n.ljust(20) for n in names[i:i + 4]).rstrip())
+        print_field_names(FIELDS)
         return 0
     columns = choose_columns(values)
     specs = parse_job_specs([v or "" for v in values.get("jobs", [])])
@@ -649,8 +648,7 @@ def sacct_command(argv: Sequence[str]) -> int:
         delimiter = (values.get("delimiter") or ["|"])[-1] or "|"
     lines = render(rows, columns, opts, header="noheader" not in values, delimiter=delimiter,
                    trailing="parsable" in values)
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0
 
 
@@ -664,8 +662,7 @@ def json_version(values: dict[str, list[str | None]]) -> str:
         fail(str(exc))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, sacct_command, argv)
+main = sacct.main
 
 
 if __name__ == "__main__":

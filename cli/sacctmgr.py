@@ -12,10 +12,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from cli.client import Client
-from cli.errors import fail, run_command
-from cli.formats import fmt_duration
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv, parse_time_limit
+from cli.core import Args, command, fail
+from cli.core.client import Client
+from cli.core.formats import fmt_duration
+from cli.core.options import NO_ARG, Opt, OptionError, OptionTable, parse_time_limit
 
 PROG = "sacctmgr"
 
@@ -100,7 +100,7 @@ TIME_SETTINGS = {"maxwall", "maxwalldurationperjob", "gracetime"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, sacctmgr_command, argv)
+    return sacctmgr.main(argv)
 
 
 class Request:
@@ -163,12 +163,10 @@ def setting_value(key: str, value: str) -> str:
     return "-1" if secs is None else str(secs)
 
 
-def sacctmgr_command(argv: Sequence[str]) -> int:
-    try:
-        parsed, words = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        fail(exc.message, prefixed=exc.prefixed)
-    opts = {opt.dest for opt, _ in parsed}
+# -h is accepted and answers nothing of its own (kiln's sacctmgr has no help text)
+@command(PROG, TABLE, bare_getopt_errors=True)
+def sacctmgr(args: Args) -> int:
+    words, opts = args.positional, set(args.given)
     req = parse_words(words, "associations" in opts)
     if req.entity in ("cluster", "tres"):
         return static_show(req, opts)

@@ -30,28 +30,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command, submit_failure
-from cli.options import (
-    NO_ARG,
-    OPTIONAL,
-    REQUIRED,
+from cli.core import Command, CommandError, fail, run_command, submit_failure
+from cli.core.client import Client, ClientError
+from cli.core.options import NO_ARG, OPTIONAL, REQUIRED, Opt, OptionError, OptionTable
+from cli.submit import (
     SBATCH_OPTION_NAMES,
     X11_REFUSED,
-    Opt,
-    OptionError,
-    OptionTable,
     Settings,
     apply_options,
     env_options,
     ignored_warnings,
-    parse_argv,
     refused_option,
     resolve_cpus_per_gpu,
 )
 
 PROG = "salloc"
-VERSION_TEXT = "slurm 22.05.8 (kiln)"
 PENDING_AFTER = 1.0  # seconds without a start before salloc says the job is pending
 POLL_START, POLL_MAX = 0.05, 0.5  # seconds between polls while pending (backs off)
 TICK = 1.0  # seconds between looks at the allocation while the command runs
@@ -128,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(PROG, allocate_command, argv)
 
 
+SALLOC = Command(PROG, SALLOC_TABLE, help=USAGE, stop_at_positional=True)
+
+
 @dataclass
 class Request:
     """What salloc was asked: the job to submit and what to do with the allocation."""
@@ -174,20 +170,14 @@ def allocate_command(argv: Sequence[str]) -> int:
 
 
 def parse_request(argv: Sequence[str]) -> Request | None:
-    """The request salloc's arguments make; None when they asked for help or the version."""
-    try:
-        cli_opts, positional = parse_argv(argv, SALLOC_TABLE, stop_at_positional=True)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}" if not exc.prefixed else exc.message,
-                           prefixed=exc.prefixed) from None
-    cli_opts = [*env_options(dict(os.environ), SALLOC_ENV_VARS, SALLOC_TABLE), *cli_opts]
+    """The request salloc's arguments make; None when they asked for help or the version
+    (answered: no SALLOC_* variable names --help, --usage or --version)."""
+    args = SALLOC.parse(argv)
+    if SALLOC.answer(args.given):
+        return None
+    positional = args.positional
+    cli_opts = [*env_options(dict(os.environ), SALLOC_ENV_VARS, SALLOC_TABLE), *args.parsed]
     given = {opt.dest: value for opt, value in cli_opts}
-    if "help" in given or "usage" in given:
-        print(USAGE, end="")
-        return None
-    if "version" in given:
-        print(VERSION_TEXT)
-        return None
     if "x11" in given:
         fail(X11_REFUSED)
     immediate = _immediate(given)

@@ -25,13 +25,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command
-from cli.options import NO_ARG, REQUIRED, Opt, OptionError, OptionTable, parse_argv
+from cli.core import Args, command, fail
+from cli.core.client import Client, ClientError
+from cli.core.options import NO_ARG, REQUIRED, Opt, OptionTable
 from cli.srun import Lines
 
 PROG = "sattach"
-VERSION_TEXT = "slurm 22.05.8 (kiln)"
 POLL_START, POLL_MAX = 0.02, 0.25  # seconds between polls (backs off while nothing comes)
 USAGE = """Usage: sattach [options] <jobid.stepid>
   -h, --help                  show this help message
@@ -53,22 +52,12 @@ _STEP = re.compile(r"^(\d+)\.(\d+)$")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, attach_command, argv)
+    return attach.main(argv)
 
 
-def attach_command(argv: Sequence[str]) -> int:
-    try:
-        parsed, positional = parse_argv(argv, SATTACH_TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}" if not exc.prefixed else exc.message,
-                           prefixed=exc.prefixed) from None
-    given = {opt.dest: value for opt, value in parsed}
-    if "help" in given or "usage" in given:
-        print(USAGE, end="")
-        return 0
-    if "version" in given:
-        print(VERSION_TEXT)
-        return 0
+@command(PROG, SATTACH_TABLE, help=USAGE)
+def attach(args: Args) -> int:
+    given, positional = args.given, args.positional
     if "layout" in given or "pty" in given:
         fail(f"--{'layout' if 'layout' in given else 'pty'} is not supported by kiln's "
              "sattach")

@@ -11,11 +11,10 @@ import os
 import sys
 import time
 
-from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command, submit_failure
-from cli.options import (
+from cli.core import Args, Command, CommandError, fail, submit_failure
+from cli.core.client import Client, ClientError
+from cli.submit import (
     SBATCH_TABLE,
-    OptionError,
     Settings,
     apply_options,
     build_environment,
@@ -23,7 +22,6 @@ from cli.options import (
     directive_tokens,
     env_options,
     ignored_warnings,
-    parse_argv,
     refused_option,
     resolve_cpus_per_gpu,
 )
@@ -39,12 +37,10 @@ from kiln.wire.protocol import (
 
 TYPE_CHECKING = False  # typing and collections cost every command ms to import: checkers only
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from typing import Any
 
 PROG = "sbatch"
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
-VERSION_TEXT = "slurm 22.05.8 (kiln)"
 MAX_RETRIES = 15  # Slurm's: a submission schedd cannot take now (MaxJobCount) is retried
 USAGE = """Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]
 
@@ -75,48 +71,24 @@ Parallel run options (the common ones; every sbatch 22.05 option name is accepte
 """
 
 
-def main(argv: "Sequence[str] | None" = None) -> int:
-    return run_command(PROG, submit_command, argv)
-
-
-def _parse(argv: "Sequence[str]") -> "tuple[Any, list[str]]":
-    try:
-        return parse_argv(argv, SBATCH_TABLE, stop_at_positional=True)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}" if not exc.prefixed else exc.message,
-                           prefixed=exc.prefixed) from None
-
-
-def submit_command(argv: "Sequence[str]") -> int:
-    cli_opts, positional = _parse(argv)
-    quick = {opt.dest for opt, _ in cli_opts}
-    if "help" in quick or "usage" in quick:
-        print(USAGE, end="")
-        return 0
-    if "version" in quick:
-        print(VERSION_TEXT)
-        return 0
+def submit(args: "Args") -> int:
+    cli_opts, positional = args.parsed, args.positional
     wrap = next((v for opt, v in reversed(cli_opts) if opt.dest == "wrap"), None)
     if wrap is not None and positional:
         fail("Script arguments not permitted with --wrap option")
     script, default_name, command, script_args = read_script(wrap, positional)
 
-    try:
-        tokens = directive_tokens(script, positional[0] if positional else PROG)
-    except OptionError as exc:  # an unmatched quote in an #SBATCH line
-        raise CommandError(exc.message, prefixed=exc.prefixed) from None
-    directives, stray = _parse(tokens)
-    if stray:
-        fail(f"Invalid directive found in batch script: {stray[0]}")
+    tokens = directive_tokens(script, positional[0] if positional else PROG)
+    lines = SBATCH.parse(tokens)  # the #SBATCH lines, by the same table
+    directives = lines.parsed
+    if lines.positional:
+        fail(f"Invalid directive found in batch script: {lines.positional[0]}")
     settings: Settings = {"_max_array_size": paths.max_array_size()}
     environ = dict(os.environ)  # once: each read of os.environ decodes every variable again
     from_env = env_options(environ)
-    try:
-        apply_options(settings, directives)
-        apply_options(settings, from_env)
-        apply_options(settings, cli_opts)
-    except OptionError as exc:
-        raise CommandError(exc.message, prefixed=exc.prefixed) from None
+    apply_options(settings, directives)
+    apply_options(settings, from_env)
+    apply_options(settings, cli_opts)
     resolve_cpus_per_gpu(settings)
     check_request(settings, "Batch job submission failed")
     given = [*directives, *from_env, *cli_opts]
@@ -129,6 +101,11 @@ def submit_command(argv: "Sequence[str]") -> int:
     job = build_job(settings, script, default_name, command, script_args, environ)
     with Client() as client:
         return _submit(client, job, settings)
+
+
+SBATCH = Command(PROG, SBATCH_TABLE, submit, help=USAGE, stop_at_positional=True)
+main = SBATCH.main
+submit_command = SBATCH.invoke  # the command line to its exit status, errors raised
 
 
 def read_script(wrap: "str | None", positional: "list[str]") -> "tuple[str, str, str, list[str]]":
@@ -213,7 +190,7 @@ def _submit(client: "Client", job: "dict[str, Any]", settings: "Settings") -> in
         print(f"{PROG}: Job {job_id} to start at {start} using {reply.get('cpus', 1)} processors"
               f" on nodes {reply.get('nodes', '')} in partition {reply.get('partition', '')}",
               file=sys.stderr)
-        from cli.outlook import outlook_lines  # here: it imports cli.formats, ~2 ms a start
+        from cli.outlook import outlook_lines  # here: it imports cli.core.formats, ~2 ms a start
 
         for line in outlook_lines(reply):  # kiln's own, after Slurm's line (cli/outlook.py)
             print(f"{PROG}: {line}", file=sys.stderr)

@@ -9,15 +9,14 @@ from __future__ import annotations
 import re
 import sys
 
-from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command
-from cli.options import (
+from cli.core import Args, CommandError, command, fail, warn_ignored
+from cli.core.client import Client, ClientError
+from cli.core.options import (
     NO_ARG,
     Opt,
     OptionError,
     OptionTable,
     list_filters,
-    parse_argv,
     parse_states,
     signal_name,
 )
@@ -53,7 +52,7 @@ QUIET_WORDS = ("Invalid job id", "already completing or completed", "already don
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, scancel_command, argv)
+    return scancel.main(argv)
 
 
 def split_ids(positional: list[str]) -> list[str]:
@@ -103,26 +102,19 @@ def build_request(values: dict[str, str | None], positional: list[str]) -> dict[
     return body
 
 
-def scancel_command(argv: Sequence[str]) -> int:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    values = {opt.dest: value for opt, value in found}
-    if "help" in values or "usage" in values:
-        print("Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]\n"
-              "               [-p partition] [-Q] [-q qos] [--reservation=reservation]\n"
-              "               [-s signal | integer] [-t PENDING | RUNNING | SUSPENDED]\n"
-              "               [--usage] [-u user_name] [--hurry] [-V] [-v] [-w hosts...]\n"
-              "               [--wckey=wckey] [job_id[_array_id][.step_id]]")
-        return 0
-    if "version" in values:
-        print("slurm 22.05.8 (kiln)")
-        return 0
+USAGE = """Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]
+               [-p partition] [-Q] [-q qos] [--reservation=reservation]
+               [-s signal | integer] [-t PENDING | RUNNING | SUSPENDED]
+               [--usage] [-u user_name] [--hurry] [-V] [-v] [-w hosts...]
+               [--wckey=wckey] [job_id[_array_id][.step_id]]
+"""
+
+
+@command(PROG, TABLE, help=USAGE)
+def scancel(args: Args) -> int:
+    values, positional = args.given, args.positional
     if "quiet" not in values:
-        for dest, why in IGNORED.items():
-            if dest in values:
-                print(f"{PROG}: warning: --{dest} is ignored: {why}", file=sys.stderr)
+        warn_ignored(PROG, values, IGNORED)
     body = build_request(values, positional)
     try:
         with Client() as client:

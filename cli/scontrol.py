@@ -11,9 +11,9 @@ import os
 import sys
 import time
 
-from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command
-from cli.formats import (
+from cli.core import Args, CommandError, command, fail
+from cli.core.client import Client, ClientError
+from cli.core.formats import (
     command_text,
     fmt_duration,
     fmt_time,
@@ -22,17 +22,16 @@ from cli.formats import (
     job_tres,
     mem_str,
 )
-from cli.nodeview import node_gres, node_gres_drain
-from cli.options import (
+from cli.core.options import (
     NO_ARG,
     Opt,
     OptionError,
     OptionTable,
-    parse_argv,
     parse_begin,
     parse_memory_mb,
     parse_time_limit,
 )
+from cli.nodeview import node_gres, node_gres_drain
 from kiln.slurm.hostlist import HostlistError, compress, expand
 from kiln.slurm.text import printable_lines
 
@@ -77,26 +76,24 @@ def show_entity(word: str) -> str | None:
     return None
 
 
+USAGE = ("scontrol [<OPTION>] [<COMMAND>]\n  show job|node|partition|config|hostnames|"
+         "hostlist|reservation [<id>], hold|release|requeue <job_list>,\n  update JobId=<id> "
+         "<key>=<value>..., update NodeName=<name> State=<state> Reason=<text>,\n  "
+         "create|update|delete reservation <key>=<value>..., ping,\n  reconfigure, "
+         "reboot [ASAP] [nextstate=resume|down] [reason=<text>] ALL|<NodeList>,\n  "
+         "cancel_reboot <NodeList>\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, scontrol_command, argv)
+    return scontrol.main(argv)
 
 
-def scontrol_command(argv: Sequence[str]) -> int:
-    try:
-        found, words = parse_argv(argv, TABLE, stop_at_positional=True)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    flags = {opt.dest for opt, _ in found}
-    if "version" in flags or (words and words[0].lower() == "version"):
-        print("slurm 22.05.8 (kiln)")
-        return 0
-    if "help" in flags or "usage" in flags or not words:
-        print("scontrol [<OPTION>] [<COMMAND>]\n  show job|node|partition|config|hostnames|"
-              "hostlist|reservation [<id>], hold|release|requeue <job_list>,\n  update JobId=<id> "
-              "<key>=<value>..., update NodeName=<name> State=<state> Reason=<text>,\n  "
-              "create|update|delete reservation <key>=<value>..., ping,\n  reconfigure, "
-              "reboot [ASAP] [nextstate=resume|down] [reason=<text>] ALL|<NodeList>,\n  "
-              "cancel_reboot <NodeList>")
+@command(PROG, TABLE, help=USAGE, stop_at_positional=True,
+         answers=("version", "help", "usage"))
+def scontrol(line: Args) -> int:
+    words, flags = line.positional, line.given
+    if not words or words[0].lower() == "version":  # as --version; no command: as --help
+        scontrol.answer({"version" if words else "help": None})
         return 0
     command, args = words[0].lower(), words[1:]
     if command == "show":

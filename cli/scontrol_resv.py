@@ -12,10 +12,10 @@ import sys
 import time
 from typing import Any
 
-from cli.client import Client, ClientError
-from cli.errors import fail
-from cli.formats import fmt_duration, fmt_time
-from cli.options import OptionError, parse_begin, parse_time_limit
+from cli.core import fail, write_lines
+from cli.core.client import Client, ClientError
+from cli.core.formats import fmt_duration, fmt_time
+from cli.core.options import OptionError, parse_begin, parse_time_limit
 from kiln.slurm.hostlist import HostlistError, compress, expand
 
 UNLIMITED_DURATION = 365 * 86400  # Duration=UNLIMITED: a year, re-settable with update
@@ -207,6 +207,5 @@ def sinfo_reservations(header: bool = True) -> int:
              f"{'DURATION':>11}  NODELIST"] if header else []
     lines += [f"{n:<{width}} {s:>8}  {a:>19}  {e:>19}  {d:>11}  {nodes}"
               for n, s, a, e, d, nodes in rows]
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0

@@ -13,15 +13,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any
 
-from cli.client import Client
-from cli.errors import CommandError, fail, run_command
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
+from cli.core import Args, command, fail
+from cli.core.client import Client
+from cli.core.options import NO_ARG, Opt, OptionTable
 
 PROG = "sdiag"
-VERSION = "slurm 22.05.8 (kiln)"
 STARS = "*" * 55
 
 TABLE = OptionTable([
@@ -123,23 +121,18 @@ def json_report(d: dict[str, Any]) -> dict[str, Any]:
         "bf_when_last_cycle": int(d["last_when"]), "bf_active": False,
         "rpcs_by_message_type": [], "rpcs_by_user": [],
     }
-    from cli.formats import openapi_v38_meta
+    from cli.core.formats import openapi_v38_meta
 
     return {"meta": openapi_v38_meta(), "errors": [], "statistics": stats}
 
 
-def sdiag_command(argv: Sequence[str]) -> int:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    if positional:
-        fail(f"Unknown arguments: {' '.join(positional)}")
-    values = {opt.dest for opt, _ in found}
-    for flag, text in (("help", HELP), ("usage", USAGE), ("version", VERSION)):
-        if flag in values:
-            print(text)
-            return 0
+def _refused(args: Args) -> None:
+    args.refuse_positional("Unknown arguments: {words}")
+
+
+@command(PROG, TABLE, help=HELP + "\n", usage=USAGE + "\n", check=_refused)
+def sdiag(args: Args) -> int:
+    values = args.given
     if "reset" in values:
         fail("--reset is not supported by kiln: the figures start over when schedd does")
     if "yaml" in values:
@@ -153,8 +146,7 @@ def sdiag_command(argv: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, sdiag_command, argv)
+main = sdiag.main
 
 
 if __name__ == "__main__":

@@ -19,10 +19,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from cli.client import Client, ClientError
-from cli.errors import fail, run_command
-from cli.formats import fmt_duration
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
+from cli.core import Args, command, fail
+from cli.core.client import Client, ClientError
+from cli.core.formats import fmt_duration
+from cli.core.options import NO_ARG, Opt, OptionTable
 
 PROG = "seff"
 USAGE = "Usage: seff [Options] <Jobid>\n       Options:\n       -h    Help menu\n" \
@@ -35,21 +35,13 @@ _MB = {"K": 1 / 1024, "": 1.0, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2, "P": 102
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, seff_command, argv)
+    return seff.main(argv)
 
 
-def seff_command(argv: Sequence[str]) -> int:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        fail(exc.message, prefixed=exc.prefixed)
-    values = {opt.dest for opt, _ in found}
-    if "help" in values:
-        print(USAGE, end="")
-        return 0
-    if "version" in values:
-        print("seff Version: 2.1 (kiln)")
-        return 0
+# Getopt::Long's words: a bad option's message alone, without seff's name
+@command(PROG, TABLE, help=USAGE, version="seff Version: 2.1 (kiln)\n", bare_getopt_errors=True)
+def seff(args: Args) -> int:
+    values, positional = args.given, args.positional
     if len(positional) != 1 or not _JOB_ID.match(positional[0]):
         print(USAGE, end="", file=sys.stderr)
         return 1

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
-from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command
-from cli.formats import (
+from cli.core import Args, CommandError, command, fail, write_lines
+from cli.core.client import Client, ClientError
+from cli.core.formats import (
     Column,
     fmt_limit_minutes,
     fmt_time,
@@ -21,16 +21,14 @@ from cli.formats import (
     parse_long_format,
     parse_percent_format,
 )
-from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
-from cli.options import (
+from cli.core.options import (
     NO_ARG,
     OPTIONAL,
     Opt,
-    OptionError,
     OptionTable,
     env_defaults,
-    parse_argv,
 )
+from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
 from kiln.slurm.hostlist import compress, expand
 
 TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
@@ -209,7 +207,7 @@ def from_environment(values: dict[str, str | None]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, sinfo_command, argv)
+    return sinfo.main(argv)
 
 
 
@@ -256,22 +254,19 @@ def _widen(columns: list[Column], groups: list[Group], key: str, minimum: int) -
             c.width = max(values)
 
 
-def sinfo_command(argv: Sequence[str]) -> int:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    if positional:
-        fail(f"Unrecognized option: {positional[0]}")
-    values = {opt.dest: value for opt, value in found}
-    from_environment(values)
-    if "help" in values or "usage" in values:
-        print("Usage: sinfo [-adelNRrsTv] [-i seconds] [-t states] [-p partition] [-n nodes]\n"
-              "             [-S fields] [-o format] [-O Format] [--federation] [--local]")
-        return 0
-    if "version" in values:
-        print("slurm 22.05.8 (kiln)")
-        return 0
+USAGE = """Usage: sinfo [-adelNRrsTv] [-i seconds] [-t states] [-p partition] [-n nodes]
+             [-S fields] [-o format] [-O Format] [--federation] [--local]
+"""
+
+
+def _refused(args: Args) -> None:
+    args.refuse_positional("Unrecognized option: {first}")
+
+
+@command(PROG, TABLE, help=USAGE, check=_refused)
+def sinfo(args: Args) -> int:
+    values = args.given
+    from_environment(values)  # the command line's dests only: never --help's or --version's
     if "reservation" in values:  # -T: advance reservations (cli/scontrol_resv.py)
         from cli.scontrol_resv import sinfo_reservations
 
@@ -313,8 +308,7 @@ def sinfo_command(argv: Sequence[str]) -> int:
         import time
 
         lines.insert(0, time.strftime("%a %b %d %H:%M:%S %Y"))
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0
 
 

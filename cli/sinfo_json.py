@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from cli.formats import openapi_v38_meta
+from cli.core.formats import openapi_v38_meta
 from cli.nodeview import node_gres, node_gres_used, node_state, partition_nodes
 
 

@@ -13,16 +13,15 @@ does not know is Slurm's error on stderr, and the rest is printed.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from cli.client import Client
-from cli.errors import CommandError, fail, run_command
-from cli.formats import Column, pad, parse_percent_format
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
+from cli.core import Args, command, fail, write_lines
+from cli.core.client import Client
+from cli.core.formats import Column, pad, parse_percent_format
+from cli.core.options import NO_ARG, Opt, OptionTable
 
 PROG = "sprio"
-VERSION = "slurm 22.05.8 (kiln)"
 UINT32_MAX = 0xFFFFFFFF
 
 TABLE = OptionTable([
@@ -149,27 +148,15 @@ def _names(values: list[str | None]) -> list[str]:
     return [n for v in values for n in (v or "").split(",") if n]
 
 
-def collect(argv: Sequence[str]) -> dict[str, list[str | None]]:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    if positional:
-        fail(f"Unknown arguments: {' '.join(positional)}")
-    values: dict[str, list[str | None]] = {}
-    for opt, value in found:
-        if opt.dest == "sort":
-            fail("--sort is not supported by kiln: jobs are listed by id")
-        values.setdefault(opt.dest, []).append(value)
-    return values
+def _refused(args: Args) -> None:
+    args.refuse_positional("Unknown arguments: {words}")
+    if "sort" in args.given:
+        fail("--sort is not supported by kiln: jobs are listed by id")
 
 
-def sprio_command(argv: Sequence[str]) -> int:
-    values = collect(argv)
-    for flag, text in (("help", HELP), ("usage", USAGE), ("version", VERSION)):
-        if flag in values:
-            print(text)
-            return 0
+@command(PROG, TABLE, help=HELP + "\n", usage=USAGE + "\n", check=_refused)
+def sprio(args: Args) -> int:
+    values = args.every()
     job_ids = _names(values.get("jobs", []))
     for job_id in job_ids:
         if not job_id.isdigit():
@@ -197,13 +184,11 @@ def sprio_command(argv: Sequence[str]) -> int:
         lines.append(render_line(prefix, columns, None, weights))
     else:
         lines.extend(render_line(prefix, columns, job, weights) for job in jobs)
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, sprio_command, argv)
+main = sprio.main
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ import sys
 import time
 
 from cli.arrays import fold_pending_arrays
-from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command
-from cli.formats import (
+from cli.core import Args, CommandError, command, fail, warn_ignored
+from cli.core.client import Client, ClientError
+from cli.core.formats import (
     JOB_FIELDS,
     JOB_LETTERS,
     JOB_LONG_NAMES,
@@ -35,7 +35,7 @@ from cli.formats import (
     sort_column,
     uniform_key,
 )
-from cli.options import (
+from cli.core.options import (
     NO_ARG,
     OPTIONAL,
     Opt,
@@ -44,7 +44,6 @@ from cli.options import (
     check_users,
     env_defaults,
     list_filters,
-    parse_argv,
     parse_states,
 )
 
@@ -114,7 +113,7 @@ def json_version(values: dict[str, str | None]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, squeue_command, argv)
+    return squeue.main(argv)
 
 
 def parse_job_ids(text: str) -> list[str]:
@@ -219,29 +218,22 @@ def sort_order(table: Table, spec: str | None, ctx: Ctx, start: bool,
     return order
 
 
-def squeue_command(argv: Sequence[str]) -> int:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    values = {opt.dest: value for opt, value in found}
-    if "help" in values or "usage" in values:
-        print("Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid]\n"
-              "              [-n name] [-o format] [-p partitions] [--qos qos]\n"
-              "              [--reservation reservation] [--sort fields] [--start]\n"
-              "              [--steps] [-t states] [-u user_name] [--usage]\n"
-              "              [-L licenses] [-w nodes] [--federation] [--local] [--sibling]\n"
-              "              [-ahjlrsv]")
-        return 0
-    if "version" in values:
-        print("slurm 22.05.8 (kiln)")
-        return 0
+USAGE = """Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid]
+              [-n name] [-o format] [-p partitions] [--qos qos]
+              [--reservation reservation] [--sort fields] [--start]
+              [--steps] [-t states] [-u user_name] [--usage]
+              [-L licenses] [-w nodes] [--federation] [--local] [--sibling]
+              [-ahjlrsv]
+"""
+
+
+@command(PROG, TABLE, help=USAGE)
+def squeue(args: Args) -> int:
+    values, positional = args.given, args.positional
     for dest, message in REFUSED.items():
         if dest in values:
             fail(message)
-    for dest, why in IGNORED.items():
-        if dest in values:
-            print(f"{PROG}: warning: --{dest} is ignored: {why}", file=sys.stderr)
+    warn_ignored(PROG, values, IGNORED)
     from_environment(values)
     query = build_query(values, positional)
     prefix, columns = choose_columns(values)
@@ -438,7 +430,7 @@ def print_json(jobs: list[dict[str, Any]], ctx: Ctx, version: str = "",
 
         doc = squeue_json.document(jobs, ctx, version, values or {})
     else:
-        from cli.formats import openapi_v38_meta
+        from cli.core.formats import openapi_v38_meta
 
         doc = {"meta": openapi_v38_meta(), "errors": [],
                "jobs": [json_job(j, ctx) for j in jobs]}

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from cli import data_parser
-from cli.formats import Ctx, job_num_cpus, job_num_nodes, job_tres
+from cli.core.formats import Ctx, job_num_cpus, job_num_nodes, job_tres
 
 nv = data_parser.no_val
 
@@ -135,7 +135,7 @@ def _memory(job: dict[str, Any]) -> dict[str, Any]:
 def job_info(job: dict[str, Any], ctx: Ctx, cluster: str, version: str,
              flags: list[str]) -> dict[str, Any]:
     """One job as data_parser v0.0.40/41's job_info (the rest is the schema's empty value)."""
-    from cli.formats import _gname
+    from cli.core.formats import _gname
 
     limit = job.get("time_limit")
     alloc = job.get("allocation") or []

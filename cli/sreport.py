@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.client import Client
-from cli.errors import CommandError, fail, run_command
-from cli.formats import fmt_time
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
+from cli.core import Args, CommandError, command, fail, write_lines
+from cli.core.client import Client
+from cli.core.formats import fmt_time
+from cli.core.options import NO_ARG, Opt, OptionTable
 from cli.sacct import fit, midnight, parse_time_arg
 
 PROG = "sreport"
@@ -397,21 +396,13 @@ def check_tres(data: dict[str, Any], s: Settings) -> None:
 USAGE = """Usage: sreport [-t minutes|hours|seconds|percent] [-T tres] [-P|-p] [-n] COMMAND
   cluster Utilization | AccountUtilizationByUser | UserUtilizationByAccount | AccountCost
   user TopUsage
-  parameters: start=TIME end=TIME accounts=A,B users=U,V TopCount=N"""
+  parameters: start=TIME end=TIME accounts=A,B users=U,V TopCount=N
+"""
 
 
-def sreport_command(argv: Sequence[str]) -> int:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    values = {opt.dest: value for opt, value in found}
-    if "help" in values or "usage" in values:
-        print(USAGE)
-        return 0
-    if "version" in values:
-        print("slurm 22.05.8 (kiln)")
-        return 0
+@command(PROG, TABLE, help=USAGE)
+def sreport(args: Args) -> int:
+    values, positional = args.given, args.positional
     if not positional:
         fail("no report asked for (kiln's sreport is not interactive); see sreport --help")
     kind = pick(positional[0], ["cluster", "user"])
@@ -439,13 +430,11 @@ def sreport_command(argv: Sequence[str]) -> int:
         lines = account_cost(data, s)
     else:
         lines = user_usage(data, s, s.top)
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, sreport_command, argv)
+main = sreport.main
 
 
 if __name__ == "__main__":

@@ -39,30 +39,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from cli.client import Client, ClientError
-from cli.errors import CommandError, fail, run_command, submit_failure
-from cli.options import (
-    NO_ARG,
-    OPTIONAL,
-    REQUIRED,
+from cli.core import Command, CommandError, fail, run_command, submit_failure
+from cli.core.client import Client, ClientError
+from cli.core.options import NO_ARG, OPTIONAL, REQUIRED, Opt, OptionError, OptionTable
+from cli.submit import (
     X11_REFUSED,
-    Opt,
-    OptionError,
-    OptionTable,
     Settings,
     apply_options,
     build_environment,
     check_request,
     env_options,
     ignored_warnings,
-    parse_argv,
     refused_option,
 )
 from kiln import paths
 from kiln.slurm import rlimits
 
 PROG = "srun"
-VERSION_TEXT = "slurm 22.05.8 (kiln)"
 POLL_START, POLL_MAX = 0.05, 0.25  # seconds between step_wait polls (backs off)
 QUEUED_AFTER = 1.0  # seconds pending before srun says the job is queued (as Slurm does)
 RELEASE_WAIT = 30.0  # seconds srun waits, at most, for its job to end after its step
@@ -87,7 +80,7 @@ Parallel run options (the common ones):
 """
 
 # srun 22.05's option names: "long:mode[:short]". Those kiln acts on have handlers (sbatch's,
-# shared through cli.options, plus label/unbuffered below); the rest are accepted and ignored
+# shared through cli.submit, plus label/unbuffered below); the rest are accepted and ignored
 # where ignoring them changes no result (binding, MPI plugin, verbosity), refused otherwise.
 SRUN_OPTION_NAMES = """
 account:r:A acctg-freq:r bb:r bbf:r begin:r:b bcast:o chdir:r:D cluster-constraint:r
@@ -156,6 +149,8 @@ def _srun_table() -> OptionTable:
 
 
 SRUN_TABLE = _srun_table()
+# srun answers --help after its refusals and its options' values are checked (parse, below)
+SRUN = Command(PROG, SRUN_TABLE, help=USAGE, stop_at_positional=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -164,12 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def parse(argv: Sequence[str]) -> tuple[Settings, list[str]]:
     """(settings as sbatch's handlers store them, plus srun's own; the command and its args)."""
-    try:
-        parsed, command = parse_argv(argv, SRUN_TABLE, stop_at_positional=True)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}" if not exc.prefixed else exc.message,
-                           prefixed=exc.prefixed) from None
-    parsed = [*env_options(dict(os.environ), SRUN_ENV_VARS, SRUN_TABLE), *parsed]
+    args = SRUN.parse(argv)
+    command = args.positional
+    parsed = [*env_options(dict(os.environ), SRUN_ENV_VARS, SRUN_TABLE), *args.parsed]
     for opt, _ in parsed:
         if opt.dest in UNSUPPORTED:
             fail(f"--{opt.long} is not supported by kiln's srun")
@@ -203,11 +195,7 @@ def parse(argv: Sequence[str]) -> tuple[Settings, list[str]]:
 
 def srun_command(argv: Sequence[str]) -> int:
     settings, command = parse(argv)
-    if settings.get("_help") or settings.get("_usage"):
-        print(USAGE, end="")
-        return 0
-    if settings.get("_version"):
-        print(VERSION_TEXT)
+    if SRUN.answer({flag: None for flag in ("help", "usage", "version") if settings.get(f"_{flag}")}):
         return 0
     if not command:
         raise CommandError(f"{PROG}: fatal: No command given to execute.", prefixed=False)

@@ -19,8 +19,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cli.client import Client, ClientError
-from cli.errors import run_command
+from cli.core import run_command
+from cli.core.client import Client, ClientError
 
 PROG = "srun"
 STEP_ID = 0  # srun's step is the job's first

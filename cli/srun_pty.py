@@ -33,8 +33,8 @@ import tty
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.client import Client, ClientError
-from cli.errors import fail
+from cli.core import fail
+from cli.core.client import Client, ClientError
 
 FAST, SLOW = 0.001, 0.05  # seconds between step_wait polls: while busy, and idle at most
 BUSY_FOR = 0.2  # seconds of fast polling after the last key or output

@@ -11,9 +11,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from cli.client import Client
-from cli.errors import fail, run_command
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
+from cli.core import Args, command, fail
+from cli.core.client import Client
+from cli.core.options import NO_ARG, Opt, OptionTable
 from cli.sacctmgr import table
 
 PROG = "sshare"
@@ -50,17 +50,14 @@ LONG = ("Account,User,RawShares,NormShares,RawUsage,NormUsage,EffectvUsage,FairS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, sshare_command, argv)
+    return sshare.main(argv)
 
 
-def sshare_command(argv: Sequence[str]) -> int:
-    try:
-        parsed, extra = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        fail(exc.message, prefixed=exc.prefixed)
-    if extra:
-        fail(f"unrecognized argument '{extra[0]}'")
-    opts = {opt.dest: value for opt, value in parsed}
+# -h is accepted and answers nothing of its own (kiln's sshare has no help text)
+@command(PROG, TABLE, bare_getopt_errors=True)
+def sshare(args: Args) -> int:
+    args.refuse_positional("unrecognized argument '{first}'")
+    opts = args.given
     with Client() as client:
         reply = client.call("sshare", {})
     rows = select(reply["rows"], opts, reply.get("me", ""))

@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from cli.client import Client
-from cli.errors import CommandError, fail, run_command
-from cli.formats import fmt_cpu_time, fmt_duration
-from cli.options import NO_ARG, Opt, OptionError, OptionTable, parse_argv
-from cli.sacct import Column, Field, Options, render
+from cli.core import Args, command, fail, write_lines
+from cli.core.client import Client
+from cli.core.formats import fmt_cpu_time, fmt_duration
+from cli.core.options import NO_ARG, Opt, OptionTable
+from cli.sacct import Column, Field, Options, print_field_names, render
 from kiln.slurm.tres import unit_text
 
 PROG = "sstat"
-VERSION = "slurm 22.05.8 (kiln)"
 DEFAULT_FORMAT = (
     "JobID,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS,"
     "MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,MinCPUNode,MinCPUTask,AveCPU,NTasks,"
@@ -333,35 +332,17 @@ def choose(answer: dict[str, Any], step: str | None, all_steps: bool,
 # --- the command -----------------------------------------------------------------------------
 
 
-def collect(argv: Sequence[str]) -> tuple[dict[str, list[str | None]], list[str]]:
-    try:
-        found, positional = parse_argv(argv, TABLE, stop_at_positional=False)
-    except OptionError as exc:
-        raise CommandError(f"{PROG}: {exc.message}", prefixed=False) from None
-    values: dict[str, list[str | None]] = {}
-    for opt, value in found:
-        if opt.dest == "pidformat":
-            fail("--pidformat is not supported by kiln: sstat shows a step's figures, "
-                 "not its processes")
-        values.setdefault(opt.dest, []).append(value)
-    return values, positional
+def _refused(args: Args) -> None:
+    if "pidformat" in args.given:
+        fail("--pidformat is not supported by kiln: sstat shows a step's figures, "
+             "not its processes")
 
 
-def sstat_command(argv: Sequence[str]) -> int:
-    values, positional = collect(argv)
-    if "help" in values:
-        print(HELP)
-        return 0
-    if "usage" in values:
-        print(USAGE)
-        return 0
-    if "version" in values:
-        print(VERSION)
-        return 0
+@command(PROG, TABLE, help=HELP + "\n", usage=USAGE + "\n", check=_refused)
+def sstat(args: Args) -> int:
+    values, positional = args.every(), args.positional
     if "helpformat" in values:
-        names = [f.name for f in FIELDS]
-        for i in range(0, len(names), 4):
-            print("".join(n.ljust(20) for n in names[i:i + 4]).rstrip())
+        print_field_names(FIELDS)
         return 0
     columns = parse_format(",".join(v or "" for v in values["format"]) if "format" in values
                            else DEFAULT_FORMAT)
@@ -391,12 +372,10 @@ def _print(rows: list[Row], columns: list[Column], values: dict[str, list[str | 
     lines = render(rows, columns, Options(0.0, "noconvert" in values),
                    header="noheader" not in values, delimiter="|" if parsable else None,
                    trailing="parsable" in values)
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    write_lines(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(PROG, sstat_command, argv)
+main = sstat.main
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from cli.client import Client, ClientError
-from cli.formats import fmt_duration, fmt_time
-from cli.options import OptionError, parse_time_limit
+from cli.core.client import Client, ClientError
+from cli.core.formats import fmt_duration, fmt_time
+from cli.core.options import OptionError, parse_time_limit
 
 
 @click.command()

@@ -58,7 +58,7 @@ class ClusterState:
 
 def gather(user: str) -> ClusterState:
     """Fetch what the view shows (each reply as the commands get it)."""
-    from cli.client import Client, ClientError
+    from cli.core.client import Client, ClientError
 
     with Client() as client:
         nodes = client.call("query_nodes", {})
@@ -90,7 +90,7 @@ def rows(reply: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _clock(secs: float | None) -> str:
-    from cli.formats import fmt_secs
+    from cli.core.formats import fmt_secs
 
     return fmt_secs(secs)
 
@@ -308,7 +308,7 @@ def live(view: View) -> None:
 @click.option("-p", "--partition", default="", help="show only this partition's queue")
 def top(once: bool, user: str | None, partition: str) -> None:
     """A live view of nodes, GPUs, the queue and your jobs (q quits)."""
-    from cli.client import ClientError
+    from cli.core.client import ClientError
 
     view = View(user or getpass.getuser(), partition=partition)
     try:

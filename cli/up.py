@@ -198,7 +198,7 @@ def _wait(predicate, timeout: float, what: str) -> None:
 
 
 def _ping(cfg: kconfig.Config) -> bool:
-    from cli.client import Client, ClientError
+    from cli.core.client import Client, ClientError
 
     try:
         with Client(cfg=cfg, timeout=1.0) as client:
@@ -209,7 +209,7 @@ def _ping(cfg: kconfig.Config) -> bool:
 
 
 def _alive_nodes(cfg: kconfig.Config) -> set[str]:
-    from cli.client import Client, ClientError
+    from cli.core.client import Client, ClientError
 
     try:
         with Client(cfg=cfg, timeout=2.0) as client:
@@ -222,7 +222,7 @@ def _alive_nodes(cfg: kconfig.Config) -> set[str]:
 def _containment_reasons(cfg: kconfig.Config, names: list[str]) -> list[str]:
     """What this host's agents said they cannot enforce (their nodes' ``cgroups: ...``
     reasons), one per distinct text."""
-    from cli.client import Client, ClientError
+    from cli.core.client import Client, ClientError
 
     try:
         with Client(cfg=cfg, timeout=2.0) as client:
@@ -391,7 +391,7 @@ def down(cancel: bool) -> None:
 def _live_jobs(cfg: kconfig.Config) -> dict[str, str]:
     """Each job schedd still has pending or running (id -> state); empty when it does not
     answer (nothing to report then)."""
-    from cli.client import Client, ClientError
+    from cli.core.client import Client, ClientError
 
     try:
         with Client(cfg=cfg, timeout=2.0) as client:
@@ -404,7 +404,7 @@ def _live_jobs(cfg: kconfig.Config) -> dict[str, str]:
 
 def _cancel_all(cfg: kconfig.Config, ids: list[str]) -> None:
     """Cancel ``ids`` and wait (up to 30 s) until schedd has none of them live."""
-    from cli.client import Client, ClientError
+    from cli.core.client import Client, ClientError
 
     try:
         with Client(cfg=cfg, timeout=10.0) as client:

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from cli.client import Client, ClientError
-from cli.formats import fmt_duration, fmt_time
+from cli.core.client import Client, ClientError
+from cli.core.formats import fmt_duration, fmt_time
 from cli.outlook import outlook_lines
 from kiln.slurm.priority import FACTORS
 

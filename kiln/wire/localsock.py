@@ -1,6 +1,6 @@
 """The commands' local endpoint: a Unix-domain stream socket that knows who is asking.
 
-Every command (and the Python submit API, ``cli.client.Client``) connects here. The kernel
+Every command (and the Python submit API, ``cli.core.client.Client``) connects here. The kernel
 says who the peer is (``SO_PEERCRED``: pid, uid, gid), never the message. Frames are
 length-prefixed (4 bytes, big-endian, then the versioned JSON envelope of
 ``kiln.wire.protocol``); one request is answered before the next one of the same connection is
@@ -67,7 +67,7 @@ class Stream:
     only once the last is nearly sent, so schedd holds about one piece of it for a slow reader
     instead of the whole reply. On the wire a streamed frame is the header ``STREAMED``, then
     chunks of a 4-byte length and that many bytes, ending with a chunk of length 0
-    (cli/client.py reads both forms). ``left`` estimates the pieces still to come, for the
+    (cli/core/client.py reads both forms). ``left`` estimates the pieces still to come, for the
     bound on what unread replies may hold."""
 
     __slots__ = ("pieces", "left", "made", "largest", "done", "_ahead")

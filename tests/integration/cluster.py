@@ -225,7 +225,7 @@ max_time = 3600
 
     def job(self, job_id: int | str) -> dict[str, Any]:
         """The job as schedd's wire reports it (the data behind squeue/scontrol)."""
-        from cli.client import Client
+        from cli.core.client import Client
 
         with Client(endpoint=f"ipc://{self.socket}", timeout=10) as client:
             jobs = client.call("query_jobs", {"job_ids": [str(job_id)]})["jobs"]
@@ -284,7 +284,7 @@ def until(check: Any, what: str = "", timeout: float = 60) -> Any:
 
 _RAW_CLIENT = r"""
 import json, sys
-from cli.client import Client
+from cli.core.client import Client
 from kiln.wire import protocol
 client = Client(endpoint=sys.argv[1], timeout=10)
 out = []

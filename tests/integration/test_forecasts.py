@@ -72,7 +72,7 @@ def test_test_only_and_why_give_quantiles_and_the_shapes_that_start_sooner(
 def _band_published(cluster: Cluster, job_id: int) -> bool:
     """Whether schedd has published the job's band (the forecast timer has run since it was
     submitted): kiln why's figures are computed on demand, so ask the daemon's record."""
-    from cli.client import Client
+    from cli.core.client import Client
 
     with Client(endpoint=f"ipc://{cluster.socket}", timeout=10) as client:
         reply = client.call("forecast_stats", {"since": 0.0})

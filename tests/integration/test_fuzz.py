@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli import sbatch
-from cli.client import Client, ClientError
-from cli.errors import CommandError
-from cli.options import SBATCH_TABLE
+from cli.core import CommandError
+from cli.core.client import Client, ClientError
+from cli.submit import SBATCH_TABLE
 from kiln import keys
 from kiln.wire import operations, protocol
 from kiln.wire.localsock import HEADER

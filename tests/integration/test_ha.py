@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.client import listening
+from cli.core.client import listening
 from tests.integration.cluster import Cluster, cleanup, world_tempdir
 from tests.integration.conftest import _cluster
 

@@ -34,7 +34,7 @@ def _refused(res: subprocess.CompletedProcess[str], message: str) -> None:
 
 def _raw(cluster: Cluster, user: str, op: str, body: dict) -> dict:
     """One request on kiln's own client, as ``user``: the reply or the error."""
-    code = ("import json, sys\nfrom cli.client import Client, ClientError\n"
+    code = ("import json, sys\nfrom cli.core.client import Client, ClientError\n"
             f"body = json.loads({json.dumps(json.dumps(body))})\n"
             "try:\n    with Client(timeout=20) as c:\n"
             f"        print(json.dumps({{'ok': c.call({op!r}, body)}}))\n"

@@ -199,7 +199,7 @@ def test_sinfo_long_starts_with_the_date_line(two_nodes: Cluster) -> None:
 def test_slurmd_start_time_is_the_agents_start_not_the_hosts_boot(two_nodes: Cluster) -> None:
     import psutil
 
-    from cli.formats import fmt_time
+    from cli.core.formats import fmt_time
 
     node = _node(two_nodes, "node1")
     agent = next(p for p in psutil.process_iter(["cmdline"])
@@ -239,7 +239,7 @@ def test_kiln_up_does_not_reshape_running_nodes(two_nodes: Cluster) -> None:
 
 
 def test_sinfo_r_says_who_set_the_reason_and_when(two_nodes: Cluster, other_user: str) -> None:
-    from cli.formats import fmt_time
+    from cli.core.formats import fmt_time
 
     before = int(time.time())
     res = two_nodes.run("scontrol", "update", "NodeName=node2", "State=DRAIN",

@@ -189,7 +189,7 @@ def test_a_user_on_node2_cannot_act_on_someone_elses_job(relayed: Relayed,
 
 _RAW = r"""
 import json, sys
-from cli.client import Client
+from cli.core.client import Client
 job = {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "held": "user"}
 with Client() as c:
     outer = {"v": 1, "op": "submit", "id": 1, "uid": 0, "gid": 0, "user": "root",
@@ -240,7 +240,7 @@ def test_a_login_node_relays_and_is_no_node(relayed: Relayed) -> None:
 
 _MANY = r"""
 import json
-from cli.client import Client
+from cli.core.client import Client
 job = {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "held": "user", "comment": "c" * 1500}
 with Client() as c:
     ids = [c.call("submit", {"job": job})["job_id"] for _ in range(1000)]

@@ -41,7 +41,7 @@ def reason_of(cluster: Cluster, job_id: int, reason: str, timeout: float = 30) -
 
 def _reservation(cluster: Cluster, name: str) -> dict:
     """The reservation as schedd's wire reports it (the data behind scontrol show)."""
-    from cli.client import Client
+    from cli.core.client import Client
 
     with Client(endpoint=f"ipc://{cluster.home}/schedd.sock", timeout=10) as client:
         (resv,) = client.call("query_reservations", {"names": [name]})["reservations"]

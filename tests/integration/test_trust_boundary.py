@@ -1,5 +1,5 @@
 """The trust boundary, end to end, from a second, unprivileged Unix user through the Python API
-(``cli.client.Client`` over schedd's ipc socket, in a process of that user):
+(``cli.core.client.Client`` over schedd's ipc socket, in a process of that user):
 
 - the issue's reproduction: a submission that plants server-owned state (``extra``:
   ``admin_priority``, ``run_limit``) is refused with an error naming the field and creates no
@@ -30,14 +30,14 @@ from tests.integration.cluster import BIN, Cluster, until
 PLANTED_PRIORITY = 1_000_000
 
 # One connection, as the caller: read [[op, body], ...] on stdin, print each outcome. Mode
-# "client": through cli.client.Client (the Python API); after a request it got no answer to,
+# "client": through cli.core.client.Client (the Python API); after a request it got no answer to,
 # the rest are not sent (so a schedd that answers no more costs one timeout, not hundreds).
 # Mode "raw": a bare DEALER that records every reply as it comes, with whether its id is the
-# request's (cli.client.Client drops a reply whose id is not, and reports the request
+# request's (cli.core.client.Client drops a reply whose id is not, and reports the request
 # unanswered: "unreachable"), so that every case is seen even then.
 _AS_USER = r"""
 import json, sys
-from cli.client import Client, ClientError
+from cli.core.client import Client, ClientError
 from kiln.wire import protocol
 endpoint, mode = sys.argv[1], sys.argv[2]
 requests = json.load(sys.stdin)
@@ -294,9 +294,9 @@ def test_every_op_refuses_unknown_misspelled_and_mistyped_fields(cluster: Cluste
     assert not wrong, f"{len(wrong)} of {len(cases)} not refused as expected: " \
         + "\n".join(map(repr, wrong[:20]))
     # what the Python API sees: a refusal whose id is not the request's is dropped by
-    # cli.client.Client, which then reports "Unable to contact slurm controller"
+    # cli.core.client.Client, which then reports "Unable to contact slurm controller"
     assert unmatched == 0, (f"{unmatched} of {len(cases)} refusals do not carry their "
-                            f"request's id (cli.client.Client never sees them)")
+                            f"request's id (cli.core.client.Client never sees them)")
     # and schedd is still there
     assert as_user(cluster, other_user, [("ping", {})])[0]["ok"]
 

@@ -124,8 +124,8 @@ def test_sbatch_gpus_per_socket_is_refused(schedd, capsys) -> None:
 def test_compatibility_page_lists_every_sbatch_and_srun_option() -> None:
     from pathlib import Path
 
-    from cli.options import SBATCH_OPTION_NAMES
     from cli.srun import SRUN_OPTION_NAMES
+    from cli.submit import SBATCH_OPTION_NAMES
 
     page = (Path(__file__).parents[2] / "docs" / "compatibility.md").read_text()
     sbatch_part, _, srun_part = page.partition("## srun")
@@ -141,7 +141,7 @@ def test_a_short_command_ends_with_its_output_flushed_and_its_status(tmp_path) -
     import subprocess
     import sys
 
-    code = ("import sys\nfrom cli.errors import exit_now\n"
+    code = ("import sys\nfrom cli.core import exit_now\n"
             "sys.stdout.write('out'); sys.stderr.write('err')\nexit_now(3)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import zmq
 
-from cli.client import Client, ClientError
+from cli.core.client import Client, ClientError
 from kiln.wire import operations, protocol
 from kiln.wire.localsock import LocalServer
 

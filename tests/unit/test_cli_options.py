@@ -6,12 +6,8 @@ import time
 
 import pytest
 
-from cli.options import (
-    SBATCH_TABLE,
+from cli.core.options import (
     OptionError,
-    apply_options,
-    build_environment,
-    directive_tokens,
     parse_argv,
     parse_array,
     parse_begin,
@@ -24,6 +20,7 @@ from cli.options import (
     parse_states,
     parse_time_limit,
 )
+from cli.submit import SBATCH_TABLE, apply_options, build_environment, directive_tokens
 
 
 def settings_of(argv: list[str]) -> dict:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cli import sbatch
-from cli.client import ClientError
+from cli.core.client import ClientError
 from kiln.slurm import rlimits
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 
@@ -267,7 +267,7 @@ def test_an_environment_over_the_cap_fails_at_once(submitted, monkeypatch, capsy
 
 
 def test_a_request_over_the_message_cap_is_refused_by_the_client(fake_schedd) -> None:  # noqa: F811
-    from cli.client import Client
+    from cli.core.client import Client
 
     fake = fake_schedd(accept())
     with Client(endpoint=fake.endpoint, timeout=5) as client, \

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cli import scontrol
-from cli.client import ClientError
+from cli.core.client import ClientError
 from kiln.model import Job, JobState, NodeAllocation
 from tests.unit.test_cli_fake import fake_schedd  # noqa: F401  (fixture)
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from cli import squeue
-from cli.client import ClientError
-from cli.formats import (
+from cli.core.client import ClientError
+from cli.core.formats import (
     JOB_FIELDS,
     JOB_LETTERS,
     Ctx,

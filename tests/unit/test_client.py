@@ -1,4 +1,4 @@
-"""The local endpoint (kiln/wire/localsock.py) and its client (cli/client.py): identity from the
+"""The local endpoint (kiln/wire/localsock.py) and its client (cli/core/client.py): identity from the
 kernel, length-prefixed frames, one reply held per client, and failures said at once."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from cli.client import LOST, UNREACHABLE, Client, ClientError
+from cli.core.client import LOST, UNREACHABLE, Client, ClientError
 from kiln.identity import Caller
 from kiln.wire import operations, protocol
 from kiln.wire.localsock import HEADER, LocalServer, Work

@@ -15,10 +15,10 @@ ROOT = Path(__file__).parents[2]
 
 
 @pytest.mark.parametrize("module,absent", [
-    # --test-only's lines (cli.outlook, with cli.formats: ~2 ms a start) only for --test-only;
+    # --test-only's lines (cli.outlook, with cli.core.formats: ~2 ms a start) only for --test-only;
     # the op schemas (kiln.wire.operations: ~2.5M instructions to build) only in the daemons;
-    # __future__ (annotations are strings), struct and itertools (cli.client): ~0.5M each
-    ("cli.sbatch", {"cli.outlook", "cli.formats", "collections", "re", "json", "typing",
+    # __future__ (annotations are strings), struct and itertools (cli.core.client): ~0.5M each
+    ("cli.sbatch", {"cli.outlook", "cli.core.formats", "collections", "re", "json", "typing",
                     "kiln.wire.operations", "__future__", "struct", "itertools"}),
     # cpulist's Iterable is for checkers: collections cost sinfo ~2 ms
     ("cli.sinfo", {"collections", "re", "json", "typing"}),
@@ -32,8 +32,9 @@ def test_sbatch_loads_these_modules_of_kiln_and_no_more() -> None:
     (8 parallel sbatch loops are bound by the commands' CPU: docs/benchmarks.md, issue 13): one
     more on this path should be a decision, not an accident."""
     kiln = {m for m in _loaded("cli.sbatch") if m.split(".")[0] in ("cli", "kiln", "schedd", "agentd")}
-    assert kiln == {"cli", "cli.sbatch", "cli.errors", "cli.client", "cli.options",
-                    "kiln", "kiln.paths", "kiln.wire", "kiln.wire.protocol", "kiln.wire.wirejson",
+    assert kiln == {"cli", "cli.sbatch", "cli.submit", "cli.core", "cli.core.client",
+                    "cli.core.options", "kiln", "kiln.paths", "kiln.wire", "kiln.wire.protocol",
+                    "kiln.wire.wirejson",
                     # the submitter's umask and soft limits (PropagateResourceLimits)
                     "kiln.slurm", "kiln.slurm.rlimits"}
 

@@ -276,7 +276,7 @@ def test_every_key_kiln_fills_is_in_the_schema(version: str) -> None:
     """document() keeps only the schema's keys: a key kiln builds that the schema lacks (a
     typo) would vanish without a failure anywhere else."""
     from cli import sacct_json, sinfo_json, squeue_json
-    from cli.formats import Ctx
+    from cli.core.formats import Ctx
 
     job = schema(version, "squeue")["properties"]["jobs"]["items"]
     assert [k for j in JOBS for k in unknown_keys(job, squeue_json.job_info(

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cli.options import OptionError, parse_restart_cost
+from cli.core.options import OptionError
+from cli.submit import parse_restart_cost
 from kiln.config import Config
 from kiln.model import Job, JobState, NodeAllocation, PreemptMark
 from schedd.domain.accounts import QOS, Accounts, Association

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cli import squeue
-from cli.formats import (
+from cli.core.formats import (
     JOB_ATTRS,
     JOB_FIELDS,
     Ctx,

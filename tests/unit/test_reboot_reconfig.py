@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.errors import CommandError
+from cli.core import CommandError
 from cli.nodeview import node_state
 from cli.scontrol import parse_reboot
 from kiln import reconfig

@@ -321,7 +321,7 @@ def test_each_field_reads_only_the_keys_it_declares() -> None:
 
 def test_cpu_times_are_spelt_as_slurms_sacct_spells_them() -> None:
     """Slurm's _elapsed_time: milliseconds truncated, shown only under an hour."""
-    from cli.formats import fmt_cpu_time
+    from cli.core.formats import fmt_cpu_time
 
     cases = {None: "", 0: "00:00:00", 0.004: "00:00.004", 1.2345: "00:01.234",
              59.9996: "00:59.999", 75: "00:01:15", 3600.5: "01:00:00", 90061: "1-01:01:01"}

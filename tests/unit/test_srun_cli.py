@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli import srun, srun_hold
-from cli.errors import CommandError
+from cli.core import CommandError
 from kiln.slurm import rlimits
 
 

@@ -57,7 +57,7 @@ def test_what_json_cannot_hold_is_refused_as_json_refuses_it() -> None:
 def test_a_command_talks_json_without_importing_json_or_re() -> None:
     """The point of the module: sbatch's imports (and the client's) add neither json nor re to
     what the interpreter loaded at its start (an editable install's finder loads re itself)."""
-    code = ("import sys; before = set(sys.modules); import cli.sbatch, cli.client; "
+    code = ("import sys; before = set(sys.modules); import cli.sbatch, cli.core.client; "
             "print(sorted({'json', 're', 'typing', 'socket'} & (set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
