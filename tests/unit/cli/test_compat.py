@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from cli import sbatch, scancel, squeue
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 JOBS = [
     {"id": 1, "state": "RUNNING", "reservation": "maint", "partition": "gpu", "name": "a",
@@ -20,7 +19,7 @@ JOBS = [
 
 
 @pytest.fixture
-def schedd(fake_schedd):  # noqa: F811
+def schedd(fake_schedd):
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
         if op == "submit":
             return {"job_id": 7}

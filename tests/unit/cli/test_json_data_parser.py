@@ -15,7 +15,6 @@ from cli.data_parser import schema
 from kiln.model import Job, JobState, NodeAllocation, StopMark
 from tests.openapi_schema import schema_errors, unknown_keys
 from tests.unit.cli import test_sacct, test_sinfo
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 from tests.unit.cli.test_squeue import NOW, serve
 
 VERSIONS = ["v0.0.40", "v0.0.41"]
@@ -57,14 +56,14 @@ JOBS = [
 ]
 
 
-def squeue_doc(fake_schedd, capsys, version: str, *args: str) -> dict[str, Any]:  # noqa: F811
+def squeue_doc(fake_schedd, capsys, version: str, *args: str) -> dict[str, Any]:
     serve(fake_schedd, JOBS)
     assert squeue.main([f"--json={version}", *args]) == 0
     return json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_squeue_whole_output_follows_the_schema(fake_schedd, capsys,  # noqa: F811
+def test_squeue_whole_output_follows_the_schema(fake_schedd, capsys,
                                                 version: str) -> None:
     doc = squeue_doc(fake_schedd, capsys, version)
     assert schema_errors(schema(version, "squeue"), doc) == []
@@ -73,7 +72,7 @@ def test_squeue_whole_output_follows_the_schema(fake_schedd, capsys,  # noqa: F8
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_squeue_fields_carry_kilns_values(fake_schedd, capsys,  # noqa: F811
+def test_squeue_fields_carry_kilns_values(fake_schedd, capsys,
                                           version: str) -> None:
     jobs = {j["job_id"]: j for j in squeue_doc(fake_schedd, capsys, version, "-a")["jobs"]}
     run, queued, arr, killed, failing, stopping = (jobs[i] for i in range(10, 16))
@@ -135,7 +134,7 @@ def test_squeue_fields_carry_kilns_values(fake_schedd, capsys,  # noqa: F811
          "allocated_nodes": []} if version == "v0.0.40" else queued["job_resources"])
 
 
-def sacct_doc(fake_schedd, capsys, version: str, data: list[dict[str, Any]]  # noqa: F811
+def sacct_doc(fake_schedd, capsys, version: str, data: list[dict[str, Any]]
               ) -> dict[str, Any]:
     fake_schedd(lambda op, body: {"rows": data, "now": test_sacct.T0 + 100,
                                   "cluster": "anchor"})
@@ -154,7 +153,7 @@ def sampled_rows() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_sacct_with_steps_follows_the_schema(fake_schedd, capsys,  # noqa: F811
+def test_sacct_with_steps_follows_the_schema(fake_schedd, capsys,
                                              version: str) -> None:
     doc = sacct_doc(fake_schedd, capsys, version, sampled_rows())
     assert schema_errors(schema(version, "sacct"), doc) == []
@@ -195,7 +194,7 @@ def test_sacct_with_steps_follows_the_schema(fake_schedd, capsys,  # noqa: F811
         assert ok["time"]["planned"] == no_val(1)  # eligible one second before it started
 
 
-def sinfo_doc(fake_schedd, capsys, version: str, *args: str) -> dict[str, Any]:  # noqa: F811
+def sinfo_doc(fake_schedd, capsys, version: str, *args: str) -> dict[str, Any]:
     nodes = [dict(n) for n in test_sinfo.NODES]
     nodes[0].update(alloc_mem_mb=1000, reason_time=0)
     nodes[3].update(reason_time=NOW - 5, reason_user="root")
@@ -211,7 +210,7 @@ def sinfo_doc(fake_schedd, capsys, version: str, *args: str) -> dict[str, Any]: 
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_sinfo_is_23_11s_node_groups(fake_schedd, capsys, version: str) -> None:  # noqa: F811
+def test_sinfo_is_23_11s_node_groups(fake_schedd, capsys, version: str) -> None:
     """23.11's sinfo --json is "sinfo": one sinfo_data per line sinfo prints (by default a
     partition's nodes of one state), not 22.05's "nodes" and "partitions"."""
     doc = sinfo_doc(fake_schedd, capsys, version)
@@ -247,7 +246,7 @@ def test_sinfo_is_23_11s_node_groups(fake_schedd, capsys, version: str) -> None:
     assert [g["nodes"]["nodes"] for g in per_node][:3] == [["gpu01"], ["gpu02"], ["gpu03"]]
 
 
-def test_sacct_records_carry_the_jobs_own_fields(fake_schedd, capsys) -> None:  # noqa: F811
+def test_sacct_records_carry_the_jobs_own_fields(fake_schedd, capsys) -> None:
     """wckey, licenses, hold, and (v0.0.41) the output paths as given and expanded."""
     from schedd.reports import accounting
 

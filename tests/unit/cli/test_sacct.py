@@ -12,7 +12,6 @@ from cli import sacct
 from kiln.model import Job, JobState, NodeAllocation
 from kiln.slurm import stats as keys
 from schedd.reports import accounting
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 T0 = 1_795_938_899.0
 SLURM_BILLING = accounting.BillingPolicy({"cpu": 1.0})  # Slurm without TRESBillingWeights
@@ -262,7 +261,7 @@ def test_window_defaults_follow_slurm() -> None:
     assert query["steps"] is False and "users" not in query
 
 
-def test_command_against_canned_schedd(fake_schedd,  # noqa: F811
+def test_command_against_canned_schedd(fake_schedd,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     data = rows()
     fake = fake_schedd(lambda op, body: {"rows": data, "now": T0 + 100, "cluster": "anchor"})
@@ -277,7 +276,7 @@ def test_command_against_canned_schedd(fake_schedd,  # noqa: F811
     assert fake.ops("acct_jobs")[-1]["steps"] is False
 
 
-def test_command_with_nothing_found_prints_the_header(fake_schedd,  # noqa: F811
+def test_command_with_nothing_found_prints_the_header(fake_schedd,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     fake_schedd(lambda op, body: {"rows": [], "now": T0, "cluster": "anchor"})
     assert sacct.main(["-j", "999999"]) == 0

@@ -13,7 +13,6 @@ import pytest
 from cli import sbatch
 from cli.client import ClientError
 from kiln.slurm import rlimits
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 
 def accept(job_id: int = 42):
@@ -28,7 +27,7 @@ def accept(job_id: int = 42):
 
 
 @pytest.fixture
-def submitted(fake_schedd):  # noqa: F811
+def submitted(fake_schedd):
     fake = fake_schedd(accept())
 
     def job() -> dict[str, Any]:
@@ -159,7 +158,7 @@ def test_dos_line_breaks(submitted, tmp_path, capsys) -> None:
     assert "DOS line breaks" in capsys.readouterr().err
 
 
-def test_schedd_refusal(fake_schedd, capsys) -> None:  # noqa: F811
+def test_schedd_refusal(fake_schedd, capsys) -> None:
     def refuse(op: str, body: dict[str, Any]) -> dict[str, Any]:
         raise ClientError("invalid", "Invalid qos specification")
 
@@ -179,7 +178,7 @@ def test_unreachable_schedd(tmp_path, monkeypatch, capsys) -> None:
                                        "contact slurm controller (connect failure)\n")
 
 
-def test_wait_returns_the_jobs_exit_code(fake_schedd, capsys) -> None:  # noqa: F811
+def test_wait_returns_the_jobs_exit_code(fake_schedd, capsys) -> None:
     polls = []
 
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -203,7 +202,7 @@ def test_help_and_version(capsys) -> None:
     assert "--wrap" in capsys.readouterr().out
 
 
-def test_limit_name_line_comes_first(fake_schedd, capsys) -> None:  # noqa: F811
+def test_limit_name_line_comes_first(fake_schedd, capsys) -> None:
     def refuse(op: str, body: dict[str, Any]) -> dict[str, Any]:
         raise ClientError("invalid", "AssocMaxSubmitJobLimit\nJob violates accounting/QOS "
                           "policy (job submit limit, user's size and/or time limits)")
@@ -266,7 +265,7 @@ def test_an_environment_over_the_cap_fails_at_once(submitted, monkeypatch, capsy
     assert sbatch.main(["--export=NONE", "--wrap", "true"]) == 0
 
 
-def test_a_request_over_the_message_cap_is_refused_by_the_client(fake_schedd) -> None:  # noqa: F811
+def test_a_request_over_the_message_cap_is_refused_by_the_client(fake_schedd) -> None:
     from cli.client import Client
 
     fake = fake_schedd(accept())
@@ -276,7 +275,7 @@ def test_a_request_over_the_message_cap_is_refused_by_the_client(fake_schedd) ->
     assert fake.requests == []
 
 
-def test_max_job_count_is_retried_as_slurm_does(fake_schedd, monkeypatch, capsys) -> None:  # noqa: F811
+def test_max_job_count_is_retried_as_slurm_does(fake_schedd, monkeypatch, capsys) -> None:
     answers = iter([ClientError("again", "Resource temporarily unavailable")] * 3)
 
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -299,7 +298,7 @@ def test_max_job_count_is_retried_as_slurm_does(fake_schedd, monkeypatch, capsys
     assert naps[3:] == list(range(1, 16))
 
 
-def test_shape_refusal_keeps_slurms_line_first(fake_schedd, capsys) -> None:  # noqa: F811
+def test_shape_refusal_keeps_slurms_line_first(fake_schedd, capsys) -> None:
     def refuse(op: str, body: dict[str, Any]) -> dict[str, Any]:
         raise ClientError("invalid", "Requested node configuration is not available\n"
                                      "no node has 32768 MB of memory (largest: 24105 MB, node1)")
@@ -313,7 +312,7 @@ def test_shape_refusal_keeps_slurms_line_first(fake_schedd, capsys) -> None:  # 
                    "sbatch: error: no node has 32768 MB of memory (largest: 24105 MB, node1)\n")
 
 
-def test_test_only_adds_kilns_lines_after_slurms(fake_schedd, capsys) -> None:  # noqa: F811
+def test_test_only_adds_kilns_lines_after_slurms(fake_schedd, capsys) -> None:
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
         return {"job_id": 42, "start_time": 1.0e9 + 3 * 3600, "nodes": "gpu01",
                 "partition": "gpu", "cpus": 4, "now": 1.0e9,

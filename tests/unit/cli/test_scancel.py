@@ -8,11 +8,10 @@ from typing import Any
 import pytest
 
 from cli import scancel
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 
 @pytest.fixture
-def cancels(fake_schedd):  # noqa: F811
+def cancels(fake_schedd):
     errors: list[dict[str, Any]] = []
 
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import pytest
 from cli import scontrol
 from cli.client import ClientError
 from kiln.model import Job, JobState, NodeAllocation
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 START = time.mktime((2026, 11, 29, 8, 6, 38, 0, 0, -1))
 
@@ -60,7 +59,7 @@ def runner() -> dict[str, Any]:
 
 
 @pytest.fixture
-def jobs_schedd(fake_schedd, monkeypatch):  # noqa: F811
+def jobs_schedd(fake_schedd, monkeypatch):
     class Group:
         gr_name = "schedbench"
 
@@ -174,7 +173,7 @@ def test_bad_keywords(capsys) -> None:
         "scontrol: error: invalid entity:spaceships for keyword:show\n")
 
 
-def test_show_node_and_partition(fake_schedd, capsys) -> None:  # noqa: F811
+def test_show_node_and_partition(fake_schedd, capsys) -> None:
     node = {"name": "gpu01", "cpus": 64, "memory_mb": 512000, "features": ["h100"],
             "partitions": ["gpu"], "state": "IDLE", "reason": "", "address": "10.0.0.1",
             "gpus": [{"index": i, "uuid": f"u{i}", "model": "NVIDIA H100 80GB HBM3",
@@ -248,7 +247,7 @@ def test_show_node_gres_names_the_sockets_near_its_gpus() -> None:
     assert gres(node([], [])) == "Gres=gpu:a100:2"
 
 
-def test_show_job_prints_control_characters_as_question_marks(fake_schedd, monkeypatch,  # noqa: F811
+def test_show_job_prints_control_characters_as_question_marks(fake_schedd, monkeypatch,
                                                               capsys) -> None:
     """Issue 12: a name or comment stored before schedd refused control characters."""
     class Group:
@@ -294,7 +293,7 @@ def _task(job_id: int, task: int, state: JobState, throttle: int = 0) -> dict[st
                ).to_wire()
 
 
-def test_an_arrays_pending_tasks_are_one_record_as_slurms(fake_schedd, capsys) -> None:  # noqa: F811
+def test_an_arrays_pending_tasks_are_one_record_as_slurms(fake_schedd, capsys) -> None:
     tasks = [_task(3, 7, JobState.PENDING, 2), _task(4, 0, JobState.RUNNING, 2),
              _task(5, 1, JobState.RUNNING, 2)] + \
         [_task(5 + t, t, JobState.PENDING, 2) for t in range(2, 7)]

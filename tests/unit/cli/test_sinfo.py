@@ -9,7 +9,6 @@ import pytest
 
 from cli import sinfo
 from kiln.model import GPU, Node, NodeState
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 
 def node(name: str, display: str = "IDLE", gpus: int = 8, alloc_gpus: int = 0,
@@ -34,7 +33,7 @@ PARTITIONS = [
 
 
 @pytest.fixture
-def cluster(fake_schedd):  # noqa: F811
+def cluster(fake_schedd):
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
         if op == "query_nodes":
             return {"nodes": NODES, "now": 0.0}
@@ -84,7 +83,7 @@ def test_state_filter_and_errors(cluster, capsys) -> None:
     assert capsys.readouterr().err == "sinfo: unrecognized option '--nope'\n"
 
 
-def test_partition_without_nodes(fake_schedd, capsys) -> None:  # noqa: F811
+def test_partition_without_nodes(fake_schedd, capsys) -> None:
     empty = {"name": "debug", "nodes": [], "default": True, "max_time": None,
              "default_time": None, "state": "UP"}
     fake_schedd(lambda op, body: {"nodes": [], "now": 0.0} if op == "query_nodes"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from cli import sprio
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 WEIGHTS = {"age": 1000, "assoc": 0, "fairshare": 10000, "job_size": 0, "partition": 0,
            "qos": 10000}
@@ -47,7 +46,7 @@ TRANSCRIPT = {  # root# <command> -> its stdout, verbatim (trailing blanks inclu
 
 
 @pytest.fixture
-def schedd(fake_schedd):  # noqa: F811
+def schedd(fake_schedd):
     def handler(op: str, body: dict) -> dict:
         assert op == "job_priority"
         jobs = [j for j in JOBS if not body.get("job_ids")

@@ -21,7 +21,6 @@ from cli.formats import (
 )
 from kiln.model import Job, JobState, NodeAllocation
 from schedd.handlers.query import column_reply, row_columns
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 NOW = 1_800_000_000.0
 
@@ -52,7 +51,7 @@ REFERENCE_OUTPUT = """\
 """
 
 
-def serve(fake_schedd, jobs: list[dict[str, Any]]):  # noqa: F811
+def serve(fake_schedd, jobs: list[dict[str, Any]]):
     """A schedd answering query_jobs as the real one does: columns when fields are asked for."""
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
         assert op == "query_jobs"
@@ -103,7 +102,7 @@ def test_long_format_defaults_to_20_columns() -> None:
     assert parse_long_format("NoSuchField", squeue.JOB_LONG_NAMES)[1] == ["NoSuchField"]
 
 
-def test_numtask_names_match_by_prefix_as_slurm(fake_schedd, capsys) -> None:  # noqa: F811
+def test_numtask_names_match_by_prefix_as_slurm(fake_schedd, capsys) -> None:
     """Slurm 22.05 (src/squeue/opts.c) matches -O names whole and case-insensitively, except
     NumTasks: any name whose first seven letters are ``numtask``."""
     serve(fake_schedd, [job(7, "multi", num_tasks=4)])
@@ -118,13 +117,13 @@ def test_numtask_names_match_by_prefix_as_slurm(fake_schedd, capsys) -> None:  #
         assert f"Invalid job format specification: {near}" in capsys.readouterr().err
 
 
-def test_default_layout_matches_slurm(fake_schedd, capsys) -> None:  # noqa: F811
+def test_default_layout_matches_slurm(fake_schedd, capsys) -> None:
     serve(fake_schedd, REFERENCE_JOBS)
     assert squeue.main([]) == 0
     assert capsys.readouterr().out == REFERENCE_OUTPUT
 
 
-def test_reference_custom_formats(fake_schedd, capsys) -> None:  # noqa: F811
+def test_reference_custom_formats(fake_schedd, capsys) -> None:
     jobs = [job(83017, "wrap", "PENDING", reason="AssocGrpGRES", gpus_per_node=1),
             job(83015, "wrap", gpus_per_node=1)]
     serve(fake_schedd, jobs)
@@ -140,7 +139,7 @@ def test_reference_custom_formats(fake_schedd, capsys) -> None:  # noqa: F811
     assert capsys.readouterr().out == "83017|PENDING|AssocGrpGRES\n83015|RUNNING|None\n"
 
 
-def test_filters_become_the_query(fake_schedd, capsys) -> None:  # noqa: F811
+def test_filters_become_the_query(fake_schedd, capsys) -> None:
     fake = serve(fake_schedd, REFERENCE_JOBS)
     assert squeue.main(["-u", "root,1", "-t", "PD,r", "-p", "debug", "-A", "x", "-q", "normal",
                         "-n", "n1", "-w", "vm[1-2]", "--job", "1,2_3", "-h"]) == 0
@@ -153,21 +152,21 @@ def test_filters_become_the_query(fake_schedd, capsys) -> None:  # noqa: F811
     capsys.readouterr()
 
 
-def test_unknown_user_is_slurms_error(fake_schedd, capsys) -> None:  # noqa: F811
+def test_unknown_user_is_slurms_error(fake_schedd, capsys) -> None:
     fake = serve(fake_schedd, REFERENCE_JOBS)
     assert squeue.main(["-u", "root,nosuchuser"]) == 1
     assert capsys.readouterr() == ("", "squeue: error: Invalid user: nosuchuser\n")
     assert fake.ops("query_jobs") == []
 
 
-def test_single_unknown_job_is_slurms_error(fake_schedd, capsys) -> None:  # noqa: F811
+def test_single_unknown_job_is_slurms_error(fake_schedd, capsys) -> None:
     serve(fake_schedd, [])
     assert squeue.main(["-j", "99999"]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err == "slurm_load_jobs error: Invalid job id specified\n"
 
 
-def test_schedd_down(fake_schedd, capsys) -> None:  # noqa: F811
+def test_schedd_down(fake_schedd, capsys) -> None:
     def refuse(op, body):
         raise ClientError("unreachable", "Unable to contact slurm controller (connect failure)")
 
@@ -177,7 +176,7 @@ def test_schedd_down(fake_schedd, capsys) -> None:  # noqa: F811
         "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
 
 
-def test_bad_state_and_option(fake_schedd, capsys) -> None:  # noqa: F811
+def test_bad_state_and_option(fake_schedd, capsys) -> None:
     serve(fake_schedd, [])
     assert squeue.main(["-t", "XX"]) == 1
     assert capsys.readouterr().err == "squeue: error: Invalid job state specified: XX\n"
@@ -185,7 +184,7 @@ def test_bad_state_and_option(fake_schedd, capsys) -> None:  # noqa: F811
     assert capsys.readouterr().err == "squeue: unrecognized option '--bogus'\n"
 
 
-def test_pending_array_tasks_fold_unless_r(fake_schedd, capsys) -> None:  # noqa: F811
+def test_pending_array_tasks_fold_unless_r(fake_schedd, capsys) -> None:
     tasks = [job(100 + i, "arr", "PENDING", reason="Priority", array_job_id=100,
                  array_task_id=i) for i in range(4)]
     tasks.append(job(200, "arr", array_job_id=100, array_task_id=7))
@@ -196,7 +195,7 @@ def test_pending_array_tasks_fold_unless_r(fake_schedd, capsys) -> None:  # noqa
     assert capsys.readouterr().out == "100_0\n100_1\n100_2\n100_3\n100_7\n"
 
 
-def test_sort_and_start(fake_schedd, capsys) -> None:  # noqa: F811
+def test_sort_and_start(fake_schedd, capsys) -> None:
     jobs = [job(1, "a", "PENDING", priority=5, reason="Priority",
                 expected_start=NOW + 600, sched_nodes="vm"),
             job(2, "b", "PENDING", priority=9, reason="Resources")]
@@ -213,7 +212,7 @@ def test_sort_and_start(fake_schedd, capsys) -> None:  # noqa: F811
                                                           "start_estimates": True}
 
 
-def test_long_listing_and_json(fake_schedd, capsys) -> None:  # noqa: F811
+def test_long_listing_and_json(fake_schedd, capsys) -> None:
     serve(fake_schedd, [job(7, "longname-job", time_limit=7200)])
     assert squeue.main(["-l"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -237,7 +236,7 @@ def test_long_listing_and_json(fake_schedd, capsys) -> None:  # noqa: F811
 EVIL = "x\x1b]0;pwned\x07\x1b[2J\n  99999 debug FORGED root R 0:01 1 vm\x9b31m"
 
 
-def test_control_characters_of_other_users_never_reach_the_terminal(fake_schedd,  # noqa: F811
+def test_control_characters_of_other_users_never_reach_the_terminal(fake_schedd,
                                                                     capsys) -> None:
     """Issue 12: a job name (or comment) written before schedd refused control characters
     would forge a row, clear the screen or set the title of whoever runs squeue."""

@@ -11,7 +11,6 @@ import pytest
 from cli import sreport
 from kiln.model import GPU, Job, JobState, Node, NodeAllocation
 from schedd.reports import accounting
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 START = time.mktime((2026, 11, 29, 0, 0, 0, 0, 0, -1))
 END = START + 8 * 3600
@@ -148,7 +147,7 @@ def test_bad_reports_and_parameters(args: list[str], err: str,
     assert capsys.readouterr().err == err
 
 
-def test_command_against_canned_schedd(fake_schedd,  # noqa: F811
+def test_command_against_canned_schedd(fake_schedd,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     fake = fake_schedd(lambda op, body: {**data(), "start": body["start"], "end": body["end"]})
     assert sreport.main(["-T", "gres/gpu", "-t", "seconds", "-P", "-n", "cluster",

@@ -7,7 +7,6 @@ import pytest
 
 from cli import sstat
 from kiln.slurm.stats import merge_usage, summarize_tasks
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 TASKS = {0: {"cpu": 65.5, "mem": 204800.0, "vmem": 409600.0, "pages": 3.0, "read": 2048.0,
              "write": 100.0},
@@ -31,7 +30,7 @@ def answer(ident: str) -> dict:
 
 
 @pytest.fixture
-def schedd(fake_schedd):  # noqa: F811
+def schedd(fake_schedd):
     return fake_schedd(lambda op, body: {"answers": [answer(i) for i in body["job_ids"]]})
 
 

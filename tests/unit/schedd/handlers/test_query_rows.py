@@ -21,7 +21,6 @@ from kiln.model import ROW_FIELDS, Job, JobState, NodeAllocation
 from kiln.wire import operations, protocol
 from schedd.context import RequestError
 from schedd.handlers.query import column_reply, row_columns
-from tests.unit.cli.test_fake_schedd import fake_schedd  # noqa: F401  (fixture)
 
 NOW = 1_800_000_000.0
 
@@ -147,7 +146,7 @@ ARGVS = [
 
 
 @pytest.mark.parametrize("argv", ARGVS, ids=[" ".join(a) or "default" for a in ARGVS])
-def test_column_reply_prints_what_whole_jobs_print(fake_schedd, capsys, argv) -> None:  # noqa: F811
+def test_column_reply_prints_what_whole_jobs_print(fake_schedd, capsys, argv) -> None:
     jobs = sample_jobs()
     mode = {"columns": False}
 
@@ -168,7 +167,7 @@ def test_column_reply_prints_what_whole_jobs_print(fake_schedd, capsys, argv) ->
     assert columns.out.count("\n") >= 1
 
 
-def test_pending_tasks_fold_from_columns(fake_schedd, capsys) -> None:  # noqa: F811
+def test_pending_tasks_fold_from_columns(fake_schedd, capsys) -> None:
     jobs = sample_jobs()
 
     def handler(op: str, body: dict[str, Any]) -> dict[str, Any]:
