@@ -6,41 +6,33 @@ the size of their expressions. Work is counted, never timed."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from kiln.config import Config, ConfigError
 from kiln.identity import Caller
-from kiln.model import JobState, Node
+from kiln.model import JobState
 from kiln.slurm import dependency
 from schedd.context import RequestError
 from schedd.handlers import jobcontrol, submit
-from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.state import State
+from tests.builders import HandlerContext, handler_context
 
 NOW = 2_000_000.0
 USER = Caller(4242, 4242)
 OTHER = Caller(4343, 4343)
 
 
-def _context(tmp_path: Path, **cfg) -> SimpleNamespace:
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
-    state = State(Config(home=tmp_path, db_url=url, **cfg), Store(url))
-    state.load_accounts(NOW)
-    for name in ("node1", "node2"):
-        state.nodes[name] = Node(name, 8, 1000, last_heartbeat=NOW, partitions=["gpu"])
-    return SimpleNamespace(state=state, cfg=state.cfg, now=lambda: NOW,
-                           wake_scheduler=lambda: None)
+def _context(tmp_path: Path, **cfg) -> HandlerContext:
+    return handler_context(tmp_path, NOW, nodes=("node1", "node2"), **cfg)
 
 
 @pytest.fixture
 def ctx(tmp_path: Path):
     c = _context(tmp_path, max_dependency_jobs=150, max_dependency_edges_per_user=400)
     yield c
-    c.state.store.close()
+    c.close()
 
 
 def _submit(ctx, caller: Caller = USER, **fields) -> int:

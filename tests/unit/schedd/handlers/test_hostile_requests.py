@@ -6,20 +6,16 @@ wall-clock time."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from kiln import identity
-from kiln.config import Config
 from kiln.identity import Caller
-from kiln.model import Job, JobState, Node
+from kiln.model import Job, JobState
 from kiln.slurm import hostlist
 from schedd.context import RequestError
 from schedd.handlers import control, selection, submit
-from schedd.ledger.migrate import upgrade
-from schedd.ledger.store import Store
-from schedd.state import State
+from tests.builders import handler_context
 
 NOW = 2_000_000.0
 ATTACKER = Caller(4242, 4242)
@@ -29,18 +25,11 @@ SCRIPT = "#!/bin/sh\ntrue\n"
 
 @pytest.fixture
 def ctx(tmp_path: Path):
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
     identity.set_admin_lookup(lambda uid: "Operator" if uid == OPERATOR.uid else "None")
-    state = State(Config(home=tmp_path, db_url=url), Store(url))
-    state.load_accounts(NOW)
-    for name in ("node1", "node2"):
-        state.nodes[name] = Node(name, 8, 1000, last_heartbeat=NOW, partitions=["gpu"])
-    c = SimpleNamespace(state=state, cfg=state.cfg, now=lambda: NOW,
-                        wake_scheduler=lambda: None)
+    c = handler_context(tmp_path, NOW, nodes=("node1", "node2"))
     yield c
     identity.set_admin_lookup(None)
-    state.store.close()
+    c.close()
 
 
 def _spec(**fields) -> dict:

@@ -5,20 +5,14 @@ mark never outlives the run it was set for (issue 11's second defect)."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from kiln.config import Config
 from kiln.identity import Caller
 from kiln.model import Job, JobState, Node, NodeAllocation
-from schedd.domain.steps import StepTable
 from schedd.handlers import jobcontrol
-from schedd.ledger.migrate import upgrade
-from schedd.ledger.store import Store
 from schedd.lifecycle import enforcement, health, transitions
-from schedd.lifecycle.preemption import Tracker
-from schedd.state import State
+from tests.builders import handler_context
 
 NOW = 2_000_000.0
 
@@ -42,20 +36,14 @@ class Agents:
 
 @pytest.fixture
 def ctx(tmp_path: Path):
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
-    state = State(Config(home=tmp_path, db_url=url), Store(url))
-    state.nodes["n1"] = Node("n1", 8, 1000, last_heartbeat=NOW)
+    c = handler_context(tmp_path, NOW, nodes=("n1",), partitions=(), accounts=False)
+    c.agents = Agents()
     job = Job(id=5, user="root", uid=0, state=JobState.RUNNING, start_time=NOW - 10,
               time_limit=600, batch_host="n1", generation=1,
               allocation=[NodeAllocation("n1", 1, 100, [])])
-    state.add_jobs([job], [])
-    clock = [NOW]
-    c = SimpleNamespace(state=state, agents=Agents(), cfg=state.cfg, now=lambda: clock[0],
-                        wake_scheduler=lambda: None, steps=StepTable(), preemption=Tracker(),
-                        clock=clock)
+    c.state.add_jobs([job], [])
     yield c
-    state.store.close()
+    c.close()
 
 
 def _events(ctx, job_id: int = 5) -> list[str]:

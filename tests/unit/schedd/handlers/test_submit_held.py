@@ -6,17 +6,12 @@ queue filled by parallel sbatch loops) would otherwise pay a cycle over the whol
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from kiln.config import Config
 from kiln.identity import Caller
-from kiln.model import Node
 from schedd.handlers import control, submit
-from schedd.ledger.migrate import upgrade
-from schedd.ledger.store import Store
-from schedd.state import State
+from tests.builders import handler_context
 
 NOW = 2_000_000.0
 USER = Caller(4242, 4242)
@@ -24,16 +19,9 @@ USER = Caller(4242, 4242)
 
 @pytest.fixture
 def ctx(tmp_path: Path):
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
-    state = State(Config(home=tmp_path, db_url=url), Store(url))
-    state.load_accounts(NOW)
-    state.nodes["node1"] = Node("node1", 8, 1000, last_heartbeat=NOW, partitions=["gpu"])
-    wakes: list[str] = []
-    c = SimpleNamespace(state=state, cfg=state.cfg, now=lambda: NOW,
-                        wake_scheduler=lambda: wakes.append("wake"), wakes=wakes)
+    c = handler_context(tmp_path, NOW, nodes=("node1",))
     yield c
-    state.store.close()
+    c.close()
 
 
 def _submit(ctx, **fields) -> int:
