@@ -2,8 +2,8 @@
 defaults most tests want and every field open to a keyword. A test module binds its own
 clock (``now``) where a value needs one; the builders keep no clock of their own.
 
-- ``gpus``, ``node_view``: the scheduler core's nodes (schedd/scheduler/snapshot.py)
-- ``pending``, ``running``: its pending and running jobs
+- ``gpu_list``, ``node_view``: the scheduler core's nodes (schedd/scheduler/snapshot.py)
+- ``pending``, ``running``: its pending and running jobs; ``started``: the ids a cycle starts
 - ``handler_context``: what schedd's handlers are called with (schedd/context.py's
   ``Context``), over a real State on a SQLite ledger
 
@@ -22,13 +22,13 @@ from schedd.domain.steps import StepTable
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.lifecycle.preemption import Tracker
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob
+from schedd.scheduler.snapshot import Decisions, NodeView, PendingJob, RunningJob
 from schedd.state import State
 
 MIN = 60
 
 
-def gpus(node: str, count: int, *, model: str = "H100", memory_mb: int = 80_000,
+def gpu_list(node: str, count: int, *, model: str = "H100", memory_mb: int = 80_000,
          per_island: int = 0) -> list[GPU]:
     """``count`` GPUs of one node, uuids ``<node>-<index>``; ``per_island`` > 0 groups them into
     NVLink islands of that many (0: one island)."""
@@ -36,21 +36,25 @@ def gpus(node: str, count: int, *, model: str = "H100", memory_mb: int = 80_000,
             for i in range(count)]
 
 
-def node_view(name: str = "n1", gpu_count: int = 8, *, cpus: int = 64, memory_mb: int = 512_000,
+def node_view(name: str = "n1", gpus: int = 8, *, cpus: int = 64, memory_mb: int = 512_000,
               gpu_type: str = "h100", model: str = "", gpu_memory_mb: int = 80_000,
               per_island: int = 0, **fields: Any) -> NodeView:
-    """A schedulable node: by default 64 CPUs, 500 GiB and 8 H100s in one island."""
+    """A schedulable node: by default 64 CPUs, 500 GiB and 8 H100s (80 GB) in one island."""
     return NodeView(name, cpus, memory_mb,
-                    gpus(name, gpu_count, model=model or gpu_type.upper(),
+                    gpu_list(name, gpus, model=model or gpu_type.upper(),
                          memory_mb=gpu_memory_mb, per_island=per_island),
                     gpu_type, **fields)
 
 
-def pending(job_id: int, gpus_per_node: int = 0, minutes: float = 60, name: str = "",
+def pending(job_id: int, gpus: int = 0, minutes: float = 60, name: str = "",
             submit: float = 0.0, nodes: int = 1, **fields: Any) -> PendingJob:
-    """A pending job named ``j<id>``, submitted at ``<id>`` (seconds) unless told."""
-    return PendingJob(job_id, name or f"j{job_id}", num_nodes=nodes, gpus_per_node=gpus_per_node,
-                      time_limit=int(minutes * MIN), submit_time=submit or job_id, **fields)
+    """A pending job of ``nodes`` nodes with ``gpus`` GPUs each and a limit of ``minutes``,
+    named ``j<id>`` and submitted at ``<id>`` (seconds) unless told; ``fields`` set any of
+    PendingJob's fields, these included."""
+    values: dict[str, Any] = {"name": name or f"j{job_id}", "num_nodes": nodes,
+                              "gpus_per_node": gpus, "time_limit": int(minutes * MIN),
+                              "submit_time": submit or job_id}
+    return PendingJob(job_id, **(values | fields))
 
 
 def running(job_id: int, node: str, gpu_ids: Iterable[int], *, start: float, end: float,
@@ -60,6 +64,11 @@ def running(job_id: int, node: str, gpu_ids: Iterable[int], *, start: float, end
     ids = list(gpu_ids)
     return RunningJob(job_id, [NodeAllocation(node, len(ids) if cpus is None else cpus,
                                               memory_mb, ids)], start, end, **fields)
+
+
+def started(decisions: Decisions) -> list[int]:
+    """The ids of the jobs a cycle's decisions start, in their order."""
+    return [s.job_id for s in decisions.starts]
 
 
 @dataclass

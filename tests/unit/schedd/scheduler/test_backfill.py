@@ -6,32 +6,24 @@ from __future__ import annotations
 import pytest
 
 from kiln.config import SchedulerConfig
-from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.cycle import schedule
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
+from schedd.scheduler.snapshot import NodeView, RunningJob, Snapshot
+from tests import builders
+from tests.builders import node_view, started
 
 NOW = 1_000_020.0  # on the 60-second grid
 MIN = 60
 
 
 def gpu_node(name: str = "n1", gpus: int = 8, cpus: int = 64) -> NodeView:
-    return NodeView(name, cpus, 512_000, [GPU(i, f"{name}-{i}", "H100", 80_000, island=i // 4)
-                                          for i in range(gpus)], "h100")
+    return node_view(name, gpus, cpus=cpus, per_island=4)
 
 
 def running(job_id: int, node: str, gpus: list[int], minutes_left: float) -> RunningJob:
-    return RunningJob(job_id, [NodeAllocation(node, len(gpus), 0, gpus)], NOW - 600,
-                      NOW + minutes_left * MIN)
+    return builders.running(job_id, node, gpus, start=NOW - 600, end=NOW + minutes_left * MIN)
 
 
-def job(job_id: int, gpus: int, minutes: float, name: str = "", submit: float = 0.0,
-        nodes: int = 1, **kw) -> PendingJob:
-    return PendingJob(job_id, name or f"j{job_id}", num_nodes=nodes, gpus_per_node=gpus,
-                      time_limit=int(minutes * MIN), submit_time=submit or job_id, **kw)
-
-
-def started(decisions) -> list[int]:
-    return [s.job_id for s in decisions.starts]
+job = builders.pending
 
 
 def seed_snapshot(free_gpus: int, order: tuple[str, ...] = ("a", "b", "c")) -> Snapshot:

@@ -7,30 +7,27 @@ from __future__ import annotations
 import dataclasses
 
 from kiln.config import SchedulerConfig
-from kiln.model import GPU, Job, NodeAllocation, Partition
+from kiln.model import Job, Partition
 from schedd.reports import advisor
 from schedd.scheduler import forecast
 from schedd.scheduler.cycle import schedule
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
+from schedd.scheduler.snapshot import PendingJob, RunningJob, Snapshot
+from tests.builders import node_view, pending, running
 
 NOW = 1_000_020.0  # on the 60-second grid
 MIN = 60
 CFG = SchedulerConfig()
 
 
-def node(name: str, gpus: int = 8, partitions: frozenset[str] = frozenset()) -> NodeView:
-    return NodeView(name, 64, 512_000, [GPU(i, f"{name}-{i}", "H100", 80_000)
-                                        for i in range(gpus)], "h100", partitions=partitions)
+node = node_view
 
 
 def busy(job_id: int, name: str, gpus: int, minutes_left: float) -> RunningJob:
-    return RunningJob(job_id, [NodeAllocation(name, gpus, 0, list(range(gpus)))], NOW - 600,
-                      NOW + minutes_left * MIN)
+    return running(job_id, name, range(gpus), start=NOW - 600, end=NOW + minutes_left * MIN)
 
 
 def job(job_id: int, gpus: int, minutes: float, partition: str = "", **kw) -> PendingJob:
-    return PendingJob(job_id, f"j{job_id}", gpus_per_node=gpus, time_limit=int(minutes * MIN),
-                      submit_time=job_id, partition=partition, **kw)
+    return pending(job_id, gpus, minutes, partition=partition, **kw)
 
 
 def test_the_p50_plan_counts_on_predicted_ends() -> None:

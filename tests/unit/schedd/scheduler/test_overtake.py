@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.config import Config, SchedulerConfig
-from kiln.model import GPU, Job, Node, NodeAllocation
+from kiln.model import Job, Node
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.lifecycle.agents import AgentRegistry
@@ -29,23 +29,22 @@ from simulator.machine import pool
 from simulator.policy import policy_config
 from simulator.replay import replay
 from simulator.swf import Trace, TraceJob
+from tests.builders import node_view, pending, running
 
 NOW = 1_000_000.0
 MIN = 60
 
 
 def node(gpus: int = 16) -> NodeView:
-    return NodeView("n1", gpus, 0, [GPU(i, f"n1-{i}", "H100", 0) for i in range(gpus)], "h100")
+    return node_view("n1", gpus, cpus=gpus, memory_mb=0, gpu_memory_mb=0)
 
 
 def job(job_id: int, gpus: int, minutes: int, submit: float) -> PendingJob:
-    return PendingJob(job_id, f"j{job_id}", gpus_per_node=gpus, cpus_per_node=gpus,
-                      time_limit=minutes * MIN, submit_time=submit)
+    return pending(job_id, gpus, minutes, submit=submit, cpus_per_node=gpus)
 
 
 def busy(gpus: int, minutes: int) -> RunningJob:
-    return RunningJob(100, [NodeAllocation("n1", gpus, 0, list(range(gpus)))], NOW - 600,
-                      NOW + minutes * MIN)
+    return running(100, "n1", range(gpus), start=NOW - 600, end=NOW + minutes * MIN)
 
 
 def snapshot(pending: list[PendingJob], busy_gpus: int = 8, **kw) -> Snapshot:

@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from kiln.config import SchedulerConfig
-from kiln.model import GPU, NodeAllocation
+from kiln.model import NodeAllocation
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.profile import NodeTimeline
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
+from tests.builders import node_view, running
 
 NOW = 1_000_020.0
 
 
 def node(name: str, gpus: int = 8, islands: int = 2, **kw) -> NodeView:
-    per = max(gpus // islands, 1)
-    return NodeView(name, 64, 512_000,
-                    [GPU(i, f"{name}-{i}", "H100", 80_000, island=i // per) for i in range(gpus)],
-                    kw.pop("gpu_type", "h100"), **kw)
+    return node_view(name, gpus, model="H100", per_island=max(gpus // islands, 1), **kw)
 
 
 def run(job_id: int, name: str, gpus: list[int], cpus: int = 1) -> RunningJob:
-    return RunningJob(job_id, [NodeAllocation(name, cpus, 0, gpus)], NOW - 60, NOW + 3600)
+    return running(job_id, name, gpus, cpus=cpus, start=NOW - 60, end=NOW + 3600)
 
 
 def one(job: PendingJob, nodes: list[NodeView], running: list[RunningJob] = ()):

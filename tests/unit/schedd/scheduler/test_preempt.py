@@ -4,28 +4,26 @@ really let the preemptor start, guarantees and burst reclaim."""
 from __future__ import annotations
 
 from kiln.config import SchedulerConfig
-from kiln.model import GPU, NodeAllocation
+from kiln.model import NodeAllocation
 from schedd.scheduler import preempt
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import NodeView, PendingJob, PreemptPolicy, RunningJob, Snapshot
+from tests.builders import node_view, running
 
 NOW = 2_000_000.0
 MIN = 60.0
 QOS_POLICY = PreemptPolicy(preempts={"high": frozenset({"low"})})
 
 
-def node(name: str, gpus: int = 8, gpu_type: str = "h100") -> NodeView:
-    return NodeView(name, 64, 512_000, [GPU(i, f"{name}-{i}", gpu_type.upper(), 80_000)
-                                        for i in range(gpus)], gpu_type)
+node = node_view
 
 
 def run(job_id: int, name: str, gpus: list[int], *, qos: str = "low", ran: float = 120 * MIN,
         checkpoint: float | None = None, restart: float | None = None,
         account: str = "a", preempting: bool = False) -> RunningJob:
-    return RunningJob(job_id, [NodeAllocation(name, 1, 0, gpus)], NOW - ran, NOW + 86400,
-                      account=account, qos=qos, checkpoint_age=checkpoint,
-                      restart_cost=None if restart is None else int(restart),
-                      preempting=preempting)
+    return running(job_id, name, gpus, cpus=1, start=NOW - ran, end=NOW + 86400,
+                   account=account, qos=qos, checkpoint_age=checkpoint,
+                   restart_cost=None if restart is None else int(restart), preempting=preempting)
 
 
 def seed_cluster() -> tuple[list[NodeView], list[RunningJob]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from kiln.model import GPU, NodeAllocation
 from schedd.scheduler.profile import (
     INFINITY,
     Demand,
@@ -12,16 +11,18 @@ from schedd.scheduler.profile import (
     round_up,
 )
 from schedd.scheduler.snapshot import NodeView, RunningJob
+from tests import builders
+from tests.builders import node_view
 
 NOW = 1000.0
 
 
 def node() -> NodeView:
-    return NodeView("n", 8, 100, [GPU(i, str(i), "H100", 1) for i in range(4)])
+    return node_view("n", 4, cpus=8, memory_mb=100, gpu_type="", model="H100", gpu_memory_mb=1)
 
 
 def running(job_id: int, gpus: list[int], end: float) -> RunningJob:
-    return RunningJob(job_id, [NodeAllocation("n", 2, 10, gpus)], NOW - 10, end)
+    return builders.running(job_id, "n", gpus, cpus=2, memory_mb=10, start=NOW - 10, end=end)
 
 
 def test_build_releases_in_time_order() -> None:

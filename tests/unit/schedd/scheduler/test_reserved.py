@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.config import SchedulerConfig
-from kiln.model import GPU, NodeAllocation
+from kiln.model import NodeAllocation
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.reserved import RESERVED_FOR_OTHER, WAITING
 from schedd.scheduler.snapshot import (
@@ -19,20 +19,19 @@ from schedd.scheduler.snapshot import (
     RunningJob,
     Snapshot,
 )
+from tests.builders import node_view, pending
 
 NOW = 1_000_020.0  # on the 60 s grid
 CONFIG = SchedulerConfig()
 
 
 def node(name: str = "n1", gpus: int = 8) -> NodeView:
-    return NodeView(name=name, cpus=64, memory_mb=512_000,
-                    gpus=[GPU(i, f"u{i}", "H100", 80_000) for i in range(gpus)])
+    return node_view(name, gpus, gpu_type="", model="H100")
 
 
 def job(job_id: int, gpus: int = 1, minutes: int = 20, resv: str = "", **kw) -> PendingJob:
-    return PendingJob(job_id=job_id, name=f"j{job_id}", user="u", account="a", cpus_per_node=1,
-                      gpus_per_node=gpus, time_limit=minutes * 60, submit_time=NOW - job_id,
-                      reservation=resv, **kw)
+    return pending(job_id, gpus, minutes, submit=NOW - job_id, user="u", account="a",
+                   cpus_per_node=1, reservation=resv, **kw)
 
 
 def resv(name: str = "r", start: float = NOW + 600, hours: float = 1.0, gpus: int = 8,
