@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from kiln.identity import Caller
 from kiln.model import Job, JobState, NodeAllocation
 from kiln.wire import operations, protocol
 from schedd.context import RequestError
 from schedd.handlers import salloc as h
 from schedd.ledger.records import StepRecord
 from schedd.lifecycle import transitions
-from tests.unit.schedd.handlers.test_steps import OWNER, ROOT, STRANGER, ctx, store
 
-__all__ = ["ctx", "store"]  # the fixtures, shared with the step handlers' tests (the ledger: conftest.py)
+OWNER, STRANGER, ROOT = Caller(1000, 1000), Caller(1001, 1001), Caller(0, 0)  # ctx: conftest.py
 
 
 def _allocation(ctx, started: bool = True) -> Job:
