@@ -28,11 +28,7 @@ from agentd.launcher import Launcher
 from agentd.step_tasks import StepRunner
 from cli.scontrol import node_lines
 from schedd.handlers import agent as agent_handlers
-from tests.unit.agentd import test_launcher as shared
-from tests.unit.agentd.test_launcher import output, spec, wait_for, wait_until
-
-user = shared.user  # the launcher tests' fixtures: a throwaway user, a directory for the jobs
-base = shared.base
+from tests.unit.agentd.launching import output, spec, wait_for, wait_until
 
 _HOST = cg_mod.detect()
 

@@ -6,19 +6,15 @@ exit code, owner, which processes survive), never about how long something took.
 
 from __future__ import annotations
 
-import grp
 import json
 import os
 import pwd
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -26,135 +22,19 @@ import pytest
 
 from agentd import launcher as launcher_mod
 from agentd import stepd
-from agentd.launcher import Finished, Launcher, LaunchError
-
-WAIT = 60.0  # seconds any single outcome may take on a loaded CI machine
-
-
-@dataclass
-class User:
-    name: str
-    uid: int
-    gid: int
-    extra_gid: int
-
-
-@pytest.fixture(scope="module")
-def user():
-    """A throwaway Unix user the jobs run as. Making one needs root: without it these tests
-    fail with that reason, never skip (bin/test and CI run as root)."""
-    if os.geteuid() != 0:
-        pytest.fail("the launcher tests create a Unix user and run jobs as it: run them as "
-                    "root (bin/test does), not as uid " + str(os.geteuid()))
-    name = f"kilnt{secrets.token_hex(3)}"
-    extra = f"{name}x"
-    subprocess.run(["groupadd", extra], check=True)
-    subprocess.run(["useradd", "-M", "-U", "-s", "/bin/sh", "-G", extra, name], check=True)
-    try:
-        entry = pwd.getpwnam(name)
-        yield User(name, entry.pw_uid, entry.pw_gid, grp.getgrnam(extra).gr_gid)
-    finally:
-        _kill_processes_of(name)
-        subprocess.run(["userdel", name], check=False)
-        subprocess.run(["groupdel", extra], check=False)
-        subprocess.run(["groupdel", name], check=False, stderr=subprocess.DEVNULL)
-
-
-def _kill_processes_of(name: str) -> None:
-    """Whatever a failed test left running as the throwaway user (userdel refuses otherwise)."""
-    uid = pwd.getpwnam(name).pw_uid
-    for proc in psutil.process_iter(["uids"]):
-        if proc.info["uids"] and proc.info["uids"].real == uid:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-    psutil.wait_procs([p for p in psutil.process_iter(["uids"])
-                       if p.info["uids"] and p.info["uids"].real == uid], timeout=10)
-
-
-@pytest.fixture
-def base(user):
-    root = Path(tempfile.mkdtemp(prefix="kiln-agent-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    out = root / "out"
-    out.mkdir()
-    os.chown(out, user.uid, user.gid)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def launcher(base):
-    lau = Launcher(base / "spool", "node7", kill_wait=2)
-    yield lau
-    for job in lau.running():  # a failed test must not leave sleepers behind
-        try:
-            if job["pid"]:
-                os.killpg(job["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    lau.poll()
-    lau.close()
-
-
-def spec(who: User, base: Path, job_id: int, script: str, **changes) -> dict:
-    out = base / "out"
-    s = {
-        "job_id": job_id, "generation": 1, "name": "t", "user": who.name, "uid": who.uid,
-        "gid": who.gid, "script": script, "workdir": str(out),
-        "stdout": str(out / f"slurm-{job_id}.out"), "stderr": "", "open_mode": "truncate",
-        "environment": {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": str(job_id)},
-        "gpus": [], "cpus": 1, "memory_mb": 100, "time_limit": None, "kill_wait": 2,
-        "start_time": time.time(),
-    }
-    s.update(changes)
-    return s
-
-
-def wait_for(launcher: Launcher, job_id: int, generation: int = 1) -> Finished:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        launcher.poll()
-        for done in launcher.ended():  # kept until forget(), whichever poll found it
-            if (done.job_id, done.generation) == (job_id, generation):
-                return done
-        time.sleep(0.05)
-    pytest.fail(f"job {job_id} did not finish")
-
-
-def job_pid(launcher: Launcher, job_id: int | None = None) -> int:
-    """The batch shell's pid, once the job's supervisor has started it."""
-    def known() -> int:
-        return next((r["pid"] for r in launcher.running()
-                     if job_id in (None, r["job_id"]) and r["pid"]), 0)
-    wait_until(known, "the supervisor started the job")
-    return known()
-
-
-def wait_until(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"never happened: {what}")
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def group_gone(pgid: int) -> bool:
-    return not launcher_mod._group_alive(pgid)
-
-
-def output(base: Path, job_id: int) -> str:
-    return (base / "out" / f"slurm-{job_id}.out").read_text()
-
+from agentd.launcher import Launcher, LaunchError
+from tests.unit.agentd.launching import (
+    WAIT,
+    User,
+    gone,
+    group_gone,
+    job_pid,
+    kill_processes_of,
+    output,
+    spec,
+    wait_for,
+    wait_until,
+)
 
 # --- identity and files --------------------------------------------------------------------
 
@@ -687,7 +567,7 @@ def attacker():
         entry = pwd.getpwnam(name)
         yield User(name, entry.pw_uid, entry.pw_gid, entry.pw_gid)
     finally:
-        _kill_processes_of(name)
+        kill_processes_of(name)
         subprocess.run(["userdel", name], check=False)
         subprocess.run(["groupdel", name], check=False, stderr=subprocess.DEVNULL)
 

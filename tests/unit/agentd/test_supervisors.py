@@ -21,11 +21,7 @@ import pytest
 from agentd import stepd, stepfiles
 from agentd.launcher import Launcher
 from agentd.supervisors import SupervisorStarter
-from tests.unit.agentd import test_launcher as shared
-from tests.unit.agentd.test_launcher import WAIT, gone, job_pid, output, spec, wait_for, wait_until
-
-user = shared.user  # the launcher tests' fixtures: a throwaway user, a directory for the jobs
-base = shared.base
+from tests.unit.agentd.launching import WAIT, gone, job_pid, output, spec, wait_for, wait_until
 
 DIRECT = "starting job supervisors directly"
 
