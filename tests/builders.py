@@ -4,6 +4,7 @@ clock (``now``) where a value needs one; the builders keep no clock of their own
 
 - ``gpu_list``, ``node_view``: the scheduler core's nodes (schedd/scheduler/snapshot.py)
 - ``pending``, ``running``: its pending and running jobs; ``started``: the ids a cycle starts
+- ``sqlite_ledger``: a migrated SQLite ledger's URL
 - ``handler_context``: what schedd's handlers are called with (schedd/context.py's
   ``Context``), over a real State on a SQLite ledger
 
@@ -97,14 +98,21 @@ class HandlerContext:
         self.state.store.close()
 
 
+def sqlite_ledger(tmp_path: Path, name: str = "kiln.db") -> str:
+    """The URL of a SQLite ledger in ``tmp_path``, migrated to the head revision (both
+    backends: tests/unit/conftest.py's ``ledger_url``)."""
+    url = f"sqlite:///{tmp_path}/{name}"
+    upgrade(url)
+    return url
+
+
 def handler_context(tmp_path: Path, now: float, *, nodes: Iterable[str] = (),
                     partitions: Iterable[str] = ("gpu",), accounts: bool = True,
                     **cfg: Any) -> HandlerContext:
     """A State over a migrated SQLite ledger in ``tmp_path`` (``cfg``: Config's fields), its
     accounts loaded (``accounts``), and the named nodes alive at ``now``: 8 CPUs, 1000 MB each,
     in ``partitions``. Close it (``close()``) when done."""
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
+    url = sqlite_ledger(tmp_path)
     state = State(Config(home=tmp_path, db_url=url, **cfg), Store(url))
     if accounts:
         state.load_accounts(now)

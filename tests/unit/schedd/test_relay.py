@@ -15,16 +15,15 @@ from kiln.config import Config
 from kiln.wire import operations, protocol
 from schedd import relay, slicing
 from schedd.daemon import Daemon
-from schedd.ledger.migrate import upgrade
 from schedd.routes import AGENT_HANDLERS
+from tests.builders import sqlite_ledger
 
 USER = 4242
 
 
 @pytest.fixture
 def daemon(tmp_path: Path):
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
+    url = sqlite_ledger(tmp_path)
     cfg = Config(home=tmp_path, db_url=url, client_endpoint=f"ipc://{tmp_path}/s.sock",
                  agent_endpoint="tcp://127.0.0.1:*", relay_root_nodes=["trusted"])
     d = Daemon(cfg)

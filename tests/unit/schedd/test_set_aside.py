@@ -16,14 +16,13 @@ from schedd.ledger import tables as t
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.state import State
+from tests.builders import sqlite_ledger
 
 NOW = 2_000_000.0
 
 
 def _store(tmp_path: Path) -> Store:
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
-    return Store(url)
+    return Store(sqlite_ledger(tmp_path))
 
 
 def test_an_unreadable_row_is_loaded_set_aside_not_a_crash(tmp_path: Path) -> None:

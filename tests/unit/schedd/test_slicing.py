@@ -20,9 +20,9 @@ from kiln.wire.localsock import Stream, joined
 from schedd import loopwatch, slicing
 from schedd.daemon import Daemon, Slices
 from schedd.handlers import insight
-from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.routes import CLIENT_HANDLERS
+from tests.builders import sqlite_ledger
 
 T0 = 1_795_938_899.0
 ROOT = Caller(uid=0, gid=0, pid=1)
@@ -31,8 +31,7 @@ USER = Caller(uid=4242, gid=4242, pid=2)
 
 @pytest.fixture
 def daemon(tmp_path: Path):
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
+    url = sqlite_ledger(tmp_path)
     store = Store(url)  # finished jobs in the ledger only, as after MinJobAge
     store.insert_jobs([Job(id=i, name=f"old{i}", user="root", uid=0, gid=0, account="root",
                            partition="gpu", state=JobState.COMPLETED, submit_time=T0 - 100,

@@ -128,11 +128,10 @@ def test_rows_round_trip_and_membership() -> None:
 
 
 def test_ledger_keeps_reservations_across_restarts(tmp_path) -> None:
-    from schedd.ledger.migrate import upgrade
     from schedd.ledger.store import Store
+    from tests.builders import sqlite_ledger
 
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
+    url = sqlite_ledger(tmp_path)
     store = Store(url)
     r = Reservation("r", NOW, NOW + 60, ["a"], gpus=2, holdings={"a": [16, 1000, 2]},
                     accounts=["chem"], flags=["IGNORE_JOBS"], partition="gpu", created_by=0,

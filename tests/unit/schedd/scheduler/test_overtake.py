@@ -14,22 +14,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln.config import Config, SchedulerConfig
-from kiln.model import Job, Node
-from schedd.ledger.migrate import upgrade
-from schedd.ledger.store import Store
+from kiln.config import SchedulerConfig
+from kiln.model import Job
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
 from schedd.lifecycle.preemption import Tracker
 from schedd.scheduler import overtake
 from schedd.scheduler.cycle import owed_jobs, schedule
 from schedd.scheduler.snapshot import Decisions, NodeView, PendingJob, RunningJob, Snapshot
-from schedd.state import State
 from simulator.machine import pool
 from simulator.policy import policy_config
 from simulator.replay import replay
 from simulator.swf import Trace, TraceJob
-from tests.builders import node_view, pending, running
+from tests.builders import handler_context, node_view, pending, running
 
 NOW = 1_000_000.0
 MIN = 60
@@ -122,18 +119,14 @@ def test_a_negative_bound_is_a_clear_error() -> None:
 
 
 def test_the_daemon_hands_the_count_back_for_the_jobs_still_pending(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/kiln.db"
-    upgrade(url)
-    store = Store(url)
-    cfg = Config(home=tmp_path, db_url=url)
-    state = State(cfg, store)
-    state.nodes["n1"] = Node("n1", 8, 1000, last_heartbeat=NOW)
+    ctx = handler_context(tmp_path, NOW, nodes=("n1",), partitions=(), accounts=False)
+    cfg, state = ctx.cfg, ctx.state
     state.add_jobs([Job(id=1, submit_time=NOW, time_limit=60)], [])
     planner = Planner(cfg, state, AgentRegistry(cfg, lambda *a: None), Tracker())
     assert planner.snapshot(NOW)[0].passed_over == {}
     planner.remember(Decisions(passed_over={1: 5.0, 7: 2.0}))  # job 7 is gone
     assert planner.snapshot(NOW)[0].passed_over == {1: 5.0}
-    store.close()
+    ctx.close()
 
 
 # --- through the simulator ------------------------------------------------------------------
