@@ -4,6 +4,8 @@ clock (``now``) where a value needs one; the builders keep no clock of their own
 
 - ``gpu_list``, ``node_view``: the scheduler core's nodes (schedd/scheduler/snapshot.py)
 - ``pending``, ``running``: its pending and running jobs; ``started``: the ids a cycle starts
+- ``job``, ``node``: the daemon's own Job and Node (kiln/model.py); ``SCHEDBENCH``: the user
+  of slurm-reference's transcripts
 - ``sqlite_ledger``: a migrated SQLite ledger's URL
 - ``handler_context``: what schedd's handlers are called with (schedd/context.py's
   ``Context``), over a real State on a SQLite ledger
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.config import Config
-from kiln.model import GPU, Node, NodeAllocation
+from kiln.model import GPU, Job, JobState, Node, NodeAllocation
 from schedd.domain.steps import StepTable
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
@@ -65,6 +67,29 @@ def running(job_id: int, node: str, gpu_ids: Iterable[int], *, start: float, end
     ids = list(gpu_ids)
     return RunningJob(job_id, [NodeAllocation(node, len(ids) if cpus is None else cpus,
                                               memory_mb, ids)], start, end, **fields)
+
+
+# the user, ids and account of slurm-reference's transcripts (the CLI's tests compare with them)
+SCHEDBENCH: dict[str, Any] = {"user": "schedbench", "uid": 999, "gid": 995, "account": "physics"}
+
+
+def job(job_id: int, state: JobState | str = JobState.PENDING, *, node: str = "",
+        gpu_ids: Iterable[int] = (), cpus: int = 1, memory_mb: int = 0, **fields: Any) -> Job:
+    """A Job in ``state``; with ``node``, placed there: its node list and batch host, and one
+    allocation of ``cpus`` CPUs, ``memory_mb`` and these GPUs. ``fields`` set any of Job's
+    fields, these included."""
+    values: dict[str, Any] = {"id": job_id, "state": JobState(state)}
+    if node:
+        values |= {"node_list": node, "batch_host": node,
+                   "allocation": [NodeAllocation(node, cpus, memory_mb, list(gpu_ids))]}
+    return Job(**(values | fields))
+
+
+def node(name: str = "n1", gpus: int = 8, *, cpus: int = 64, memory_mb: int = 512_000,
+         model: str = "H100", gpu_memory_mb: int = 80_000, **fields: Any) -> Node:
+    """A node as schedd keeps it: by default 64 CPUs, 500 GiB and 8 H100s (80 GB)."""
+    return Node(name, cpus, memory_mb, gpu_list(name, gpus, model=model, memory_mb=gpu_memory_mb),
+                **fields)
 
 
 def started(decisions: Decisions) -> list[int]:
@@ -117,5 +142,6 @@ def handler_context(tmp_path: Path, now: float, *, nodes: Iterable[str] = (),
     if accounts:
         state.load_accounts(now)
     for name in nodes:
-        state.nodes[name] = Node(name, 8, 1000, last_heartbeat=now, partitions=list(partitions))
+        state.nodes[name] = node(name, 0, cpus=8, memory_mb=1000, last_heartbeat=now,
+                                 partitions=list(partitions))
     return HandlerContext(state, state.cfg, [now])

@@ -13,6 +13,7 @@ import pytest
 from cli import sacct, sinfo, squeue
 from cli.data_parser import schema
 from kiln.model import Job, JobState, NodeAllocation, StopMark
+from tests.builders import SCHEDBENCH
 from tests.openapi_schema import schema_errors, unknown_keys
 from tests.unit.cli import test_sacct, test_sinfo
 from tests.unit.cli.test_squeue import NOW, serve
@@ -26,9 +27,8 @@ def no_val(number: Any, infinite: bool = False) -> dict[str, Any]:
 
 
 def wire(**kw: Any) -> dict[str, Any]:
-    base: dict[str, Any] = dict(user="schedbench", uid=999, gid=995, partition="gpu",
-                                account="physics", submit_time=NOW - 60,
-                                eligible_time=NOW - 60, workdir="/home/schedbench")
+    base: dict[str, Any] = dict(partition="gpu", submit_time=NOW - 60, eligible_time=NOW - 60,
+                                workdir="/home/schedbench", **SCHEDBENCH)
     base.update(kw)
     return Job(**base).to_wire()
 

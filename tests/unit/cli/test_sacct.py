@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from cli import sacct
-from kiln.model import Job, JobState, NodeAllocation
+from kiln.model import Job, JobState
 from kiln.slurm import stats as keys
 from schedd.reports import accounting
+from tests import builders
+from tests.builders import SCHEDBENCH
 
 T0 = 1_795_938_899.0
 SLURM_BILLING = accounting.BillingPolicy({"cpu": 1.0})  # Slurm without TRESBillingWeights
@@ -19,13 +21,10 @@ SLURM_BILLING = accounting.BillingPolicy({"cpu": 1.0})  # Slurm without TRESBill
 
 def ran(job_id: int, name: str, state: str, secs: int, gpus: int = 0, **kw: Any) -> Job:
     fields: dict[str, Any] = dict(
-        id=job_id, name=name, user="schedbench", uid=999, gid=995, account="physics",
-        partition="debug", state=JobState(state), submit_time=T0 - 1, eligible_time=T0 - 1,
+        name=name, partition="debug", submit_time=T0 - 1, eligible_time=T0 - 1,
         start_time=T0, end_time=T0 + secs, time_limit=300, mem_per_node_mb=16000,
-        gpus_per_node=gpus, node_list="vm", batch_host="vm",
-        allocation=[NodeAllocation("vm", 1, 0, list(range(gpus)))])
-    fields.update(kw)
-    return Job(**fields)
+        gpus_per_node=gpus, **SCHEDBENCH)
+    return builders.job(job_id, state, node="vm", gpu_ids=range(gpus), **(fields | kw))
 
 
 def step(job_id: int, step_id: str, name: str, state: str, code: int = 0,

@@ -19,21 +19,18 @@ from cli.formats import (
     parse_percent_format,
     render,
 )
-from kiln.model import Job, JobState, NodeAllocation
+from kiln.model import Job
 from schedd.handlers.query import column_reply, row_columns
+from tests import builders
+from tests.builders import SCHEDBENCH
 
 NOW = 1_800_000_000.0
 
 
 def job(job_id: int, name: str, state: str = "RUNNING", **kw: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = dict(id=job_id, name=name, user="schedbench", uid=999, gid=995,
-                                  partition="debug", account="physics",
-                                  state=JobState(state), submit_time=NOW - 60)
-    if state == "RUNNING":
-        fields.update(start_time=NOW - 3, node_list="vm", batch_host="vm",
-                      allocation=[NodeAllocation("vm", 1, 0, [])])
-    fields.update(kw)
-    return Job(**fields).to_wire()
+    placed = {"node": "vm", "start_time": NOW - 3} if state == "RUNNING" else {}
+    fields = {"name": name, "partition": "debug", "submit_time": NOW - 60, **SCHEDBENCH}
+    return builders.job(job_id, state, **(fields | placed | kw)).to_wire()
 
 
 # From slurm-reference/e_sacct.txt

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kiln.model import GPU, Job, JobState, Node, NodeAllocation, NodeState
+from kiln.model import Job, JobState, Node, NodeAllocation, NodeState
 from schedd.domain.reservation import (
     BUSY_NODES,
     INVALID_ACCOUNT,
@@ -20,13 +20,9 @@ from schedd.domain.reservation import (
     next_name,
     window,
 )
+from tests.builders import node
 
 NOW = 1_000_000.0
-
-
-def node(name: str, gpus: int = 8, state: NodeState = NodeState.IDLE) -> Node:
-    return Node(name, cpus=64, memory_mb=512_000, state=state,
-                gpus=[GPU(i, f"{name}-{i}", "H100", 80_000) for i in range(gpus)])
 
 
 def running(job_id: int, node_name: str, gpus: list[int], end: float, resv: str = "") -> Job:
