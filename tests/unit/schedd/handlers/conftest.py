@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kiln.config import Config
 from kiln.model import Job, JobState, NodeAllocation
 from kiln.wire import operations, protocol
 from schedd.domain.dependents import Dependents
@@ -84,9 +85,9 @@ class FakeState:
 
 
 @pytest.fixture
-def ctx(store):
-    c = HandlerContext(FakeState(store), SimpleNamespace(kill_wait=3, cluster_name="kiln"),
-                       [1000.0], agents=Agents())
+def ctx(store: Store, tmp_path: Path) -> HandlerContext:
+    c = HandlerContext(FakeState(store), Config(home=tmp_path, kill_wait=3), [1000.0],
+                       agents=Agents())
     job = Job(id=7, name="train", user="alice", uid=1000, gid=1000, state=JobState.RUNNING,
               workdir="/work", num_nodes=2, ntasks_per_node=2, start_time=990.0,
               time_limit=600, batch_host="node1", launched_limit=600, generation=1,
