@@ -424,7 +424,7 @@ JOB_FIELDS: dict[str, tuple[str, Getter, bool]] = {
 }
 
 # key -> the Job attributes its getter (and its -S sort key) reads: what squeue asks schedd for
-# (query_jobs "fields") instead of whole jobs. tests/unit/test_query_rows.py holds every getter
+# (query_jobs "fields") instead of whole jobs. tests/unit/schedd/handlers/test_query_rows.py holds every getter
 # to it.
 _RUN = ("state", "start_time", "end_time")
 JOB_ATTRS: dict[str, tuple[str, ...]] = {
@@ -647,7 +647,7 @@ def job_sort_key(key: str) -> Callable[[dict[str, Any], Ctx], Any]:
 # function call per job: the getters above, applied to 10,000 jobs one by one, cost more than
 # everything else squeue does. The common fields have a comprehension here; any other field
 # runs its getter per job on a dictionary of just the attributes JOB_ATTRS names for it.
-# tests/unit/test_query_rows.py holds each comprehension to its getter.
+# tests/unit/schedd/handlers/test_query_rows.py holds each comprehension to its getter.
 
 Table = dict[str, list["Any"]]
 

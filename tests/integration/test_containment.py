@@ -1,7 +1,7 @@
 """Per-job cgroups through the real commands (issue 14): sbatch -> schedd -> agentd's cgroup.
 
 Runs where the host's cgroups are writable (as on the test VMs: v1 controllers, a v2 mount for
-membership and cgroup.kill); the agent's own tests (tests/unit/test_agent_cgroups.py) cover
+membership and cgroup.kill); the agent's own tests (tests/unit/agentd/test_cgroups.py) cover
 the rest. Waits are conditions with generous deadlines.
 """
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
     not _writable(),
     reason="needs root and writable cgroup v1 controllers (memory, pids), not available here "
            "(a cgroup v2-only host, as stock Debian 12 and Ubuntu 22.04+); the v2 code is "
-           "covered by tests/unit/test_agent_cgroups.py's fake v2 tree")
+           "covered by tests/unit/agentd/test_cgroups.py's fake v2 tree")
 
 HOG = "python3 -c 'b = b\"x\" * (256 * 1024 * 1024)'; echo after"
 

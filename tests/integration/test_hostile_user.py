@@ -1,6 +1,6 @@
 """Issue 12, played on a live cluster by a hostile second Unix user against root's jobs: what
 the attacker sends is refused in one line or answered with bounded work, and the victim's jobs
-and squeue are untouched. (The work counts themselves are in tests/unit/test_hostile_requests.py;
+and squeue are untouched. (The work counts themselves are in tests/unit/schedd/handlers/test_hostile_requests.py;
 nothing here asserts a duration.)"""
 
 from __future__ import annotations
