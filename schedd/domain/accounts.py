@@ -1,5 +1,5 @@
 """The association tree, QOS and limits in schedd's memory: loaded from the ledger at start-up,
-changed by sacctmgr (``handlers/sacctmgr.py``), read by submit and by the snapshot.
+changed by sacctmgr (``handlers/sacctmgr/``), read by submit and by the snapshot.
 
 Slurm's model: accounts form a tree under ``root``; a user joins an account through an
 association (with its own shares and limits); every association may carry limits and a QOS
