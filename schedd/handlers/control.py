@@ -9,6 +9,7 @@ from kiln.identity import Caller, is_operator
 from kiln.model import Job, JobState
 from kiln.slurm.signals import SignalError
 from kiln.slurm.signals import parse_signal as _parse_signal
+from schedd import slicing
 from schedd.context import Context, RequestError
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs, select_jobs_reporting
 from schedd.ledger.records import JobEvent
@@ -63,6 +64,7 @@ def cancel(ctx: Context, caller: Caller,
     return reply
 
 
+@slicing.light
 def _in_slices(ctx: Context, caller: Caller, jobs: list[Job],
                reply: dict[str, Any]) -> Generator[None, None, dict[str, Any]]:
     yield from transitions.cancel_in_slices(ctx, jobs, caller.uid)

@@ -6,16 +6,18 @@ meanwhile, and an scancel whose client goes away mid-way is still done whole."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
 from kiln.config import Config
 from kiln.identity import Caller
 from kiln.model import JobState
 from kiln.wire import operations, protocol
-from kiln.wire.localsock import joined
+from kiln.wire.localsock import Connection, LocalServer, Work, joined
 from schedd.daemon import Daemon, Slices
 from schedd.ledger.migrate import upgrade
 from schedd.lifecycle import transitions
@@ -111,3 +113,43 @@ def test_a_cancel_whose_client_went_away_is_still_done_whole(daemon) -> None:
     del answer  # the server lets the request go: the generator is closed
     assert _states(daemon) == {"CANCELLED": TASKS}
     assert daemon.planner.withheld == set()
+
+
+class _Counting(Work):
+    def __init__(self, name: str, total: int, log: list[str], light: bool = False):
+        self.name, self.left, self.log, self._light = name, total, log, light
+
+    @property
+    def light(self) -> bool:
+        return self._light
+
+    def step(self) -> bytes | None:
+        self.log.append(self.name)
+        self.left -= 1
+        return None if self.left else protocol.reply_ok(1, {"done": self.name})
+
+
+def test_a_cancel_in_slices_is_stepped_beside_the_users_long_reads(daemon, tmp_path) -> None:
+    """Of one user's long requests only the two oldest are built at a time; a light one (a
+    big scancel holds no body) is not queued behind them but takes its turn beside them."""
+    assert _call(daemon, "cancel", {"job_ids": [str(daemon.array)]}, USER).light
+    assert not _call(daemon, "acct_jobs", {}, USER).light
+    server = LocalServer(f"ipc://{tmp_path}/t.sock", lambda f, c: b"")
+    poller = zmq.Poller()
+    server.register(poller)
+    log: list[str] = []
+    pairs = []
+    for order, (name, light) in enumerate([("sacct1", False), ("sacct2", False),
+                                           ("sacct3", False), ("cancel", True)]):
+        ours, theirs = socket.socketpair()
+        pairs.append(theirs)
+        conn = Connection(ours, Caller(uid=1001, gid=1001, pid=0), work_order=order)
+        conn.work = _Counting(name, 3 if light else 6, log, light)
+        server.conns[conn.fd] = conn
+        poller.register(conn.fd, 0)
+    server.step_work(budget=10.0)
+    assert log.index("cancel") < 3  # not after sacct1 or sacct2 was done
+    assert log.count("cancel") == 3
+    for theirs in pairs:
+        theirs.close()
+    server.close()
