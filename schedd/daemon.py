@@ -461,6 +461,10 @@ class Slices(Work):
         if self.ticket is not None:
             self.ticket.cancelled = True
 
+    @property
+    def light(self) -> bool:
+        return self.gen.gi_code in slicing.LIGHT
+
     def step(self) -> Reply | None:
         since = time.perf_counter()
         try:

@@ -18,14 +18,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
+from types import CodeType
 from typing import Any, TypeVar
 
 from kiln.wire import protocol, wirejson
+
+LIGHT: set[CodeType] = set()  # generator handlers marked ``light``
 
 SLICE_SECONDS = 0.005  # how long a long request's slice runs before it yields
 ENCODE_ITEMS = 200  # list items encoded per slice (a sacct row is ~3 kB of JSON)
 
 T = TypeVar("T")
+
+
+def light(fn: Callable[..., Generator[Any, None, Any]]) -> Callable[..., Generator[Any, None, Any]]:
+    """Mark a generator handler whose request holds no reply body while it runs (a big
+    scancel, a slice of jobs at a time): the server steps it beside the user's long requests
+    being built, not behind them (``localsock.Work.light``)."""
+    LIGHT.add(fn.__code__)
+    return fn
 
 
 def each(items: Iterable[T], fn: Callable[[T], object],

@@ -142,6 +142,13 @@ class Work:
     def cancel(self) -> None:
         """Its client went away: what it waits on off the loop need not be done."""
 
+    @property
+    def light(self) -> bool:
+        """Holds no reply body while it runs (a big scancel's slices): not one of a user's
+        ``LONG_PER_USER`` long requests being built, but stepped in turn beside them, so that
+        it never waits for the user's own sacct to be built first."""
+        return False
+
 
 def frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
@@ -343,7 +350,9 @@ class LocalServer:
             if not by_user:
                 return
             for uid in sorted(by_user):
-                oldest = sorted(by_user[uid], key=lambda c: c.work_order)[:LONG_PER_USER]
+                mine = sorted(by_user[uid], key=lambda c: c.work_order)
+                oldest = ([c for c in mine if not c.work.light][:LONG_PER_USER]
+                          + [c for c in mine if c.work.light][:LONG_PER_USER])
                 conn = oldest[self._turn.get(uid, 0) % len(oldest)]
                 self._turn[uid] = self._turn.get(uid, 0) + 1
                 reply = conn.work.step()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 from kiln.identity import Caller, is_operator
 from kiln.model import Job, JobState
 from kiln.slurm.signals import SignalError
 from kiln.slurm.signals import parse_signal as _parse_signal
+from schedd import slicing
 from schedd.context import Context, RequestError
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs, select_jobs_reporting
 from schedd.ledger.records import JobEvent
@@ -25,14 +27,17 @@ def _owned(caller: Caller, job: Job) -> bool:
     return job.uid == caller.uid or is_operator(caller)
 
 
-def cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+def cancel(ctx: Context, caller: Caller,
+           body: dict[str, Any]) -> dict[str, Any] | Generator[None, None, dict[str, Any]]:
+    """scancel. Of more than ``transitions.CANCEL_SLICE`` jobs, a long request: the jobs are
+    ended a slice at a time, the loop serving others between slices, and the reply (the
+    same) comes after the last."""
     jobs, unmatched = select_jobs_reporting(ctx, body)
     sig = parse_signal(body["signal"]) if body.get("signal") else None
     now = ctx.now()
     cancelled: list[str] = []
     errors = [{"job_id": t, "message": INVALID_JOB_ID} for t in unmatched]
-    pending: list[Job] = []
-    running: list[Job] = []
+    targets: list[Job] = []
     for job in jobs:
         if not _owned(caller, job):
             errors.append({"job_id": job.display_id, "message": DENIED})
@@ -51,13 +56,19 @@ def cancel(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, Any]
             cancelled.append(job.display_id)
             continue
         cancelled.append(job.display_id)
-        (pending if job.state == JobState.PENDING else running).append(job)
-    transitions.cancel_pending(ctx, pending, caller.uid, now)
-    transitions.request_stop(ctx, running, "cancel", JobState.CANCELLED, now,
-                             actor=caller.uid, detail="scancel")
-    if pending or running:
-        ctx.wake_scheduler()
-    return {"cancelled": cancelled, "errors": errors}
+        targets.append(job)
+    reply = {"cancelled": cancelled, "errors": errors}
+    if len(targets) > transitions.CANCEL_SLICE:
+        return _in_slices(ctx, caller, targets, reply)
+    transitions.cancel(ctx, targets, caller.uid, now)
+    return reply
+
+
+@slicing.light
+def _in_slices(ctx: Context, caller: Caller, jobs: list[Job],
+               reply: dict[str, Any]) -> Generator[None, None, dict[str, Any]]:
+    yield from transitions.cancel_in_slices(ctx, jobs, caller.uid)
+    return reply
 
 
 def _pending_by_ids(ctx: Context, caller: Caller, body: dict[str, Any]):

@@ -18,10 +18,13 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     Connection,
+    Dialect,
     Table,
     bindparam,
     delete,
@@ -75,6 +78,17 @@ META_MAX_JOB_ID = "max_job_id"  # high-water mark kept when finished jobs are pu
 INSERT_JOBS = insert(t.jobs)
 INSERT_EVENTS = insert(t.job_events)
 
+# New jobs and events go in as plain tuples (``_insert_many``): a 1,000-task array's rows as
+# dicts through the compiled INSERT cost 33 ms on schedd's loop, of which SQLite's own
+# executemany was 8 (docs/benchmarks.md, "Every attack at once")
+_JOB_TUPLE = attrgetter(*JOB_FIELDS)
+_JOB_CONVERTED = tuple((JOB_FIELDS.index(name), name)
+                       for name in ("state", "allocation", "stop", "preempt"))
+EVENT_FIELDS = ("job_id", "time", "state", "reason", "actor_uid", "detail")
+_EVENT_TUPLE = attrgetter(*EVENT_FIELDS)
+_MARKERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}  # positional, by paramstyle
+_MISSING = object()
+
 
 # -- rows <-> domain objects --------------------------------------------------------------------
 
@@ -117,6 +131,73 @@ def job_to_row(job: Job) -> dict[str, Any]:
     for name in ("state", "allocation", "stop", "preempt"):
         row[name] = _job_value(name, row[name])
     return row
+
+
+def job_to_tuple(job: Job) -> list[Any]:
+    """``job_to_row``'s values in ``JOB_FIELDS`` order (one C call for the 85 fields)."""
+    row = list(_JOB_TUPLE(job))
+    for i, name in _JOB_CONVERTED:
+        row[i] = _job_value(name, row[i])
+    return row
+
+
+_INSERTS: dict[tuple[str, str, tuple[str, ...]], tuple[str, list[tuple[int, Any, bool]]]] = {}
+_EMPTY = (list, dict)
+
+
+def _insert_many(conn: Connection, table: Table, keys: tuple[str, ...],
+                 rows: list[Any]) -> None:
+    """``INSERT`` of many rows given as plain tuples in ``keys``' order: SQLAlchemy's
+    executemany of dicts, less its per-row work (building each row's parameters from the
+    compiled statement). Each column's bind processor (JSON, and Boolean and Float on
+    SQLite) is applied as SQLAlchemy applies it, a column at a time; a JSON column's once per
+    distinct object in it (an array's tasks share their environment, stats, ...) or empty
+    list or dict of its (each task's own ``[]``). A
+    paramstyle other than positional ones goes the usual way."""
+    if not rows:
+        return
+    dialect = conn.dialect
+    marker = _MARKERS.get(dialect.paramstyle)
+    if marker is None:
+        conn.execute(insert(table), [dict(zip(keys, row, strict=True)) for row in rows])
+        return
+    sql, procs = _insert_statement(dialect, table, keys, marker)
+    if procs:
+        columns: list[Any] = list(zip(*rows, strict=True))
+        for i, proc, shared in procs:
+            if not shared:
+                columns[i] = list(map(proc, columns[i]))
+                continue
+            memo: dict[int, Any] = {}
+            out = []
+            for value in columns[i]:  # every value is held by columns: no id is reused
+                key = id(type(value)) if not value and type(value) in _EMPTY else id(value)
+                done = memo.get(key, _MISSING)
+                if done is _MISSING:
+                    done = memo[key] = proc(value)
+                out.append(done)
+            columns[i] = out
+        rows = list(zip(*columns, strict=True))
+    conn.exec_driver_sql(sql, rows)
+
+
+def _insert_statement(dialect: Dialect, table: Table, keys: tuple[str, ...],
+                      marker: str) -> tuple[str, list[tuple[int, Any, bool]]]:
+    key = (dialect.name, table.name, keys)
+    made = _INSERTS.get(key)
+    if made is None:
+        quote = dialect.identifier_preparer
+        sql = (f"INSERT INTO {quote.format_table(table)} "
+               f"({', '.join(quote.quote(k) for k in keys)}) "
+               f"VALUES ({', '.join([marker] * len(keys))})")
+        procs = []
+        for i, name in enumerate(keys):
+            column_type = table.c[name].type
+            proc = column_type._cached_bind_processor(dialect)
+            if proc is not None:
+                procs.append((i, proc, isinstance(column_type, JSON)))
+        made = _INSERTS[key] = (sql, procs)
+    return made
 
 
 def row_to_job(row: Mapping[str, Any]) -> Job:
@@ -368,12 +449,11 @@ class Store:
 
     def insert_jobs(self, jobs: list[Job], events: list[JobEvent] | None = None) -> None:
         """Store new jobs (a whole array in one call) and their first events, atomically."""
-        rows = [job_to_row(j) for j in jobs]
+        rows = [job_to_tuple(j) for j in jobs]
         with self._write(f"inserting {len(rows)} job(s)") as conn:
-            if rows:
-                conn.execute(INSERT_JOBS, rows)
+            _insert_many(conn, t.jobs, JOB_FIELDS, rows)
             if events:
-                conn.execute(INSERT_EVENTS, [_event_row(e) for e in events])
+                _insert_many(conn, t.job_events, EVENT_FIELDS, list(map(_EVENT_TUPLE, events)))
 
     def update_jobs(
         self, changes: list[tuple[int, dict[str, Any]]], events: list[JobEvent] | None = None,
@@ -400,7 +480,7 @@ class Store:
                 if names:
                     self._update_group(conn, names, params)
             if events:
-                conn.execute(INSERT_EVENTS, [_event_row(e) for e in events])
+                _insert_many(conn, t.job_events, EVENT_FIELDS, list(map(_EVENT_TUPLE, events)))
             if steps:
                 rows = [dataclasses.asdict(step) for step in steps]
                 conn.execute(_upsert(conn, t.job_steps, ["job_id", "step_id"], rows[0]), rows)

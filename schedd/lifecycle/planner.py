@@ -80,12 +80,17 @@ class Planner:
         # per waiting job, the later work that passed it over in the hole (bf_overtake,
         # scheduler/overtake.py): the core's count, handed back to it each cycle
         self.passed_over: dict[int, float] = {}
+        # pending jobs a request in progress is ending (a big scancel between its slices:
+        # transitions.cancel_in_slices): never offered to the core meanwhile
+        self.withheld: set[int] = set()
 
     def snapshot(self, now: float, probes: Iterable[PendingJob] = ()) -> tuple[Snapshot,
                                                                               dict[int, str]]:
         """The core's input now (plus ``probes``: jobs not submitted, for --test-only), and
         the reasons of the pending jobs it must not consider."""
         snapshot, blocked = self.state.snapshot(now)
+        if self.withheld:
+            snapshot.pending = [p for p in snapshot.pending if p.job_id not in self.withheld]
         snapshot.pending.extend(probes)
         preemption.annotate(snapshot, self.cfg, self.state, self.agents.checkpoints,
                             self.tracker, now)
