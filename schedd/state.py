@@ -375,6 +375,17 @@ class State:
     def pending(self) -> Iterable[Job]:
         return (j for j in self.jobs.values() if j.state == JobState.PENDING)
 
+    def shards_per_gpu(self, node: Node) -> int:
+        """gres/shard: the node's own (its agent's [agent] shards_per_gpu), else the first of
+        its partitions' that says; 0 = its GPUs offer no shards."""
+        if node.shards_per_gpu or not node.gpus:
+            return node.shards_per_gpu
+        for name in node.partitions:
+            part = self.partitions.get(name)
+            if part is not None and part.shards_per_gpu:
+                return part.shards_per_gpu
+        return 0
+
     def node_alive(self, node: Node, now: float) -> bool:
         return now - node.last_heartbeat <= self.cfg.node_timeout
 
@@ -572,6 +583,7 @@ class State:
                 gpu_type=n.gpu_model, features=frozenset(n.features),
                 partitions=frozenset(n.partitions),
                 failed_gpus=len(n.gpus) - len(n.healthy_gpus),
+                shards_per_gpu=self.shards_per_gpu(n),
                 available=n.state == NodeState.IDLE and self.node_alive(n, now)
                 and n.reboot != "issued",
             )
