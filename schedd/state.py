@@ -61,12 +61,14 @@ class NodeUse:
     memory_mb: int = 0
     gpus: int = 0
     jobs: int = 0
+    shards: int = 0  # gres/shard in use
 
     def add(self, a: Allocation) -> None:
         """One job's allocation on the node."""
         self.cpus += a.cpus
         self.memory_mb += a.memory_mb
         self.gpus += len(a.gpus)
+        self.shards += a.shard_count
         self.jobs += 1
 
 

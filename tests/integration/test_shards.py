@@ -76,6 +76,15 @@ def test_a_whole_gpu_job_waits_while_one_shard_is_in_use(cluster: Cluster,
     _waits_for_resources(cluster, whole)
     squeue = cluster.run("squeue", "-h", "-j", str(whole), "-o", "%t %R")
     assert squeue.stdout.split() == ["PD", "(Resources)"]
+    assert cluster.run("squeue", "-h", "-j", str(shard), "-o", "%b").stdout.strip() \
+        == "gres:shard:1"
+    sinfo = cluster.run("sinfo", "-h", "-N", "-o", "%G|%N").stdout.strip()
+    assert sinfo.startswith("gpu:a100:1") and sinfo.endswith(",shard:4|node1"), sinfo
+    node = cluster.run("scontrol", "show", "node", "node1").stdout
+    assert "gres/shard=4" in node.split("CfgTRES=")[1].split()[0]
+    assert "gres/shard=1" in node.split("AllocTRES=")[1].split()[0]
+    job = cluster.run("scontrol", "show", "job", str(shard)).stdout
+    assert "TresPerNode=gres:shard:1" in job
     _cancel(cluster, [shard])
     cluster.wait(whole, {"COMPLETED"})
 

@@ -6,10 +6,21 @@ from __future__ import annotations
 import pytest
 
 from kiln.config import SchedulerConfig
-from kiln.model import GPU, NodeAllocation
+from kiln.model import GPU, Job, JobState, NodeAllocation
+from schedd.reports import accounting
+from schedd.reports.accounting import BillingPolicy
 from schedd.scheduler import shares
 from schedd.scheduler.cycle import schedule
-from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
+from schedd.scheduler.limits import Enforcer
+from schedd.scheduler.snapshot import (
+    AssocLimits,
+    Limits,
+    LimitTable,
+    NodeView,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+)
 
 NOW = 1_000_020.0
 
@@ -113,3 +124,37 @@ def test_a_request_of_whole_gpus_in_shards_spans_gpus(n: int) -> None:
     d = cycle([node(gpus=2)], [shard_job(1, n=n)])
     (alloc,) = d.starts[0].allocation
     assert sum(alloc.shards.values()) == n and alloc.gpus == []
+
+
+# --- limits and accounting ------------------------------------------------------------------
+
+def _limits(shards: int) -> LimitTable:
+    table = LimitTable()
+    table.assocs[("root", "")] = AssocLimits("root")
+    table.assocs[("physics", "")] = AssocLimits("physics", parent=("root", ""),
+                                                limits=Limits(grp_tres={"gres/shard": shards}))
+    return table
+
+
+def test_grp_tres_gres_shard_counts_running_and_pending_shards() -> None:
+    running = [RunningJob(9, [NodeAllocation("a", 1, 0, [], [], {0: 2}, 4)], NOW - 60,
+                          NOW + 3600, "ann", "physics")]
+    enforcer = Enforcer(_limits(3), running, [node()], NOW)
+    assert enforcer.blocked(shard_job(1, account="physics", user="ann")) == ""
+    assert enforcer.blocked(shard_job(2, n=2, account="physics", user="ann")) == "AssocGrpGRES"
+    d = schedule(Snapshot(NOW, [node()], running,
+                          [shard_job(1, account="physics", user="ann"),
+                           shard_job(2, account="physics", user="ann")],
+                          limits=_limits(3)), SchedulerConfig())
+    assert [s.job_id for s in d.starts] == [1] and d.reasons[2] == "AssocGrpGRES"
+
+
+def test_sacct_tres_and_gpu_hours_count_shards_as_their_share() -> None:
+    job = Job(id=1, shards_per_node=2, num_nodes=1, start_time=1000.0, end_time=4600.0,
+              state=JobState.COMPLETED,
+              allocation=[NodeAllocation("a", 1, 0, [], [], {0: 2}, 4)])
+    policy = BillingPolicy()
+    assert accounting.alloc_tres(job, policy, {})["gres/shard"] == 2
+    assert "gres/gpu" not in accounting.alloc_tres(job, policy, {})
+    assert accounting.req_tres(job, policy)["gres/shard"] == 2
+    assert accounting.gpu_hours(job, 5000.0) == pytest.approx(0.5)
