@@ -58,3 +58,20 @@ def test_an_allocation_with_shards_goes_over_the_wire_and_back() -> None:
     back = Job.from_wire(job.to_wire())
     assert back.allocation[0].shards == {1: 2} and back.allocation[0].shards_per_gpu == 4
     assert back.allocation[0].gpu_share == 0.5
+
+
+def test_the_ledger_keeps_a_runs_shards(empty_ledger: str) -> None:
+    from schedd.ledger.migrate import upgrade
+    from schedd.ledger.store import Store
+
+    upgrade(empty_ledger)
+    store = Store(empty_ledger)
+    try:
+        job = Job(id=3, shards_per_node=2,
+                  allocation=[NodeAllocation("n1", 1, 0, [], [0], {1: 2}, 4)])
+        store.insert_jobs([job])
+        [back] = store.load_jobs(active_only=False)
+        assert back.shards_per_node == 2
+        assert back.allocation[0].shards == {1: 2} and back.allocation[0].shards_per_gpu == 4
+    finally:
+        store.close()
