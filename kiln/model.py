@@ -121,8 +121,10 @@ class NodeAllocation:
 
 
 def shards_from_wire(value: Any) -> dict[int, int]:
-    """An allocation's shards as sent and stored, ``[[GPU index, shards], ...]``."""
-    return {int(g): int(n) for g, n in value or []}
+    """An allocation's shards as sent (``{GPU index: shards}``, the index a string after
+    JSON) or stored (``[[GPU index, shards], ...]``)."""
+    pairs = value.items() if isinstance(value, dict) else value or []
+    return {int(g): int(n) for g, n in pairs}
 
 
 def shards_wire(shards: dict[int, int]) -> list[list[int]]:
@@ -409,8 +411,8 @@ ROW_FIELDS = frozenset(PUBLIC_FIELDS) - {"stop", "preempt"}
 
 def allocation_wire(allocation: list[NodeAllocation]) -> list[dict[str, Any]]:
     return [{"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus),
-             "cpu_ids": list(a.cpu_ids), **({"shards": shards_wire(a.shards), "shards_per_gpu": a.shards_per_gpu}
-                                          if a.shards else {})}
+             "cpu_ids": list(a.cpu_ids), "shards": dict(a.shards),
+             "shards_per_gpu": a.shards_per_gpu}
             for a in allocation]
 
 

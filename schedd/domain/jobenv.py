@@ -115,6 +115,9 @@ def step_environment(base: dict[str, str], job: Job, step_id: int, node_index: i
     if not gpus:
         for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"):
             env.pop(key)
+    shards = next((a.shard_count for a in job.allocation if a.node == node), 0)
+    if shards:  # gres/shard: the step runs on the job's shards of this node
+        env["SLURM_SHARDS_ON_NODE"] = str(shards)
     return env
 
 

@@ -88,8 +88,9 @@ def _allocation_to_json(allocation: Iterable[NodeAllocation | Mapping[str, Any]]
     # by hand: dataclasses.asdict deep-copies recursively and costs more than the INSERT itself
     return [
         {"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus),
-         "cpu_ids": list(a.cpu_ids), **({"shards": shards_wire(a.shards), "shards_per_gpu": a.shards_per_gpu}
-                                         if a.shards else {})}
+         "cpu_ids": list(a.cpu_ids),
+         **({"shards": shards_wire(a.shards), "shards_per_gpu": a.shards_per_gpu}
+            if a.shards else {})}
         if isinstance(a, NodeAllocation)
         else dict(a)
         for a in allocation

@@ -117,3 +117,14 @@ def test_a_bad_shard_request_is_one_line(cluster: Cluster, workdir: Path) -> Non
     assert res.stderr.startswith("sbatch: error: Batch job submission failed: Requested node "
                                  "configuration is not available")
     assert "no node has 5 GPU shards (largest: 4, node1)" in res.stderr
+
+
+def test_srun_and_salloc_ask_for_shards(cluster: Cluster, workdir: Path) -> None:
+    res = cluster.run("srun", "--gres=shard:2", "bash", "-c",
+                      "echo $CUDA_VISIBLE_DEVICES $SLURM_SHARDS_ON_NODE", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", "2"]
+    res = cluster.run("salloc", "--gres=shard:1", "srun", "bash", "-c",
+                      "echo $CUDA_VISIBLE_DEVICES $SLURM_SHARDS_ON_NODE", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[-2:] == ["0", "1"]
