@@ -201,22 +201,35 @@ def share_pick(job: PendingJob, tl: NodeTimeline, now: float, end: float
                ) -> tuple[dict[int, int], list[int]] | None:
     """Where a share job's shares go on ``tl`` if it starts now and runs until ``end``
     (``shares.pick``), or None. A shared GPU whose hold ends before ``end`` is offered only
-    if the plan can hold it on until then."""
+    if the plan can hold it on until then, together with the fresh GPUs the job opens."""
     per_gpu, free = tl.view.shards_per_gpu, tl.gpus_free
     shared = tl.shared_free()
-    until = tl.share_until
-    for g in [g for g in shared if until[g] < end]:
-        if not tl.fits(Demand(0, 0, 1), until[g], end):
-            del shared[g]
     found = shares.pick(job.shards_per_node, per_gpu, shared, free)
-    if found is None:
-        return None
-    outlived = [until[g] for g in found[0] if g in until and until[g] < end]
-    if len(outlived) > 1 and not tl.fits(Demand(0, 0, len(outlived)), min(outlived), end):
-        # spread over several GPUs it outlives, which the plan cannot all hold on for it
-        found = shares.pick(job.shards_per_node, per_gpu,
-                            {g: f for g, f in shared.items() if until[g] >= end}, free)
-    return found
+    if found is None or _gpus_held_on(tl, found, now, end):
+        return found
+    # it would outlive shared GPUs the plan cannot hold on: only those it does not outlive
+    until = tl.share_until
+    found = shares.pick(job.shards_per_node, per_gpu,
+                        {g: f for g, f in shared.items() if until[g] >= end}, free)
+    return found if found is None or _gpus_held_on(tl, found, now, end) else None
+
+
+def _gpus_held_on(tl: NodeTimeline, found: tuple[dict[int, int], list[int]], now: float,
+                  end: float) -> bool:
+    """Whether the plan can hold the GPUs of a share pick for ``[now, end)``: the fresh ones
+    from now, and each shared one it outlives from that GPU's planned end. What it needs only
+    grows with time, so checking each step's need until ``end`` covers every instant."""
+    shards, opened = found
+    untils = sorted(tl.share_until[g] for g in shards
+                    if g in tl.share_until and tl.share_until[g] < end)
+    need = len(opened)
+    if need and not tl.fits(Demand(0, 0, need), now, end):
+        return False
+    for at in untils:
+        need += 1
+        if not tl.fits(Demand(0, 0, need), max(at, now), end):
+            return False
+    return True
 
 
 def _place_shares_now(job: PendingJob, cands: Candidates, now: float, end: float
