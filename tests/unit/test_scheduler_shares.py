@@ -158,3 +158,10 @@ def test_sacct_tres_and_gpu_hours_count_shards_as_their_share() -> None:
     assert "gres/gpu" not in accounting.alloc_tres(job, policy, {})
     assert accounting.req_tres(job, policy)["gres/shard"] == 2
     assert accounting.gpu_hours(job, 5000.0) == pytest.approx(0.5)
+
+
+def test_preemption_never_counts_a_shared_gpu_as_free() -> None:
+    from schedd.scheduler.preempt import free_now
+
+    runs = [running_shards(9, {0: 1}), running_shards(8, {0: 2})]
+    assert free_now([node(gpus=2)], runs)["a"][2] == 1  # GPU 1; GPU 0 is shared
