@@ -75,3 +75,18 @@ def test_the_ledger_keeps_a_runs_shards(empty_ledger: str) -> None:
         assert back.allocation[0].shards == {1: 2} and back.allocation[0].shards_per_gpu == 4
     finally:
         store.close()
+
+
+def test_a_nodes_own_shards_per_gpu_wins_over_its_partitions() -> None:
+    from types import SimpleNamespace
+
+    from kiln.model import GPU, Node, Partition
+    from schedd.state import State
+
+    parts = SimpleNamespace(partitions={"cpu": Partition("cpu"),
+                                        "gpu": Partition("gpu", shards_per_gpu=8)})
+    gpu = [GPU(0, "u0", "A100", 80_000)]
+    assert State.shards_per_gpu(parts, Node("n", 4, 100, gpu, partitions=["cpu", "gpu"])) == 8
+    assert State.shards_per_gpu(parts, Node("n", 4, 100, gpu, partitions=["gpu"],
+                                            shards_per_gpu=2)) == 2
+    assert State.shards_per_gpu(parts, Node("n", 4, 100, [], partitions=["gpu"])) == 0
