@@ -68,7 +68,8 @@ class Agent:
     def __init__(self, cfg: kconfig.Config, node_name: str, cpus: int | None = None,
                  memory_mb: int | None = None, fake_gpus: str | None = None,
                  features: list[str] | None = None, spool_dir: str | None = None,
-                 relay_only: bool | None = None, serve_commands: bool | str | None = None):
+                 relay_only: bool | None = None, serve_commands: bool | str | None = None,
+                 shards_per_gpu: int | None = None):
         self.cfg = cfg
         self.name = node_name
         self.relay_only = cfg.agent.relay_only if relay_only is None else relay_only
@@ -92,6 +93,10 @@ class Agent:
         self.cpus = cpus or host_cpus
         self.memory_mb = memory_mb or host_mem
         self.features = features or []
+        shards = cfg.agent.shards_per_gpu if shards_per_gpu is None else shards_per_gpu
+        if not 0 <= shards <= kconfig.MAX_SHARDS_PER_GPU:
+            raise ValueError(f"shards per GPU: 0..{kconfig.MAX_SHARDS_PER_GPU}, not {shards}")
+        self.shards_per_gpu = shards if self.gpus else 0
         spool = Path(spool_dir or cfg.agent.spool_dir or cfg.home / "spool" / node_name)
         self.cgroups = None if self.relay_only else _make_cgroups(cfg, node_name, spool)
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
@@ -237,6 +242,7 @@ class Agent:
             return
         node = {"name": self.name, "cpus": self.cpus, "memory_mb": self.memory_mb,
                 "gpus": [_gpu_wire(g) for g in self.gpus], "fake_gpus": bool(self.fake_nvml),
+                "shards_per_gpu": self.shards_per_gpu,
                 "features": self.features, "address": socket.gethostname(),
                 "boot_time": _boot_time(), "slurmd_start_time": _agent_start()}
         if self.cgroups is not None:  # scontrol show node's line, and the node's reason
@@ -817,6 +823,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", type=int, help="memory to offer, MB (default: all)")
     parser.add_argument("--features", default="", help="comma-separated node features")
     parser.add_argument("--spool", help="spool directory")
+    parser.add_argument("--shards-per-gpu", type=int,
+                        help="gres/shard: shards each GPU offers ([agent] shards_per_gpu)")
     parser.add_argument("--relay-only", action="store_true", default=None,
                         help="a login node: relay commands to schedd; register no node, run "
                              "no jobs ([agent] relay_only)")
@@ -833,6 +841,7 @@ def main(argv: list[str] | None = None) -> int:
                       fake_gpus=args.fake_gpus,
                       features=[f for f in args.features.split(",") if f],
                       spool_dir=args.spool, relay_only=args.relay_only,
+                      shards_per_gpu=args.shards_per_gpu,
                       serve_commands={"yes": True, "no": False, "auto": "auto",
                                       None: None}[args.serve_commands])
     except (kconfig.ConfigError, ValueError, gpu_discovery.GPUDiscoveryError, OSError,

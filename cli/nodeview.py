@@ -46,7 +46,14 @@ def node_gres(node: dict[str, Any]) -> str:
     gtype = gres_type(str(gpus[0].get("model", "")))
     gres = f"gpu:{gtype}:{len(gpus)}" if gtype else f"gpu:{len(gpus)}"
     sockets = gpu_sockets(node)
-    return f"{gres}(S:{sockets})" if sockets else gres
+    gres = f"{gres}(S:{sockets})" if sockets else gres
+    shards = node_shards(node)
+    return f"{gres},shard:{shards}" if shards else gres
+
+
+def node_shards(node: dict[str, Any]) -> int:
+    """The GPU shards (gres/shard) the node offers in all: shards per GPU x its GPUs."""
+    return int(node.get("shards_per_gpu") or 0) * len(node.get("gpus") or [])
 
 
 def gpu_sockets(node: dict[str, Any]) -> str:
@@ -77,7 +84,8 @@ def node_gres_used(node: dict[str, Any]) -> str:
         return "gpu:0"
     gtype = gres_type(str(gpus[0].get("model", "")))
     used = int(node.get("alloc_gpus") or 0)
-    return f"gpu:{gtype}:{used}" if gtype else f"gpu:{used}"
+    gres = f"gpu:{gtype}:{used}" if gtype else f"gpu:{used}"
+    return f"{gres},shard:{int(node.get('alloc_shards') or 0)}" if node_shards(node) else gres
 
 
 def partition_nodes(part: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

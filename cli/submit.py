@@ -129,7 +129,13 @@ def _gpus(field: str, option: str) -> "Handler":
 
 
 def _gres(settings: "Settings", value: "str | None") -> None:
+    from kiln.slurm.gres import GresError, take_shares
+
     count, gtype, others = parse_gres(value or "")
+    try:
+        settings["shards_per_node"], others = take_shares(others)
+    except GresError:
+        raise OptionError("Invalid --gres specification") from None
     settings["gpus_per_node"] = count
     if gtype:
         settings["gpu_type"] = gtype

@@ -241,7 +241,11 @@ def _containment_reasons(cfg: kconfig.Config, names: list[str]) -> list[str]:
 @click.option("--cpus", type=click.IntRange(1, 100_000), default=None,
               help=f"CPUs each node offers (default: the host's; {FAKE_NODE_CPUS} with fake GPUs)")
 @click.option("--db-url", default="", help="ledger URL (default SQLite in $KILN_HOME)")
-def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: str) -> None:
+@click.option("--shards-per-gpu", type=click.IntRange(0, 4096), default=None,
+              help="gres/shard: shards each GPU offers to --gres=shard:N jobs (default: "
+                   "kiln.toml's [agent] shards_per_gpu)")
+def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: str,
+       shards_per_gpu: int | None) -> None:
     """Start schedd and agents on this host (idempotent). As root: a system install that
     every user finds (/etc/kiln/kiln.toml); otherwise a personal cluster in $KILN_HOME."""
     where = install()
@@ -264,7 +268,9 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     wrote = not conf_path.exists()
     if wrote:
         write_config(where, db_url, fake_gpus)
-    layout_file.write_text(json.dumps(shape))
+    if shards_per_gpu is None:  # the agents keep what they were started with
+        shards_per_gpu = layout.get("shards_per_gpu")
+    layout_file.write_text(json.dumps({**shape, "shards_per_gpu": shards_per_gpu}))
     try:
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
@@ -300,6 +306,8 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
             args += ["--fake-gpus", fake_gpus]
         if cpus:
             args += ["--cpus", str(cpus)]
+        if shards_per_gpu is not None:
+            args += ["--shards-per-gpu", str(shards_per_gpu)]
         _spawn(args, logs / f"agentd-{name}.out", run / f"agentd-{name}.pid", env)
         started.append(f"agentd {name}")
     _wait(lambda: set(names) <= _alive_nodes(cfg), START_TIMEOUT, "the agents")

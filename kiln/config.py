@@ -127,6 +127,9 @@ class AgentConfig:
     schedd: str = ""  # tcp endpoint of schedd; default: schedd's agent_endpoint
     spool_dir: str = ""  # default {home}/spool/{node}
     fake_gpus: str = ""  # e.g. "8xH100-80GB"; empty = NVML
+    # gres/shard (Slurm 22.05): shards each of this node's GPUs offers to --gres=shard:N
+    # jobs, several jobs on one GPU; 0 = none (the partition's shards_per_gpu may say)
+    shards_per_gpu: int = 0
     gpu_islands: int = 2  # fake topology: GPUs split into this many NVLink islands
     # fake topology: the CPU ids near each island's GPUs (NVML's affinity), e.g. ["0-31",
     # "32-63"]; [] = unknown (real GPUs report their own)
@@ -185,6 +188,19 @@ class AgentConfig:
 
 
 SCRIPT_KEYS = ("prolog", "epilog", "task_prolog", "task_epilog", "reboot_program")
+
+
+MAX_SHARDS_PER_GPU = 4096
+
+
+def _check_shards(cfg: Config) -> None:
+    """``shards_per_gpu`` ([agent] and each [[partition]]) is a whole number 0..4096."""
+    for where, value in [("[agent]", cfg.agent.shards_per_gpu)] + [
+            (f"[[partition]] {p.name}", p.shards_per_gpu) for p in cfg.partitions]:
+        if not isinstance(value, int) or isinstance(value, bool) \
+                or not 0 <= value <= MAX_SHARDS_PER_GPU:
+            raise ConfigError(f"{where} shards_per_gpu: a whole number 0..{MAX_SHARDS_PER_GPU}, "
+                              f"not {value!r}")
 
 
 def _check_agent_scripts(agent: AgentConfig) -> None:
@@ -359,6 +375,7 @@ class Config:
             raise ConfigError(f"[agent] serve_commands: true, false or \"auto\", not "
                               f"{self.agent.serve_commands!r}")
         _check_agent_scripts(self.agent)
+        _check_shards(self)
         for key in ("max_dependency_jobs", "max_dependency_edges_per_user"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -68,6 +68,9 @@ class Node:
     reason_time: float = 0.0
     reason_uid: int | None = None
     fake_gpus: bool = False  # its agent runs --fake-gpus (kiln fake-gpu); not stored
+    # gres/shard: shards each GPU offers (its agent's [agent] shards_per_gpu, else its
+    # partition's); 0 = none. From the registration, not stored
+    shards_per_gpu: int = 0
     # scontrol reboot (schedd/lifecycle/reboot.py), memory only: "" none, "requested" (when
     # the node is idle), "issued" (its agent runs the reboot program); what it returns to
     reboot: str = ""
@@ -97,6 +100,35 @@ class NodeAllocation:
     # the CPU ids on the node (0 .. node's CPUs - 1), chosen by the scheduler; [] for an
     # allocation made before it chose them (the agent then picks them itself)
     cpu_ids: list[int] = field(default_factory=list)
+    # GPU shares (gres/shard): GPU index -> shards held on it; those GPUs are not in ``gpus``
+    # (held whole) but the job sees them (``devices``)
+    shards: dict[int, int] = field(default_factory=dict)
+    shards_per_gpu: int = 0  # the node's shards per GPU when they were given (GPU-hours' share)
+
+    @property
+    def shard_count(self) -> int:
+        return sum(self.shards.values()) if self.shards else 0
+
+    @property
+    def gpu_share(self) -> float:
+        """The GPUs its shards amount to (2 of a GPU's 4 shards: 0.5)."""
+        return self.shard_count / self.shards_per_gpu if self.shards_per_gpu else 0.0
+
+    @property
+    def devices(self) -> list[int]:
+        """The GPU indices the job may use on this node: whole ones and those of its shards."""
+        return sorted(set(self.gpus).union(self.shards)) if self.shards else list(self.gpus)
+
+
+def shards_from_wire(value: Any) -> dict[int, int]:
+    """An allocation's shards as sent (``{GPU index: shards}``, the index a string after
+    JSON) or stored (``[[GPU index, shards], ...]``)."""
+    pairs = value.items() if isinstance(value, dict) else value or []
+    return {int(g): int(n) for g, n in pairs}
+
+
+def shards_wire(shards: dict[int, int]) -> list[list[int]]:
+    return [[g, n] for g, n in sorted(shards.items())]
 
 
 @dataclass(slots=True)
@@ -130,6 +162,9 @@ class Partition:
     # are requeued elsewhere, never running twice at once), or "keep" them running (a
     # requeued one may then run beside its old run until the node returns)
     on_isolation: str = "kill"
+    # gres/shard: shards each GPU of this partition's nodes offers, where the node's own
+    # [agent] shards_per_gpu does not say (0 = none)
+    shards_per_gpu: int = 0
 
 
 @dataclass(slots=True)
@@ -253,6 +288,7 @@ class Job:
     gpus_per_node: int = 0  # --gres=gpu:N / --gpus-per-node
     gpus_per_task: int = 0
     gpu_type: str = ""  # --gres=gpu:a100:2 -> "a100"
+    shards_per_node: int = 0  # --gres=shard:N: GPU shards on each node (schedd/scheduler/shares)
     exclusive: bool = False
     constraint: str = ""
     nodelist: str = ""  # -w, as given (hostlist expression)
@@ -354,7 +390,8 @@ class Job:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["state"] = JobState(kw.get("state", "PENDING"))
-        kw["allocation"] = [NodeAllocation(**a) for a in kw.get("allocation", [])]
+        kw["allocation"] = [NodeAllocation(**{**a, "shards": shards_from_wire(a.get("shards"))})
+                            for a in kw.get("allocation", [])]
         if kw.get("stop") is not None:
             kw["stop"] = StopMark.from_wire(kw["stop"])
         if kw.get("preempt") is not None:
@@ -374,7 +411,9 @@ ROW_FIELDS = frozenset(PUBLIC_FIELDS) - {"stop", "preempt"}
 
 def allocation_wire(allocation: list[NodeAllocation]) -> list[dict[str, Any]]:
     return [{"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus),
-             "cpu_ids": list(a.cpu_ids)} for a in allocation]
+             "cpu_ids": list(a.cpu_ids), "shards": dict(a.shards),
+             "shards_per_gpu": a.shards_per_gpu}
+            for a in allocation]
 
 
 def job_columns(jobs: list[Job], names: Sequence[str]) -> list[list[Any]]:

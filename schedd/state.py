@@ -61,12 +61,14 @@ class NodeUse:
     memory_mb: int = 0
     gpus: int = 0
     jobs: int = 0
+    shards: int = 0  # gres/shard in use
 
     def add(self, a: Allocation) -> None:
         """One job's allocation on the node."""
         self.cpus += a.cpus
         self.memory_mb += a.memory_mb
         self.gpus += len(a.gpus)
+        self.shards += a.shard_count
         self.jobs += 1
 
 
@@ -375,6 +377,17 @@ class State:
     def pending(self) -> Iterable[Job]:
         return (j for j in self.jobs.values() if j.state == JobState.PENDING)
 
+    def shards_per_gpu(self, node: Node) -> int:
+        """gres/shard: the node's own (its agent's [agent] shards_per_gpu), else the first of
+        its partitions' that says; 0 = its GPUs offer no shards."""
+        if node.shards_per_gpu or not node.gpus:
+            return node.shards_per_gpu
+        for name in node.partitions:
+            part = self.partitions.get(name)
+            if part is not None and part.shards_per_gpu:
+                return part.shards_per_gpu
+        return 0
+
     def node_alive(self, node: Node, now: float) -> bool:
         return now - node.last_heartbeat <= self.cfg.node_timeout
 
@@ -572,6 +585,7 @@ class State:
                 gpu_type=n.gpu_model, features=frozenset(n.features),
                 partitions=frozenset(n.partitions),
                 failed_gpus=len(n.gpus) - len(n.healthy_gpus),
+                shards_per_gpu=self.shards_per_gpu(n),
                 available=n.state == NodeState.IDLE and self.node_alive(n, now)
                 and n.reboot != "issued",
             )

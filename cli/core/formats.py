@@ -261,12 +261,15 @@ def job_num_cpus(job: dict[str, Any]) -> int:
 
 
 def job_tres_per_node(job: dict[str, Any]) -> str:
-    """%b TRES_PER_NODE: 'gres:gpu:2' or 'gres:gpu:a100:2' (N/A without GPUs per node)."""
+    """%b TRES_PER_NODE: 'gres:gpu:2' or 'gres:gpu:a100:2', 'gres:shard:2' for GPU shards
+    (N/A without either per node)."""
     n = job.get("gpus_per_node") or 0
+    shards = job.get("shards_per_node") or 0
+    parts = [f"gres:shard:{shards}"] if shards else []
     if not n:
-        return "N/A"
+        return ",".join(parts) or "N/A"
     gtype = job.get("gpu_type") or ""
-    return f"gres:gpu:{gtype}:{n}" if gtype else f"gres:gpu:{n}"
+    return ",".join([f"gres:gpu:{gtype}:{n}" if gtype else f"gres:gpu:{n}", *parts])
 
 
 def mem_str(mb: int) -> str:
@@ -429,7 +432,7 @@ JOB_FIELDS: dict[str, tuple[str, Getter, bool]] = {
 _RUN = ("state", "start_time", "end_time")
 JOB_ATTRS: dict[str, tuple[str, ...]] = {
     "account": ("account",), "jobid_raw": ("id",),
-    "tres_per_node": ("gpus_per_node", "gpu_type"), "batch_host": ("batch_host",),
+    "tres_per_node": ("gpus_per_node", "gpu_type", "shards_per_node"), "batch_host": ("batch_host",),
     "min_cpus": ("cpus_per_task",), "cpus": ("allocation", "num_tasks", "cpus_per_task"),
     "nodes_count": ("allocation", "num_nodes"), "end_time": (*_RUN, "time_limit", "expected_start"),
     "dependency": ("dependency",), "features": ("constraint",),

@@ -12,3 +12,30 @@ def gres_type(model: str) -> str:
     """'NVIDIA A100-SXM4-80GB' or 'A100-80GB' -> 'a100': the word users write in --gres=gpu:a100:2."""
     word = model.replace("NVIDIA", "").strip().split("-")[0].split(" ")[0]
     return word.lower()
+
+
+# GPU shares a job may ask for with --gres=NAME:N, beside gpu (scheduler/shares.py): shard
+# (Slurm 22.05's gres/shard). MPS (mps:N, percent of a GPU) would be another such name.
+SHARE_NAMES = ("shard",)
+
+
+class GresError(ValueError):
+    """A --gres item that names a GPU share but not a count Slurm takes."""
+
+
+def take_shares(items: list[str]) -> tuple[int, list[str]]:
+    """The non-GPU items of --gres (``parse_gres``'s ``others``) -> (shards per node, the
+    rest). ``shard`` is one shard, ``shard:N`` N of them; ``shard:0`` or ``shard:x`` raise."""
+    shards, rest = 0, []
+    for item in items:
+        parts = item.split(":")
+        if parts[0] not in SHARE_NAMES:
+            rest.append(item)
+            continue
+        if len(parts) == 1:
+            shards = 1
+        elif len(parts) == 2 and parts[1].isdigit() and 0 < int(parts[1]) <= 1 << 20:
+            shards = int(parts[1])
+        else:
+            raise GresError(item)
+    return shards, rest

@@ -90,7 +90,7 @@ SUBMIT_SCHEMA: Schema = {
     "cpus_per_task": COUNT, "dependency": Str(), "environment": ENVIRONMENT,
     "exclude": Str(), "exclusive": Bool(), "export": Str(MAX_ENV_VALUE),
     "gpu_type": Str(64), "gpus": COUNT, "gpus_per_node": COUNT, "gpus_per_task": COUNT,
-    "held": Str(8, choices=("", "user")), "mail_type": Str(), "mail_user": Str(),
+    "shards_per_node": Int(0, 1 << 20), "held": Str(8, choices=("", "user")), "mail_type": Str(), "mail_user": Str(),
     "mem_per_cpu_mb": MEM, "mem_per_gpu_mb": MEM, "mem_per_node_mb": MEM,
     "name": Str(), "nice": Int(-NICE_LIMIT, NICE_LIMIT), "nodelist": Str(),
     "ntasks_per_node": COUNT, "num_nodes": COUNT, "num_nodes_max": COUNT,
@@ -267,7 +267,8 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          # containment (agentd/cgroups.py): scontrol's line, and what is not enforced
          "cgroup": Str(256), "cgroup_reason": Str(256),
          "slurmd_start_time": TIME,
-         "fake_gpus": Bool()}  # its GPUs are --fake-gpus (kiln fake-gpu may inject)
+         "fake_gpus": Bool(),  # its GPUs are --fake-gpus (kiln fake-gpu may inject)
+         "shards_per_gpu": Int(0, 4096)}  # gres/shard: shards each GPU offers
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
 # usage = the batch step's live figures (kiln.slurm.stats.USAGE_KEYS), for sstat

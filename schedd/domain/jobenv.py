@@ -115,6 +115,9 @@ def step_environment(base: dict[str, str], job: Job, step_id: int, node_index: i
     if not gpus:
         for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"):
             env.pop(key)
+    shards = next((a.shard_count for a in job.allocation if a.node == node), 0)
+    if shards:  # gres/shard: the step runs on the job's shards of this node
+        env["SLURM_SHARDS_ON_NODE"] = str(shards)
     return env
 
 
@@ -129,6 +132,7 @@ def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: s
     env = dict(job.environment)
     nodes = [a.node for a in job.allocation]
     gpus = ",".join(str(g) for g in alloc.gpus)
+    visible = ",".join(str(g) for g in alloc.devices)  # with the GPUs of its shards
     ntasks = job_ntasks(job)
     cpus_per_node = ",".join(str(a.cpus) for a in job.allocation)
     tasks_per_node = -(-ntasks // max(len(nodes), 1))
@@ -163,14 +167,18 @@ def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: s
         "SLURMD_NODENAME": alloc.node,
         "SLURM_GPUS_ON_NODE": str(len(alloc.gpus)),
         "SLURM_JOB_GPUS": gpus,
-        "CUDA_VISIBLE_DEVICES": gpus,
-        "GPU_DEVICE_ORDINAL": gpus,
+        "CUDA_VISIBLE_DEVICES": visible,
+        "GPU_DEVICE_ORDINAL": visible,
         "SLURM_RESTART_COUNT": str(job.restart_count),
         "SLURM_CLUSTER_NAME": cluster,
     })
     if not alloc.gpus:
-        for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS"):
-            env.pop(key)
+        env.pop("SLURM_JOB_GPUS")
+        if not alloc.shards:
+            env.pop("CUDA_VISIBLE_DEVICES")
+            env.pop("GPU_DEVICE_ORDINAL")
+    if alloc.shards:  # gres/shard: how many of the node's shards the job holds
+        env["SLURM_SHARDS_ON_NODE"] = str(sum(alloc.shards.values()))
     if job.array_job_id is not None:
         env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
         env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)

@@ -76,7 +76,7 @@ def plan(job: Job, shape: StepShape) -> list[NodeShare]:
     shares, first = [], 0
     for index, count in enumerate(counts):
         a = alloc[index]
-        gpus = _node_gpus(list(a.gpus), shape, count, len(counts))
+        gpus = _node_gpus(a.devices, shape, count, len(counts))  # its shards' GPUs too
         shares.append(NodeShare(a.node, index, tuple(range(first, first + count)), a.cpus,
                                 tuple(gpus)))
         first += count

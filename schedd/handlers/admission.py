@@ -238,6 +238,11 @@ def check_shape(ctx: Context, job: Job) -> None:
     nodes = [n for n in ctx.state.nodes.values() if job.partition in n.partitions]
     if not nodes:
         return  # no node has registered yet: the job waits for one
+    if view.shards_per_node:  # gres/shard: some node's GPUs must offer that many
+        most, name = _largest(nodes, lambda n: len(n.gpus) * ctx.state.shards_per_gpu(n))
+        if most < view.shards_per_node:
+            raise RequestError(f"{NODE_CONFIG}\nno node has {view.shards_per_node} GPU shards "
+                               f"(largest: {most}, {name})")
     fitting = [n for n in nodes if _holds(n, view)]
     if len(fitting) < view.num_nodes:
         # Slurm's line first (scripts match it), then which resource does not fit

@@ -109,7 +109,7 @@ def _holding(job: Job, node: str) -> dict[str, Any]:
     """What the job holds on ``node``: the limits of its cgroup there, which is the step's
     own where the batch script runs elsewhere (agentd/step_tasks.py)."""
     alloc = next(a for a in job.allocation if a.node == node)
-    return {"cpus": alloc.cpus, "memory_mb": alloc.memory_mb, "gpus": list(alloc.gpus),
+    return {"cpus": alloc.cpus, "memory_mb": alloc.memory_mb, "gpus": alloc.devices,
             "cpu_ids": list(alloc.cpu_ids)}
 
 

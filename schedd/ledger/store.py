@@ -50,6 +50,7 @@ from kiln.model import (
     Partition,
     PreemptMark,
     StopMark,
+    shards_wire,
 )
 from kiln.slurm.cpulist import format_cpu_list, parse_cpu_list
 from schedd.ledger import tables as t
@@ -101,7 +102,9 @@ def _allocation_to_json(allocation: Iterable[NodeAllocation | Mapping[str, Any]]
     # by hand: dataclasses.asdict deep-copies recursively and costs more than the INSERT itself
     return [
         {"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus),
-         "cpu_ids": list(a.cpu_ids)}
+         "cpu_ids": list(a.cpu_ids),
+         **({"shards": shards_wire(a.shards), "shards_per_gpu": a.shards_per_gpu}
+            if a.shards else {})}
         if isinstance(a, NodeAllocation)
         else dict(a)
         for a in allocation
@@ -261,7 +264,10 @@ def _load_field(name: str, value: Any) -> Any:
         return [NodeAllocation(node=str(a["node"]), cpus=_checked_int(a["cpus"]),
                                memory_mb=_checked_int(a["memory_mb"]),
                                gpus=[_checked_int(g) for g in a.get("gpus") or []],
-                               cpu_ids=[_checked_int(c) for c in a.get("cpu_ids") or []])
+                               cpu_ids=[_checked_int(c) for c in a.get("cpu_ids") or []],
+                               shards={_checked_int(g): _checked_int(n)
+                                       for g, n in a.get("shards") or []},
+                               shards_per_gpu=_checked_int(a.get("shards_per_gpu") or 0))
                 for a in value or []]
     if name == "environment":
         env = value or {}

@@ -86,7 +86,7 @@ class AgentRegistry:
                      array_ids: tuple[int, ...]) -> dict[str, Any]:
         env = job_environment(job, alloc, index, self.cfg.cluster_name, array_ids)
         return {"job_id": job.id, "generation": job.generation, "name": job.name,
-                "user": job.user, "uid": job.uid, "gid": job.gid, "gpus": list(alloc.gpus),
+                "user": job.user, "uid": job.uid, "gid": job.gid, "gpus": alloc.devices,
                 "environment": {k: v for k, v in env.items() if k.startswith("SLURM_")}}
 
     def epilogs(self, job: Job, allocation: list[NodeAllocation], exit_code: int,
@@ -108,7 +108,7 @@ class AgentRegistry:
             "workdir": job.workdir, "stdout": stdout, "stderr": stderr,
             "open_mode": job.open_mode,
             "environment": job_environment(job, alloc, 0, self.cfg.cluster_name, array_ids),
-            "gpus": list(alloc.gpus), "cpus": alloc.cpus, "cpu_ids": list(alloc.cpu_ids),
+            "gpus": alloc.devices, "cpus": alloc.cpus, "cpu_ids": list(alloc.cpu_ids),
             "memory_mb": alloc.memory_mb, "time_limit": job.launched_limit,
             "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,
             "on_isolation": self._partition(job).on_isolation,

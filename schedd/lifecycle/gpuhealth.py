@@ -88,7 +88,7 @@ def on_failed_gpu(ctx: Context) -> list[tuple[Job, str]]:
     out = []
     for job in ctx.state.running():
         for a in job.allocation:
-            hit = next((i for i in a.gpus if (a.node, i) in failed), None)
+            hit = next((i for i in a.devices if (a.node, i) in failed), None)
             if hit is not None:
                 out.append((job, f"GPU {hit} of {a.node} failed: {failed[(a.node, hit)]}"))
                 break

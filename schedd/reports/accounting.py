@@ -132,6 +132,9 @@ def alloc_tres(job: Job, policy: BillingPolicy, gpu_types: Mapping[str, str],
     gpus = alloc_gpus(job)
     if gpus:
         tres["gres/gpu"] = gpus
+    shards = sum(a.shard_count for a in job.allocation)
+    if shards:
+        tres["gres/shard"] = shards
     tres["billing"] = int(billing_of(job, policy, gpu_types) if bill is None else bill)
     return tres
 
@@ -147,6 +150,8 @@ def req_tres(job: Job, policy: BillingPolicy) -> dict[str, int]:
     if gpus:
         tres["gres/gpu"] = gpus
         weighted[f"gres/gpu:{job.gpu_type}" if job.gpu_type else "gres/gpu"] = gpus
+    if job.shards_per_node:
+        tres["gres/shard"] = job.shards_per_node * job.num_nodes
     tres["billing"] = int(billing(weighted, policy.weights, policy.max_tres))
     return tres
 
@@ -173,8 +178,9 @@ def billing_of(job: Job, policy: BillingPolicy, gpu_types: Mapping[str, str]) ->
 
 
 def gpu_hours(job: Job, now: float) -> float:
-    """Allocated GPUs x elapsed hours."""
-    return alloc_gpus(job) * elapsed(job, now) / 3600.0
+    """Allocated GPUs x elapsed hours; a GPU's shards count as their share of it."""
+    share = sum(a.gpu_share for a in job.allocation if a.shards)
+    return (alloc_gpus(job) + share) * elapsed(job, now) / 3600.0
 
 
 # --- TRES strings ----------------------------------------------------------------------------

@@ -370,8 +370,8 @@ class Walk:
         end = self.end_of(job, self.now)
         for tl in chosen:
             self.free.before_change(tl)
-            tl.hold(placement.demand_on(job, tl.view), self.now, end)
-        allocation = placement.allocate(job, chosen)
+            tl.hold(placement.demand_now(job, tl.view), self.now, end)
+        allocation = placement.allocate(job, chosen, self.now, end)
         for tl in chosen:
             self.free.after_change(tl)
         self.plan.starts.append((job.job_id, allocation))

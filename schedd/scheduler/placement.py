@@ -19,6 +19,7 @@ from heapq import nsmallest
 from operator import attrgetter
 
 from kiln.model import NodeAllocation
+from schedd.scheduler import shares
 from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline
 from schedd.scheduler.snapshot import NodeView, PendingJob
 
@@ -57,13 +58,15 @@ def _big_enough(job: PendingJob, node: NodeView) -> bool:
         job.cpus_per_node <= node.cpus
         and job.mem_per_node_mb <= node.memory_mb
         and job.gpus_per_node <= len(node.gpus)
+        and job.shards_per_node <= node.shards_per_gpu * len(node.gpus)
     )
 
 
 def _big_when_resumed(job: PendingJob, node: NodeView) -> bool:
     """Big enough once its failed GPUs are back in service."""
+    gpus = len(node.gpus) + node.failed_gpus
     return (job.cpus_per_node <= node.cpus and job.mem_per_node_mb <= node.memory_mb
-            and job.gpus_per_node <= len(node.gpus) + node.failed_gpus)
+            and job.gpus_per_node <= gpus and job.shards_per_node <= node.shards_per_gpu * gpus)
 
 
 def _unless_failed_gpus(job: PendingJob, cands: Candidates,
@@ -118,8 +121,8 @@ class CandidateCache:
             found = (static, usable, smallest)
             self._by_filter[key] = found
         static, usable, (c, m, g) = found
-        if (not job.nodelist and job.cpus_per_node <= c and job.mem_per_node_mb <= m
-                and job.gpus_per_node <= g):
+        if (not job.nodelist and not job.shards_per_node and job.cpus_per_node <= c
+                and job.mem_per_node_mb <= m and job.gpus_per_node <= g):
             if len(usable) >= job.num_nodes:
                 whole = self._whole.get(key)
                 if whole is None:
@@ -129,7 +132,8 @@ class CandidateCache:
             if len(static) < job.num_nodes:
                 return Candidates([], NEVER_FITS)
             return Candidates([], NODES_UNAVAILABLE)
-        full = (key, job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node, job.num_nodes)
+        full = (key, job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node, job.num_nodes,
+                job.shards_per_node)
         cands = self._by_size.get(full)
         if cands is None:
             cands = _unless_failed_gpus(
@@ -177,7 +181,74 @@ def demand_on(job: PendingJob, node: NodeView) -> Demand:
     """What the job takes on ``node``: its per-node request, or the whole node if exclusive."""
     if job.exclusive:
         return Demand(node.cpus, node.memory_mb, len(node.gpus))
+    if job.shards_per_node:  # planned on fresh GPUs (scheduler/shares.py)
+        return Demand(job.cpus_per_node, job.mem_per_node_mb,
+                      shares.whole_gpus(job.shards_per_node, node.shards_per_gpu))
     return Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
+
+
+def demand_now(job: PendingJob, node: NodeView) -> Demand:
+    """What a job started now holds through ``NodeTimeline.hold``: ``demand_on``, but for a
+    share job only CPUs and memory (its GPUs are held by ``NodeTimeline.give_shares``)."""
+    if not job.shards_per_node:
+        return demand_on(job, node)
+    if job.exclusive:
+        return Demand(node.cpus, node.memory_mb, 0)
+    return Demand(job.cpus_per_node, job.mem_per_node_mb, 0)
+
+
+def share_pick(job: PendingJob, tl: NodeTimeline, now: float, end: float
+               ) -> tuple[dict[int, int], list[int]] | None:
+    """Where a share job's shares go on ``tl`` if it starts now and runs until ``end``
+    (``shares.pick``), or None. A shared GPU whose hold ends before ``end`` is offered only
+    if the plan can hold it on until then, together with the fresh GPUs the job opens."""
+    per_gpu, free = tl.view.shards_per_gpu, tl.gpus_free
+    shared = tl.shared_free()
+    found = shares.pick(job.shards_per_node, per_gpu, shared, free)
+    if found is None or _gpus_held_on(tl, found, now, end):
+        return found
+    # it would outlive shared GPUs the plan cannot hold on: only those it does not outlive
+    until = tl.share_until
+    found = shares.pick(job.shards_per_node, per_gpu,
+                        {g: f for g, f in shared.items() if until[g] >= end}, free)
+    return found if found is None or _gpus_held_on(tl, found, now, end) else None
+
+
+def _gpus_held_on(tl: NodeTimeline, found: tuple[dict[int, int], list[int]], now: float,
+                  end: float) -> bool:
+    """Whether the plan can hold the GPUs of a share pick for ``[now, end)``: the fresh ones
+    from now, and each shared one it outlives from that GPU's planned end. What it needs only
+    grows with time, so checking each step's need until ``end`` covers every instant."""
+    shards, opened = found
+    untils = sorted(tl.share_until[g] for g in shards
+                    if g in tl.share_until and tl.share_until[g] < end)
+    need = len(opened)
+    if need and not tl.fits(Demand(0, 0, need), now, end):
+        return False
+    for at in untils:
+        need += 1
+        if not tl.fits(Demand(0, 0, need), max(at, now), end):
+            return False
+    return True
+
+
+def _place_shares_now(job: PendingJob, cands: Candidates, now: float, end: float
+                      ) -> list[NodeTimeline] | None:
+    """``place_now`` for a share job: nodes whose shares (and fresh GPUs) hold it now."""
+    fitting = []
+    for tl in cands.nodes:
+        if not tl.view.shards_per_gpu:
+            continue
+        found = share_pick(job, tl, now, end)
+        if found is None:
+            continue
+        d = demand_now(job, tl.view)
+        d = Demand(d.cpus, d.mem, len(found[1]))
+        if tl.fits_now(d) and (tl.monotone or tl.fits(d, now, end)):
+            fitting.append(tl)
+    if len(fitting) < job.num_nodes:
+        return None
+    return _choose(job, fitting, now)
 
 
 def _leftover(tl: NodeTimeline, d: Demand, t: float) -> tuple[int, int, int, int]:
@@ -196,6 +267,8 @@ def place_now(
     job: PendingJob, cands: Candidates, now: float, end: float, free: FreeIndex | None = None
 ) -> list[NodeTimeline] | None:
     """The best-fit gang that can run from now until ``end`` without touching any plan."""
+    if job.shards_per_node:
+        return _place_shares_now(job, cands, now, end)
     if free is not None and not job.exclusive:
         return _place_now_indexed(job, cands, now, end, free)
     fitting = []
@@ -343,7 +416,7 @@ def earliest_start(
     Each node contributes intervals of feasible starts; a sweep over their ends finds the first
     instant covered by ``num_nodes`` of them.
     """
-    fixed = None if job.exclusive else Demand(job.cpus_per_node, job.mem_per_node_mb,
+    fixed = None if job.exclusive or job.shards_per_node else Demand(job.cpus_per_node, job.mem_per_node_mb,
                                               job.gpus_per_node)
     if job.num_nodes == 1 and not job.nodelist:
         return _earliest_one(job, nodes, after, duration, horizon, fixed)
@@ -420,10 +493,24 @@ def _earliest_one(job: PendingJob, nodes: Sequence[NodeTimeline], after: float,
 _INDEX = attrgetter("index")
 
 
-def allocate(job: PendingJob, chosen: Sequence[NodeTimeline]) -> list[NodeAllocation]:
+def allocate(job: PendingJob, chosen: Sequence[NodeTimeline], now: float = 0.0,
+             end: float = INFINITY) -> list[NodeAllocation]:
     """The per-node allocation of a job starting now on ``chosen``: GPU indices picked here,
-    then CPU ids (near those GPUs when the node reports the affinity)."""
+    then CPU ids (near those GPUs when the node reports the affinity). A share job's shares
+    are picked and held here, until ``end``."""
     out = []
+    if job.shards_per_node:
+        for tl in _required_first(job, list(chosen)):
+            found = share_pick(job, tl, now, end)
+            if found is None:  # place_now found it fits: never so
+                raise ValueError(f"job {job.job_id}: shares no longer fit on {tl.view.name}")
+            shards, opened = found
+            tl.give_shares(shards, opened, now, end)
+            d = demand_now(job, tl.view)
+            out.append(NodeAllocation(tl.view.name, d.cpus, d.mem, [],
+                                      tl.pick_cpus(d.cpus, sorted(shards)), shards,
+                                      tl.view.shards_per_gpu))
+        return out
     for tl in _required_first(job, list(chosen)):
         d = demand_on(job, tl.view)
         gpus = tl.pick_gpus(d.gpus)

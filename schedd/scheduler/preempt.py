@@ -88,8 +88,17 @@ Free = dict[str, list[int]]  # node -> [CPUs, memory MiB, GPUs] free now
 
 def free_now(nodes: Sequence[NodeView], running: Iterable[RunningJob]) -> Free:
     free = {n.name: [n.cpus, n.memory_mb, len(n.gpus)] for n in nodes}
+    shared: dict[str, set[int]] = {}
     for run in running:
         take(free, run, -1)
+        for a in run.allocation:
+            if a.shards:
+                shared.setdefault(a.node, set()).update(a.shards)
+    # a GPU in use by shards (scheduler/shares.py) is not free, and preempting some of its
+    # share holders does not free it (``take`` gives back whole GPUs only): never counted on
+    for name, gpus in shared.items():
+        if name in free:
+            free[name][2] -= len(gpus)
     return free
 
 

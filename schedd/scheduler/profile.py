@@ -55,7 +55,7 @@ class NodeTimeline:
 
     __slots__ = (
         "index", "view", "times", "cpus", "mem", "gpus", "monotone", "gpus_free", "islands",
-        "cpus_held", "_memo", "_first",
+        "cpus_held", "_memo", "_first", "shares", "share_until",
     )
 
     def __init__(self, index: int, view: NodeView, now: float) -> None:
@@ -74,6 +74,10 @@ class NodeTimeline:
         # start_intervals answers until the next change: reservations of one shape ask often
         self._memo: dict[tuple, list[tuple[float, float]]] = {}
         self._first: dict[tuple, float | None] = {}  # first_start's answers, likewise
+        # GPU shares (scheduler/shares.py): GPU index -> shares in use now, and until when the
+        # plan holds that GPU whole for them (the latest end of its share-holders)
+        self.shares: dict[int, int] = {}
+        self.share_until: dict[int, float] = {}
 
     # --- building -------------------------------------------------------------------------
 
@@ -111,6 +115,45 @@ class NodeTimeline:
         self.mem[0] -= mem
         self.gpus[0] -= taken
         return taken
+
+    def take_shares_now(self, shards: dict[int, int], end: float) -> int:
+        """A running job's GPU shares: each GPU newly in use by shares leaves the free GPUs
+        now. Returns how many GPUs that took (``build`` plans them back at their last end)."""
+        taken = 0
+        for g, n in shards.items():
+            if g not in self.shares:
+                if g not in self.gpus_free:
+                    continue  # not this node's, or held whole (a stale record): no shares
+                self.gpus_free.remove(g)
+                self.shares[g] = 0
+                taken += 1
+            self.shares[g] += n
+            if end > self.share_until.get(g, -INFINITY):
+                self.share_until[g] = end
+        self.gpus[0] -= taken
+        return taken
+
+    def shared_free(self) -> dict[int, int]:
+        """GPU index -> shares still free now, of the GPUs in use by shares."""
+        per_gpu = self.view.shards_per_gpu
+        return {g: per_gpu - n for g, n in self.shares.items() if n < per_gpu}
+
+    def give_shares(self, shards: dict[int, int], opened: list[int], now: float,
+                    end: float) -> None:
+        """Shares of a job started now: GPUs it opens are held whole ``[now, end)``; a shared
+        GPU it outlives is held on until ``end``."""
+        for g in opened:
+            self.gpus_free.remove(g)
+            self.shares[g] = 0
+        for g, n in shards.items():
+            self.shares[g] += n
+            until = self.share_until.get(g)
+            if until is None:
+                self.hold(Demand(0, 0, 1), now, end)
+                self.share_until[g] = end
+            elif until < end:
+                self.hold(Demand(0, 0, 1), until, end)
+                self.share_until[g] = end
 
     # --- questions --------------------------------------------------------------------------
 
@@ -355,6 +398,7 @@ def build(
     # a job past its planned end still holds its resources now (KillWait, a late report):
     # plan them back a moment later, never now
     soonest = round_up(now + 1, resolution)
+    shared: set[int] = set()
     for run in running:  # every running job, every cycle: nothing here that can be hoisted
         end = run.end_time if not use_prediction else planning_end(run, use_prediction)
         if resolution > 1:
@@ -367,6 +411,12 @@ def build(
                 continue
             taken = tl.take_now(a.cpus, a.memory_mb, a.gpus, a.cpu_ids)
             releases.setdefault(tl.index, []).append((end, a.cpus, a.memory_mb, taken))
+            if a.shards:
+                tl.take_shares_now(a.shards, end)
+                shared.add(tl.index)
+    for index in shared:  # a GPU shares hold comes back with the last of them
+        rel = releases[index]
+        rel.extend((until, 0, 0, 1) for until in timelines[index].share_until.values())
     for index, rel in releases.items():
         timelines[index].set_releases(rel)
     return timelines
