@@ -6,6 +6,10 @@ two never disagree on the order. Jobs change through ``commit`` (field changes, 
 step rows); nodes through ``save_node``; accounts, reservations, steps and the audit trail
 through their own methods. Requests and the scheduling cycle read from memory only; the ledger
 is read once, at start-up (and by the accounting queries, which read history).
+
+What reads it for the core lives beside it: ``schedd/eligibility.py`` (may a pending job be
+considered yet) and ``schedd/snapshots.py`` (the core's input); the indexes they read (the
+dependents, the singletons) are kept here, in step with every write.
 """
 
 from __future__ import annotations
