@@ -4,10 +4,12 @@ The main loop, in order, every turn:
 1. wait for a message or the next timer (whichever is first);
 2. answer every ready request (clients on ipc, agents on tcp), each committed before it is
    answered;
-3. run a scheduling cycle if something changed (or the interval passed) and act on its
-   decisions: commit the starts, then tell the agents;
-4. housekeeping: forget finished jobs older than MinJobAge.
+3. run a scheduling cycle if something changed (or the interval passed): ``lifecycle/cycle.py``
+   applies its decisions (commit the starts, then tell the agents);
+4. the timers: preemption, health, housekeeping (forget finished jobs older than MinJobAge).
 
+The loop only: sockets, dispatch and timers. Handlers, timers and the cycle are handed the
+services object (``schedd.context.Context``), never the daemon; nothing imports this module.
 One thread owns all state; the scheduler core is a pure function called from step 3.
 """
 
@@ -29,32 +31,22 @@ from kiln import config as kconfig
 from kiln import keys
 from kiln.identity import Caller, set_admin_lookup
 from kiln.logs import setup_logging
-from kiln.slurm.hostlist import compress
 from kiln.wire import operations, protocol
 from kiln.wire.localsock import LocalServer, Reply, Stream, Work
 from schedd import leader, offload, slicing, statedir
 from schedd.collector import Collector
-from schedd.context import RequestError
+from schedd.context import Context, RequestError
 from schedd.domain.steps import StepTable
 from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
-from schedd.lifecycle import (
-    enforcement,
-    gpuhealth,
-    health,
-    mail,
-    preemption,
-    reboot,
-    transitions,
-)
+from schedd.lifecycle import cycle, enforcement, gpuhealth, health, mail, preemption, reboot
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
 from schedd.loopwatch import LoopWatch
 from schedd.relay import Pending, RelayError, Relays
-from schedd.reports import forecast, metrics
+from schedd.reports import metrics
 from schedd.reports.diag import SchedulerDiag
 from schedd.routes import AGENT_HANDLERS, CLIENT_HANDLERS
-from schedd.scheduler.snapshot import Decisions
 from schedd.state import State
 
 log = logging.getLogger("schedd")
@@ -80,34 +72,31 @@ class Daemon:
         self.keyring = self._start_curve() if cfg.curve else None
         self.agent_sock = self._bind(zmq.ROUTER, cfg.agent_endpoint, curve=cfg.curve)
         self.agent_sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self.agents = AgentRegistry(cfg, self._send_to_agent)
+        agents = AgentRegistry(cfg, self.agent_sock)  # launches go out through it
         # commands of other nodes, relayed by their agents (schedd/relay.py)
         self.relays = Relays(cfg.relay_root_nodes, self._send_relay)
-        self.steps = StepTable()  # srun steps of running jobs (schedd/handlers/srun.py)
-        self.preemption = preemption.Tracker.from_state(self.state)  # victims in GraceTime
-        self.mail = mail.Outbox(cfg)  # --mail-type (lifecycle/mail.py)
-        self.planner = Planner(cfg, self.state, self.agents, self.preemption)
-        # forecasts and the shape advisor, planned off the loop (schedd/offload.py)
-        self.offload = offload.Offload()
-        self._forecast: offload.Ticket | None = None  # the timer's forecast being planned
-        self.metrics = metrics.start(cfg, self.state, self.now)  # None unless metrics_listen
-        self._cycle_due = True
-        self._last_cycle = 0.0
-        self._last_cycle_seconds = 0.0
+        tracker = preemption.Tracker.from_state(self.state)  # victims in GraceTime
+        self.offload = offload.Offload()  # forecasts and the shape advisor, off the loop
+        # what handlers, timers and the cycle are handed (schedd/context.py)
+        self.services = ctx = Context(
+            cfg=cfg, state=self.state, steps=StepTable(), agents=agents, preemption=tracker,
+            planner=Planner(cfg, self.state, agents, tracker), mail=mail.Outbox(cfg),
+            diag=SchedulerDiag(since=time.time()), offload=self.offload,
+            metrics=metrics.start(cfg, self.state, self.now), pace=cycle.Pace(),
+            clock=self.now)
         self.collector = Collector(self.now())  # the cyclic GC's pauses (schedd/collector.py)
-        self.diag = SchedulerDiag(since=time.time())  # sdiag's figures (schedd/reports/diag.py)
         # named timers of the loop: (name, seconds between runs, what runs)
         self.timers: list[tuple[str, float, Callable[[float], None]]] = [
-            ("preemption", 0.0, lambda now: preemption.tick(self, self.preemption, now)),
-            ("gpuhealth", 0.5, lambda now: gpuhealth.tick(self, now)),  # jobs on failed GPUs
+            ("preemption", 0.0, lambda now: preemption.tick(ctx, tracker, now)),
+            ("gpuhealth", 0.5, lambda now: gpuhealth.tick(ctx, now)),  # jobs on failed GPUs
             ("health", 1.0, self._health),
-            ("reboot", 1.0, lambda now: reboot.tick(self, now)),  # scontrol reboot
+            ("reboot", 1.0, lambda now: reboot.tick(ctx, now)),  # scontrol reboot
             ("purge", 5.0, self.state.purge),
             ("collector", 1.0, lambda now: self.collector.tick(now)),
         ]
         if cfg.scheduler.forecast_interval > 0:  # p50/p90 starts for kiln stats
             self.timers.append(("forecast", cfg.scheduler.forecast_interval,
-                                self.publish_quantiles))
+                                lambda now: cycle.publish_quantiles(ctx, now)))
         if self.keyring is not None and self.keyring.refusals is not None:
             refusals = self.keyring.refusals  # the count of refusals a peer repeated
             self.timers.append(("log_summaries", 10.0, lambda now: refusals.flush()))
@@ -139,25 +128,14 @@ class Daemon:
         sock.bind(endpoint)
         return sock
 
-    def _send_to_agent(self, identity: bytes, frame: bytes) -> None:
-        try:
-            self.agent_sock.send_multipart([identity, frame], zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            log.warning("could not send to agent %s: %s", identity.decode(errors="replace"), exc)
-
     def _send_relay(self, frames: list[bytes]) -> None:
         try:
             self.agent_sock.send_multipart(frames, zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             log.warning("could not send a relayed reply: %s", exc)
 
-    # --- context for handlers ------------------------------------------------------------------
-
     def now(self) -> float:
         return self.clock()
-
-    def wake_scheduler(self) -> None:
-        self._cycle_due = True
 
     # --- main loop -----------------------------------------------------------------------------
 
@@ -195,7 +173,7 @@ class Daemon:
         now = self.now()
         if self._until_next_cycle(now) <= 0:
             since = clock()
-            self.run_cycle(now)
+            cycle.run_cycle(self.services, now)
             watch.add("cycle", since)
         for name, every, fn in self.timers:
             if now - self._timer_last[name] >= every:
@@ -212,20 +190,13 @@ class Daemon:
                       "standby can lead")
             self._stopping = True
             return
-        health.check_nodes(self, now)
-        enforcement.tick(self, now)  # lowered time limits, spent budgets, stalled stops
-        self.mail.tick(self.state, now)  # TIME_LIMIT_N, remembered in the ledger
+        ctx = self.services
+        health.check_nodes(ctx, now)
+        enforcement.tick(ctx, now)  # lowered time limits, spent budgets, stalled stops
+        ctx.mail.tick(self.state, now)  # TIME_LIMIT_N, remembered in the ledger
 
     def _until_next_cycle(self, now: float) -> float:
-        """Seconds to the next cycle: on the interval, or sooner when something changed — but
-        never sooner than min_interval (or twice the last cycle's duration) after the last one,
-        so a burst of submissions shares one cycle instead of paying one each (Slurm's
-        sched_min_interval)."""
-        sched = self.cfg.scheduler
-        since = now - self._last_cycle
-        if self._cycle_due:  # and at most a third of the loop's time goes to scheduling
-            return max(0.0, max(sched.min_interval, 2 * self._last_cycle_seconds) - since)
-        return max(0.0, sched.interval - since)
+        return self.services.pace.until_next(self.cfg.scheduler, now)
 
     def stop(self, *_: Any) -> None:
         self._stopping = True
@@ -236,8 +207,8 @@ class Daemon:
         if self.keyring is not None:
             self._auth.stop()
         self.state.usage.save(self.state.store, self.now(), force=True)
-        if self.metrics is not None:
-            self.metrics.close()
+        if self.services.metrics is not None:
+            self.services.metrics.close()
         self.local.close()
         self.agent_sock.close(0)
         self.ctx.term()
@@ -315,7 +286,7 @@ class Daemon:
                 raise protocol.ProtocolError(protocol.E_UNKNOWN_OP,
                                              f"operation {op!r} is not supported by this schedd")
             since = time.perf_counter()
-            answer = handlers[op](self, caller, body)
+            answer = handlers[op](self.services, caller, body)
             if self.watch.on:
                 self.watch.add(f"op {op} {_who(caller)}", since)
             if isinstance(answer, GeneratorType):  # a long request: in slices (localsock.Work)
@@ -332,111 +303,6 @@ class Daemon:
             log.exception("request failed")
             return protocol.reply_error(msg_id, protocol.E_INTERNAL,
                                         f"internal error: {type(exc).__name__}")
-
-    # --- scheduling ------------------------------------------------------------------------------
-
-    def run_cycle(self, now: float) -> Decisions:
-        """One scheduling cycle: 1. charge usage; 2. the snapshot (``planner``); 3. the pure
-        core; 4. apply its decisions (reasons, priorities, forecasts, starts, preemptions)."""
-        self._cycle_due = False
-        self._last_cycle = now
-        cycle_started = time.perf_counter()
-        self.state.accrue_usage(now)
-        snapshot, blocked = self.planner.snapshot(now)
-        started = time.perf_counter()
-        try:
-            decisions = self.planner.decide(snapshot)
-        except Exception:  # noqa: BLE001 - a job the core cannot take must not stop the loop
-            log.exception("scheduling cycle failed: finding the job(s) it cannot take")
-            self._set_aside_culprits(snapshot, now)
-            return Decisions()
-        self.planner.remember(decisions)
-        self._last_cycle_seconds = time.perf_counter() - cycle_started
-        elapsed = time.perf_counter() - started
-        self.diag.cycle_done(now, self._last_cycle_seconds, decisions.depth,
-                             len(snapshot.pending), decisions.backfilled)
-        if self.metrics is not None:
-            self.metrics.cycle_done(elapsed)
-        if decisions.starts or elapsed > 0.1:
-            log.info("cycle: %d pending, %d running, %d started in %.3f s", len(snapshot.pending),
-                     len(snapshot.running), len(decisions.starts), elapsed)
-        self._apply(decisions, blocked, now)
-        if decisions.preemptions:
-            preemption.start(self, self.preemption, decisions.preemptions, now)
-        return decisions
-
-    def publish_quantiles(self, now: float) -> None:
-        """Every ``forecast_interval``: each waiting job's p50 and p90 start under predicted
-        run times, kept as its first published band until it starts (``kiln stats``). The
-        snapshot is taken here; the plans are made off the loop (``offload``, as the
-        "schedd" owner, in turn with the users' requests) and published here when done."""
-        if self._forecast is not None and not self._forecast.done:
-            return  # the last one is still being planned
-        snapshot, _ = self.planner.snapshot(now)
-        jobs = self.state.jobs
-        # Only the first publication is checked: plan only as deep as the jobs that have none
-        # (a queue whose jobs all have theirs costs nothing; the loop is not held for them).
-        wanted = [p.job_id for p in snapshot.pending
-                  if (job := jobs.get(p.job_id)) is not None and job.forecast_band is None]
-        if not wanted:
-            return
-        plan = self.planner.frozen(snapshot)
-        try:
-            self._forecast = self.offload.submit(
-                "schedd", lambda: plan.quantiles(snapshot, wanted),
-                then=lambda ticket: self._publish_bands(ticket, now))
-        except RequestError:  # the queue is full of users' requests: at the next interval
-            log.debug("start forecast deferred: the planning queue is full")
-
-    def _publish_bands(self, ticket: offload.Ticket, now: float) -> None:
-        """The timer's forecast, planned: each band published (on the loop)."""
-        if ticket.error is not None:
-            log.error("start forecast failed", exc_info=ticket.error)
-            return
-        jobs = self.state.jobs
-        for job_id, q in ticket.result.items():
-            job = jobs.get(job_id)
-            if job is None or job.forecast_band is not None:
-                continue  # the first publication is the one checked
-            plan_p50, plan_p90 = q.plan.p50 or q.p50, q.plan.p90 or q.p90
-            forecast.publish_band(job, q.p50, q.p90, plan_p50, plan_p90, now)
-            self.state.leads.published(job_id, now, plan_p50, plan_p90, q.p90)
-
-    def _set_aside_culprits(self, snapshot: Any, now: float) -> None:
-        """The core raised: schedule each pending job alone to find those it cannot take, and
-        set them aside (held for an administrator, with the error), so the next cycle runs."""
-        pending = list(snapshot.pending)
-        for view in pending:
-            snapshot.pending = [view]
-            try:
-                self.planner.decide(snapshot)
-            except Exception as exc:  # noqa: BLE001
-                job = self.state.jobs.get(view.job_id)
-                if job is not None:
-                    self.state.set_aside(job, f"the scheduler cannot take it: "
-                                              f"{type(exc).__name__}: {exc}", now)
-        self._cycle_due = True
-
-    def _apply(self, decisions: Decisions, blocked: dict[int, str], now: float) -> None:
-        jobs = self.state.jobs
-        for job_id, reason in blocked.items():
-            jobs[job_id].reason = reason
-        for job_id, reason in decisions.reasons.items():
-            if job_id in jobs:
-                jobs[job_id].reason = reason
-        for job_id, prio in decisions.priorities.items():
-            if job_id in jobs:
-                jobs[job_id].priority = prio
-        for job_id, when in decisions.expected_start.items():
-            if job_id in jobs:
-                forecast.publish(jobs[job_id], when, now)  # squeue --start; kiln stats
-        for job_id, nodes in decisions.reserved_nodes.items():
-            if job_id in jobs:
-                jobs[job_id].sched_nodes = compress(nodes)
-        starts = [(jobs[s.job_id], s.allocation) for s in decisions.starts]
-        for job in transitions.start_runs(self, starts, now):
-            if self.metrics is not None:
-                self.metrics.job_started(job, now)
 
 
 class Slices(Work):

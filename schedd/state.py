@@ -6,6 +6,10 @@ two never disagree on the order. Jobs change through ``commit`` (field changes, 
 step rows); nodes through ``save_node``; accounts, reservations, steps and the audit trail
 through their own methods. Requests and the scheduling cycle read from memory only; the ledger
 is read once, at start-up (and by the accounting queries, which read history).
+
+What reads it for the core lives beside it: ``schedd/eligibility.py`` (may a pending job be
+considered yet) and ``schedd/snapshots.py`` (the core's input); the indexes they read (the
+dependents, the singletons) are kept here, in step with every write.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from typing import Any
 from kiln.config import Config
 from kiln.model import (
     ACTIVE_STATES,
-    LAUNCH_FAILED_HELD,
     Allocation,
     Job,
     JobState,
@@ -36,11 +39,7 @@ from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepR
 from schedd.ledger.store import Store
 from schedd.scheduler.runtimes import LeadCalibration, RuntimeHistory, shape_of
 from schedd.scheduler.snapshot import (
-    NodeView,
     PendingJob,
-    RunningJob,
-    Snapshot,
-    job_licenses,
     pending_from_job,
 )
 
@@ -197,7 +196,7 @@ class State:
         for job in self.jobs.values():
             self._count_edges(job, memo)
             if job.state == JobState.PENDING and job.dependency:
-                self._watch(job)
+                self.watch_dependency(job)
 
     def _forget(self, job_id: int) -> Job:
         job = self.jobs.pop(job_id)
@@ -234,7 +233,7 @@ class State:
         """What a dependency expands to: each distinct reference of each term counts the jobs it
         covers (a whole array its tasks), at least one; a repeat counts once (parse merged it)."""
         refs = [ref for term in dep.terms for ref in term.job_ids]
-        seen = self._summaries(list(dict.fromkeys(refs)))
+        seen = self.summaries(list(dict.fromkeys(refs)))
         return sum(max(1, seen[ref].total) for ref in refs)
 
     def _count_edges(self, job: Job, memo: dict[str, int] | None = None) -> None:
@@ -484,7 +483,7 @@ class State:
         own = self.jobs.get(job_id)
         return dependency.summarize([own.state]) if own is not None else None
 
-    def _summaries(self, refs: list[tuple[int, int | None]]
+    def summaries(self, refs: list[tuple[int, int | None]]
                    ) -> dict[tuple[int, int | None], dependency.Summary]:
         """What each reference covers, summed up: a whole in-memory array from its kept
         summary (O(1)), the rest as ``states_of_many`` finds them (one ledger query)."""
@@ -505,7 +504,7 @@ class State:
     def array_task_ids(self, array_job_id: int) -> tuple[int, ...]:
         return tuple(sorted(self._arrays.get(array_job_id, {})))
 
-    # --- eligibility and snapshots ------------------------------------------------------------
+    # --- the job as the core sees it (eligibility: schedd/eligibility.py; snapshots: schedd/snapshots.py) ------------------------------------------------------------
 
     def time_limit(self, job: Job) -> int | None:
         """The limit a job runs under: its own, else its partition's default, else the max."""
@@ -516,26 +515,7 @@ class State:
             return None
         return part.default_time if part.default_time is not None else part.max_time
 
-    def ineligible_reason(self, job: Job, now: float, running_per_array: dict[int, int]) -> str:
-        """Why a pending job may not be considered at all yet ('' when it may)."""
-        if job.held:
-            if job.reason == LAUNCH_FAILED_HELD:  # kept until it is released
-                return LAUNCH_FAILED_HELD
-            return "JobHeldAdmin" if job.held == "admin" else "JobHeldUser"
-        if job.begin_time and job.begin_time > now:
-            return "BeginTime"
-        if job.dependency:
-            verdict = self._dependency_verdict(job)
-            if verdict == dependency.NEVER:
-                return "DependencyNeverSatisfied"
-            if verdict == dependency.WAITING:
-                return "Dependency"
-        if job.array_max_running and job.array_job_id is not None:
-            if running_per_array.get(job.array_job_id, 0) >= job.array_max_running:
-                return "JobArrayTaskLimit"
-        return ""
-
-    def _watch(self, job: Job) -> bool:
+    def watch_dependency(self, job: Job) -> bool:
         """Index a pending job's dependency (judged in full, once for all jobs that share the
         expression); False if it does not parse."""
         if self.dependents.join(job.id, job.dependency):
@@ -544,26 +524,10 @@ class State:
             dep = dependency.parse(job.dependency)
         except dependency.DependencyError:
             return False
-        self.dependents.watch(job.id, job.dependency, dep, self._summaries)
+        self.dependents.watch(job.id, job.dependency, dep, self.summaries)
         return True
 
-    def _dependency_verdict(self, job: Job) -> str:
-        """MET, WAITING or NEVER, from the index (schedd/domain/dependents.py): judged in full
-        when first seen, then only the references a state change covers. ``singleton``
-        depends on every job of the user and name: one index by user and name, rebuilt after
-        a change."""
-        if self.dependents.expression(job.id) != job.dependency and not self._watch(job):
-            return dependency.NEVER
-
-        def singleton_clear() -> bool:
-            """No other job of this user and name runs, nor waits ahead of this one."""
-            running, first = self._singleton_index().get((job.user, job.name), (False, job.id))
-            return not running and first >= job.id
-
-        verdict = self.dependents.verdict(job.id, self._summaries, singleton_clear)
-        return verdict if verdict is not None else dependency.NEVER
-
-    def _singleton_index(self) -> dict[tuple[str, str], tuple[bool, float]]:
+    def singleton_index(self) -> dict[tuple[str, str], tuple[bool, float]]:
         if self._singletons is None:
             index: dict[tuple[str, str], tuple[bool, float]] = {}
             for o in self.jobs.values():
@@ -576,69 +540,6 @@ class State:
                     index[(o.user, o.name)] = (running, first)
             self._singletons = index
         return self._singletons
-
-    def snapshot(self, now: float) -> tuple[Snapshot, dict[int, str]]:
-        """The core's input, plus the reasons of pending jobs it must not consider."""
-        nodes = [
-            NodeView(
-                name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.healthy_gpus,
-                gpu_type=n.gpu_model, features=frozenset(n.features),
-                partitions=frozenset(n.partitions),
-                failed_gpus=len(n.gpus) - len(n.healthy_gpus),
-                shards_per_gpu=self.shards_per_gpu(n),
-                available=n.state == NodeState.IDLE and self.node_alive(n, now)
-                and n.reboot != "issued",
-            )
-            for n in self.nodes.values()
-        ]
-        running_per_array: dict[int, int] = {}
-        running = self.running_views(now)
-        for job in self.running():
-            if job.array_job_id is not None:
-                running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id, 0) + 1
-        pending: list[PendingJob] = []
-        blocked: dict[int, str] = {}
-        broken: list[tuple[Job, str]] = []
-        for job in self.pending():
-            if job.set_aside:
-                blocked[job.id] = "JobHeldAdmin"
-                continue
-            try:
-                reason = self.ineligible_reason(job, now, running_per_array)
-                view = None if reason else self.pending_view(job)
-            except Exception as exc:  # noqa: BLE001 - one bad job must not stop the cycle
-                broken.append((job, f"cannot be scheduled: {type(exc).__name__}: {exc}"))
-                continue
-            if reason:
-                blocked[job.id] = reason
-                continue
-            pending.append(view)
-            if job.array_max_running and job.array_job_id is not None:
-                # %N: a task offered to the core takes a slot, or one cycle starts them all
-                running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id,
-                                                                            0) + 1
-        for job, why in broken:
-            self.set_aside(job, why, now)
-            blocked[job.id] = "JobHeldAdmin"
-        limits = (self.accounts.limit_table(self.usage.tres_mins)
-                  if self.accounts.has_limits() else None)
-        return Snapshot(now=now, nodes=nodes, running=running, pending=pending,
-                        associations=self.usage.fairshare.views(), limits=limits,
-                        reservations=[r.view() for r in self.reservations.values()
-                                      if r.end_time > now],
-                        licenses={lic.name: lic.count for lic in self.cfg.licenses}), blocked
-
-    def running_views(self, now: float) -> list[RunningJob]:
-        """The running jobs as the core sees them, each ending by its time limit."""
-        out = []
-        default = self.cfg.scheduler.default_time_limit
-        for job in self.running():
-            limit = self.time_limit(job)
-            end = job.start_time + (limit if limit is not None else default)
-            out.append(RunningJob(job.id, job.allocation, job.start_time, max(end, now),
-                                  job.user, job.account, job.qos, job.partition,
-                                  reservation=job.reservation, licenses=job_licenses(job)))
-        return out
 
     def pending_view(self, job: Job) -> PendingJob:
         limit = self.time_limit(job)

@@ -111,6 +111,8 @@ class HandlerContext:
     planner: Any = None
     diag: Any = None
     offload: Any = None
+    mail: Any = None  # a test's Outbox (lifecycle/mail.py), where one is looked at
+    metrics: Any = None
     wakes: list[str] = field(default_factory=list)
 
     def now(self) -> float:

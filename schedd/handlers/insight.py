@@ -18,6 +18,7 @@ from kiln.identity import Caller
 from kiln.model import Job, JobState
 from schedd import offload
 from schedd.context import Context, RequestError
+from schedd.eligibility import ineligible_reason
 from schedd.handlers.selection import (
     INVALID_JOB_ID,
     sees_all,
@@ -28,6 +29,7 @@ from schedd.handlers.selection import (
 from schedd.reports import advisor, explain, forecast
 from schedd.scheduler import limits
 from schedd.scheduler.snapshot import NodeView, PendingJob
+from schedd.snapshots import running_views
 from schedd.state import RUNNING_STATES
 
 AHEAD_SHOWN = 5  # jobs ahead whose factors are listed
@@ -84,7 +86,7 @@ def job_why(ctx: Context, caller: Caller,
         if r.array_job_id is not None:
             running_per_array[r.array_job_id] = running_per_array.get(r.array_job_id, 0) + 1
     considered = [j for j in state.pending()
-                  if not state.ineligible_reason(j, now, running_per_array)]
+                  if not ineligible_reason(state, j, now, running_per_array)]
     order = sorted((j for j in considered if j.partition == job.partition),
                    key=lambda j: (-j.priority, j.submit_time, j.id))
     ids = [j.id for j in order]
@@ -171,7 +173,7 @@ def _limit(ctx: Context, job: Job, now: float) -> dict[str, Any] | None:
     if not state.accounts.has_limits():
         return None
     table = state.accounts.limit_table(state.usage.tres_mins)
-    enforcer = limits.Enforcer(table, state.running_views(now), _node_views(ctx), now)
+    enforcer = limits.Enforcer(table, running_views(state, now), _node_views(ctx), now)
     verdict = enforcer.verdict(state.pending_view(job))
     return dataclasses.asdict(verdict) if verdict is not None else None
 

@@ -24,7 +24,10 @@ from kiln.wire import protocol
 from schedd.context import Context, RequestError
 from schedd.domain.accounts import AccountsError
 from schedd.domain.reservation import ACCESS_DENIED, INVALID_RESERVATION
-from schedd.handlers.admission import (
+from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs_reporting
+from schedd.ledger.records import JobEvent
+from schedd.lifecycle import gpuhealth, transitions
+from schedd.lifecycle.admission import (
     INVALID_NODE,
     INVALID_PARTITION,
     INVALID_TIME,
@@ -33,9 +36,6 @@ from schedd.handlers.admission import (
     check_text,
     resolve_nodes,
 )
-from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs_reporting
-from schedd.ledger.records import JobEvent
-from schedd.lifecycle import gpuhealth, transitions
 
 log = logging.getLogger("schedd.jobcontrol")
 

@@ -16,9 +16,9 @@ from kiln import reconfig
 from kiln.identity import Caller, is_operator
 from kiln.wire import protocol
 from schedd.context import Context, RequestError
-from schedd.handlers.admission import INVALID_NODE
 from schedd.handlers.selection import DENIED
 from schedd.lifecycle import reboot
+from schedd.lifecycle.admission import INVALID_NODE
 
 log = logging.getLogger("schedd.admin")
 

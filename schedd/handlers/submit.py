@@ -5,38 +5,23 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from kiln.identity import Caller, is_operator
+from kiln.identity import Caller
 from kiln.model import Job
 from kiln.slurm.hostlist import compress
-from kiln.wire import protocol
 from schedd import offload
-from schedd.context import Context, RequestError
-from schedd.handlers.admission import (
-    build_job,
-    check_dependency_load,
-    check_job_count,
-    check_submit_limits,
-    expand_array,
-)
-from schedd.handlers.selection import DENIED
+from schedd.context import Context
 from schedd.ledger.records import JobEvent
+from schedd.lifecycle.admission import admit
 from schedd.reports import advisor
 
 
 def submit(ctx: Context, caller: Caller,
            body: dict[str, Any]) -> dict[str, Any] | Generator[Any, None, dict[str, Any]]:
     now = ctx.now()
-    template = build_job(ctx, caller, body["job"], now)
-    if body.get("priority") is not None:  # sbatch --priority, as scontrol update Priority=
-        if not is_operator(caller):
-            raise RequestError(DENIED, protocol.E_PERMISSION)
-        template.admin_priority = body["priority"]
+    jobs = admit(ctx, caller, body, now)  # the whole validation, top to bottom
     if body.get("test_only"):
-        return test_only(ctx, caller, template, now)
-    jobs = expand_array(ctx, template)  # at most max_array_size
-    check_job_count(ctx, len(jobs))
-    check_submit_limits(ctx, template, len(jobs))
-    check_dependency_load(ctx, template, len(jobs))  # before anything is stored
+        return test_only(ctx, caller, jobs[0], now)
+    template = jobs[0]  # its tasks share the submission's fields (held, array_spec)
     events = [JobEvent(job_id=j.id, time=now, state="PENDING", actor_uid=caller.uid,
                        detail="submitted") for j in jobs]
     ctx.state.add_jobs(jobs, events)

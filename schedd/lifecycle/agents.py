@@ -1,6 +1,7 @@
 """The agents schedd talks to: who is connected, and what to tell them (launch, signal, kill).
 
-Messages to an agent are one-way; their delivery is checked by reconciliation instead of by
+Every message to an agent leaves through here (``_tell``: the agents' ROUTER socket, handed
+in by the daemon): the cycle's launches, stops, signals. Messages to an agent are one-way; their delivery is checked by reconciliation instead of by
 replies: every heartbeat lists what the agent runs, and schedd resends a launch the agent never
 confirmed and fences (kills) anything it runs that schedd no longer knows as running there.
 """
@@ -10,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
+
+import zmq
 
 from kiln.config import Config
 from kiln.model import Job, NodeAllocation, Partition
@@ -21,13 +23,16 @@ from schedd.lifecycle.idlegpu import Watch
 
 log = logging.getLogger("schedd.lifecycle.agents")
 
-Sender = Callable[[bytes, bytes], None]  # (agent identity, frame)
+class Socket(Protocol):
+    """What the registry sends through: the daemon's agent ROUTER (a ``zmq.Socket``)."""
+
+    def send_multipart(self, msg_parts: list[bytes], flags: int = ...) -> Any: ...
 
 
 class AgentRegistry:
-    def __init__(self, cfg: Config, send: Sender):
+    def __init__(self, cfg: Config, sock: Socket):
         self.cfg = cfg
-        self._send = send
+        self._sock = sock
         self._ids = itertools.count(1)
         self.confirmed: set[tuple[int, int]] = set()  # (job id, generation) the agent started
         # job id -> when (schedd's clock) its $KILN_CHECKPOINT_FILE was last touched, as the
@@ -52,7 +57,11 @@ class AgentRegistry:
         self.health_drained: dict[str, str] = {}
 
     def _tell(self, node: str, op: str, body: dict[str, Any]) -> None:
-        self._send(node.encode(), protocol.request(op, body, next(self._ids)))
+        frame = protocol.request(op, body, next(self._ids))
+        try:
+            self._sock.send_multipart([node.encode(), frame], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.warning("could not send to agent %s: %s", node, exc)
 
     def launch(self, job: Job, array_ids: tuple[int, ...] = ()) -> None:
         """Send the batch script to the job's first node (the batch host); with an

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from kiln.model import JobState
+from schedd import snapshots
 from schedd.context import Context
 from schedd.lifecycle.health import fail_run
 from schedd.lifecycle.transitions import request_stop
@@ -35,7 +36,7 @@ def spent_budgets(ctx: Context, now: float) -> None:
     if not any(a.limits.grp_tres_mins for a in state.accounts.assocs.values()):
         return  # no budget anywhere: nothing to spend (the usual case, checked every second)
     table = state.accounts.limit_table(state.usage.tres_mins)
-    spent = limits.spent_budgets(table, state.running_views(now), state.gpu_types())
+    spent = limits.spent_budgets(table, snapshots.running_views(state, now), state.gpu_types())
     for job_id, why in spent.items():
         job = state.jobs[job_id]
         if job.state != JobState.RUNNING:

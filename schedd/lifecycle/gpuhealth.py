@@ -4,7 +4,7 @@ An agent reports each NVML fault it sees (agentd/gpuhealth.py, in its heartbeat)
 writes every one to the node's audit history (``kiln events``); a fatal one
 (``kiln.slurm.gpufaults.is_fatal``) marks the GPU failed (``GPU.fault``, in the ledger) and
 gives the node a Reason naming it (``sinfo -R``, ``scontrol show node``). The node stays in
-service: placement sees only its healthy GPUs (``State.snapshot``), so its other GPUs keep
+service: placement sees only its healthy GPUs (``snapshots.build``), so its other GPUs keep
 being scheduled, and a job wanting more GPUs than are left pends.
 
 The job running on a failed GPU (``tick``, every loop turn):

@@ -41,7 +41,7 @@ from typing import Any
 from kiln.model import Job, JobState
 from schedd.context import Context
 from schedd.lifecycle.mail import mail_types, run_time
-from schedd.lifecycle.transitions import Verdict, after, request_stop
+from schedd.lifecycle.transitions import Verdict, request_stop
 
 log = logging.getLogger("schedd.idlegpu")
 
@@ -161,10 +161,9 @@ def flag(ctx: Context, job: Job, now: float) -> None:
     if action == "requeue" and not job.requeue:
         action = "notify"  # --no-requeue: the user said it must not run twice
     log.warning("JobId=%d: idle GPUs (%s): %s", job.id, how, action)
-    outbox = getattr(ctx, "mail", None)
-    if outbox is not None and mail_types(job.mail_type):
+    if mail_types(job.mail_type):
         verb = {"notify": "", "requeue": ", requeued", "cancel": ", cancelled"}[action]
-        outbox.send(job, f"{outbox._head(job)} GPUs idle, {how}{verb}")
+        ctx.mail.send(job, f"{ctx.mail._head(job)} GPUs idle, {how}{verb}")
     detail = f"idle GPUs: {how}"
     if action == "requeue":
         request_stop(ctx, [job], "idle_gpu", JobState.REQUEUED, now, requeue=True,
@@ -173,12 +172,9 @@ def flag(ctx: Context, job: Job, now: float) -> None:
         request_stop(ctx, [job], "idle_gpu", JobState.CANCELLED, now, detail=detail)
 
 
-@after(25, "idle_gpu")
-def _ended(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+def ended(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     """A run ended: its idle GPU-seconds not yet written go to the ledger; forget the run."""
-    watch: Watch | None = getattr(ctx.agents, "idle_gpu", None)
-    if watch is None:
-        return
+    watch: Watch = ctx.agents.idle_gpu
     run = (job.id, job.generation)
     if watch.unsaved.get(run):
         ctx.state.commit([(job, {"idle_gpu_s": round(watch.total(job), 3)})])

@@ -1,7 +1,7 @@
 """The one place a scheduling snapshot is built: for the cycle and for ``sbatch --test-only``.
 
 A snapshot is the core's whole input (``scheduler/snapshot.py``): schedd's state as
-``State.snapshot`` sees it, what preemption needs (who may preempt whom, each running job's
+``schedd/snapshots.py`` builds it, what preemption needs (who may preempt whom, each running job's
 checkpoint age and restart cost, the victims already ending), and the promises of the last
 cycle (expected starts and their nodes: a job shown a start in ``squeue --start`` is planned
 first, on its nodes, so a newcomer — or a ``--test-only`` probe — never takes its slot).
@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from kiln.config import Config, SchedulerConfig
+from schedd import snapshots
 from schedd.lifecycle import preemption
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.scheduler import forecast, runtimes
@@ -88,7 +89,7 @@ class Planner:
                                                                               dict[int, str]]:
         """The core's input now (plus ``probes``: jobs not submitted, for --test-only), and
         the reasons of the pending jobs it must not consider."""
-        snapshot, blocked = self.state.snapshot(now)
+        snapshot, blocked = snapshots.build(self.state, now)
         if self.withheld:
             snapshot.pending = [p for p in snapshot.pending if p.job_id not in self.withheld]
         snapshot.pending.extend(probes)

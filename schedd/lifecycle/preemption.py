@@ -29,7 +29,7 @@ from kiln.config import Config
 from kiln.model import Job, JobState, PreemptMark
 from kiln.slurm.signals import notice_signal
 from schedd.context import Context
-from schedd.lifecycle.transitions import RunEnd, Verdict, after, judge
+from schedd.lifecycle.transitions import RunEnd, Verdict
 from schedd.scheduler.snapshot import Preemption, PreemptPolicy, Snapshot
 from schedd.state import RUNNING_STATES, State
 
@@ -188,8 +188,7 @@ def mark_of(job: Job) -> PreemptMark | None:
     return mark if mark is not None and mark.generation == job.generation else None
 
 
-@judge(20, "preemption")
-def _preempted(job: Job, end: RunEnd, verdict: Verdict) -> None:
+def judge_preempted(job: Job, end: RunEnd, verdict: Verdict) -> None:
     """A marked victim ends PREEMPTED however its script took the notice; with PreemptMode
     REQUEUE it goes back to the queue."""
     mark = job.preempt
@@ -201,8 +200,7 @@ def _preempted(job: Job, end: RunEnd, verdict: Verdict) -> None:
     verdict.final = True
 
 
-@after(30, "preemption")
-def _release(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+def release(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     """A victim's end frees its preemptor (in flight a moment more: SETTLE); a requeued
     victim waits for that preemptor meanwhile (``preempt.held_back``)."""
     mark = ctx.preemption.victims.get(job.id)

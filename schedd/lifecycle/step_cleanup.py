@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from kiln.model import Job, JobState
 from schedd.context import Context
-from schedd.lifecycle.transitions import Verdict, after
+from schedd.lifecycle.transitions import Verdict
 
 
-@after(10, "steps")
 def stop_steps(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     if not ctx.steps.known(job.id):
         return

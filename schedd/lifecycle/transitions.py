@@ -7,12 +7,15 @@ here, through the same steps:
 1. a report for another run (a stale generation) or for a job that is not running is dropped;
 2. the *judges* decide what the run is recorded as and whether the job goes back to the queue
    (``Verdict``), in their order: a cancel wins, then a preemption mark, then a stop mark,
-   then a node failure's requeue (each registers itself with ``@judge``);
+   then a prolog's failure, then a node failure's requeue (``JUDGES``);
 3. one commit records the end (state, exit, samples, the ``.batch`` step row and the event) and,
    when the verdict says so, the requeue (PENDING, same id, restarts + 1), and clears every mark
    of the run: a mark never outlives the run it was set for;
 4. the *after* hooks act on what was decided (stop the job's srun steps, forget the agent's
-   confirmation and checkpoint, release a preemptor), in their order (``@after``).
+   confirmation and checkpoint, release a preemptor, mail), in their order (``AFTER``).
+
+``JUDGES`` and ``AFTER`` are two ordered tuples written out in one place, the package's
+``schedd/lifecycle/__init__.py`` (some belong to modules that import this one).
 
 Marks are set only by ``request_stop`` (and the preemption module's ``mark_victims``), always
 stamped with the run's generation. Handlers call these functions; they never call a hook by
@@ -79,31 +82,14 @@ class Verdict:
 
 Judge = Callable[[Job, RunEnd, Verdict], None]
 After = Callable[[Context, Job, Verdict, float], None]
-_JUDGES: list[tuple[int, str, Judge]] = []
-_AFTER: list[tuple[int, str, After]] = []
-
-
-def judge(order: int, name: str) -> Callable[[Judge], Judge]:
-    """Register a judge of run ends; lower ``order`` runs first."""
-    def register(fn: Judge) -> Judge:
-        _JUDGES[:] = sorted([*(j for j in _JUDGES if j[1] != name), (order, name, fn)],
-                            key=lambda j: j[0])
-        return fn
-    return register
-
-
-def after(order: int, name: str) -> Callable[[After], After]:
-    """Register a hook run after a run's end was committed; lower ``order`` runs first."""
-    def register(fn: After) -> After:
-        _AFTER[:] = sorted([*(a for a in _AFTER if a[1] != name), (order, name, fn)],
-                           key=lambda a: a[0])
-        return fn
-    return register
+# (name, function) in their order; set once, by schedd/lifecycle/__init__.py
+JUDGES: tuple[tuple[str, Judge], ...] = ()
+AFTER: tuple[tuple[str, After], ...] = ()
 
 
 def hooks() -> tuple[list[str], list[str]]:
-    """The registered judges and after-hooks, in order (for the docs and the tests)."""
-    return [name for _, name, _ in _JUDGES], [name for _, name, _ in _AFTER]
+    """The judges and after-hooks, in order (for the docs and the tests)."""
+    return [name for name, _ in JUDGES], [name for name, _ in AFTER]
 
 
 # --- starting ---------------------------------------------------------------------------------
@@ -132,11 +118,10 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
         rows.append(_first_step(job, allocation, "RUNNING", now))
     ctx.state.commit(changes, events, rows)
     started = [job for job, _ in changes]
-    outbox = getattr(ctx, "mail", None)  # --mail-type BEGIN (lifecycle/mail.py)
     for job in started:
         ctx.agents.launch(job, _array_ids(ctx, job))
-        if outbox is not None and job.mail_type:
-            outbox.began(job, _siblings(ctx, job))
+        if job.mail_type:  # --mail-type BEGIN (lifecycle/mail.py)
+            ctx.mail.began(job, _siblings(ctx, job))
     return started
 
 
@@ -257,8 +242,8 @@ def end_run(ctx: Context, job: Job, end: RunEnd) -> bool:
     except ValueError:
         observed = JobState.FAILED
     verdict = Verdict(observed if observed in REPORTABLE else JobState.FAILED)
-    for _, _, fn in list(_JUDGES):
-        fn(job, end, verdict)
+    for _, judge in JUDGES:
+        judge(job, end, verdict)
     end_time = max(end.end_time, job.start_time)
     exit_code, exit_signal = verdict.exit or (end.exit_code, end.exit_signal)
     fields: dict[str, Any] = {
@@ -281,9 +266,9 @@ def end_run(ctx: Context, job: Job, end: RunEnd) -> bool:
     ctx.state.commit([(job, fields)], events, [batch])
     verdict.end_time = end_time
     now = ctx.now()
-    for _, _, fn in list(_AFTER):
+    for _, hook in AFTER:
         try:
-            fn(ctx, job, verdict, now)
+            hook(ctx, job, verdict, now)
         except Exception:  # a hook's failure must not undo or repeat the committed end
             log.exception("after-end hook failed for job %d", job.id)
     ctx.wake_scheduler()
@@ -335,18 +320,16 @@ def _batch_row(job: Job, state: JobState, end: float, exit_code: int,
     return row
 
 
-# --- the judges everyone shares ------------------------------------------------------------------
+# --- the judges and after-hooks of this module (their order: schedd/lifecycle/__init__.py) ------------------------------------------------------------------
 
 
-@judge(10, "cancel")
-def _cancelled(job: Job, end: RunEnd, verdict: Verdict) -> None:
+def judge_cancelled(job: Job, end: RunEnd, verdict: Verdict) -> None:
     """A cancelled job ends CANCELLED whatever its run did, and stays ended."""
     if job.cancelled_by is not None:
         verdict.state, verdict.requeue, verdict.final = JobState.CANCELLED, False, True
 
 
-@judge(30, "stop")
-def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
+def judge_stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
     """A run schedd asked to stop ends as the stop said (a node that failed under it ends
     NODE_FAIL); a requeue stop sends the job back to the queue."""
     mark = job.stop
@@ -365,8 +348,7 @@ def _stopped(job: Job, end: RunEnd, verdict: Verdict) -> None:
     verdict.final = True
 
 
-@judge(35, "prolog")
-def _prolog_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
+def judge_prolog_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
     """A run whose prolog failed never ran a process: the job goes back to the queue held
     (Slurm's ``launch failed requeued held``, without ``nohold_on_prolog_fail``), whatever
     its --requeue, until someone releases it (the node it failed on is drained)."""
@@ -377,20 +359,17 @@ def _prolog_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
     verdict.why = end.detail or "prolog failed"
 
 
-@judge(40, "node_fail")
-def _node_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
+def judge_node_failed(job: Job, end: RunEnd, verdict: Verdict) -> None:
     """A run lost with its node is requeued when the job allows it (--requeue, the default)."""
     if not verdict.final and verdict.state == JobState.NODE_FAIL and job.requeue:
         verdict.requeue, verdict.why = True, end.detail or "node failure"
 
 
-@after(20, "agents")
-def _forget_run(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+def forget_run(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     ctx.agents.forget_run(job.id, job.generation)
 
 
-@after(25, "epilogs")
-def _epilogs(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+def run_epilogs(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     """The epilog of a multi-node job on its nodes other than the batch host (whose agent
     runs its own before it reports the end); none after a failed prolog."""
     if ctx.cfg.agent.epilog and len(verdict.allocation) > 1 and \
@@ -399,9 +378,7 @@ def _epilogs(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
         ctx.agents.epilogs(job, verdict.allocation, exit_code, exit_signal)
 
 
-@after(40, "mail")
-def _mail(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
+def mail_ended(ctx: Context, job: Job, verdict: Verdict, now: float) -> None:
     """--mail-type END, FAIL, REQUEUE (lifecycle/mail.py)."""
-    outbox = getattr(ctx, "mail", None)
-    if outbox is not None and job.mail_type:
-        outbox.ended(job, verdict.state, verdict.requeue, verdict.end_time, _siblings(ctx, job))
+    if job.mail_type:
+        ctx.mail.ended(job, verdict.state, verdict.requeue, verdict.end_time, _siblings(ctx, job))

@@ -24,7 +24,7 @@ import pytest
 
 from kiln.wire import operations, protocol
 from kiln.wire.protocol import Field
-from schedd.handlers.admission import NODE_CONFIG
+from schedd.lifecycle.admission import NODE_CONFIG
 from tests.integration.cluster import BIN, Cluster, until
 
 PLANTED_PRIORITY = 1_000_000

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from kiln.config import Config
 from kiln.model import Job, JobState, Node
+from schedd import snapshots
 from schedd.ledger import tables as t
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
@@ -48,13 +49,13 @@ def test_a_job_the_core_cannot_take_is_set_aside_and_the_rest_schedule(tmp_path:
     state.nodes["n1"] = Node("n1", 8, 1000, last_heartbeat=NOW)
     state.add_jobs([Job(id=1, submit_time=NOW, time_limit=60),
                     Job(id=2, submit_time=NOW, time_limit=60, nodelist="n[1-")], [])
-    snapshot, blocked = state.snapshot(NOW)
+    snapshot, blocked = snapshots.build(state, NOW)
     assert [p.job_id for p in snapshot.pending] == [1]
     assert blocked == {2: "JobHeldAdmin"}
     job = state.jobs[2]
     assert job.held == "admin" and "cannot be scheduled" in job.set_aside
     assert store.load_jobs()[1].set_aside == job.set_aside  # it was committed
-    snapshot, blocked = state.snapshot(NOW + 1)  # and stays aside, quietly
+    snapshot, blocked = snapshots.build(state, NOW + 1)  # and stays aside, quietly
     assert blocked == {2: "JobHeldAdmin"} and [p.job_id for p in snapshot.pending] == [1]
     store.close()
 

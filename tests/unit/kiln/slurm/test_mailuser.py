@@ -14,7 +14,7 @@ from kiln.config import Config
 from kiln.model import Job, JobState
 from kiln.slurm import mailuser
 from schedd.context import RequestError
-from schedd.handlers.admission import check_text
+from schedd.lifecycle.admission import check_text
 from schedd.lifecycle.mail import Outbox
 
 

@@ -13,6 +13,7 @@ from kiln.config import Config, ConfigError
 from kiln.identity import Caller
 from kiln.model import JobState
 from kiln.slurm import dependency
+from schedd import snapshots
 from schedd.context import RequestError
 from schedd.handlers import jobcontrol, submit
 from schedd.ledger.store import Store
@@ -103,25 +104,25 @@ def test_a_state_change_judges_only_the_references_that_cover_it(tmp_path: Path)
     tasks = _tasks(ctx, array)
     whole = [_submit(ctx, dependency=f"afterok:{array}") for _ in range(200)]
     one = [_submit(ctx, dependency=f"afterok:{array}_5") for _ in range(200)]
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert all(blocked[j] == "Dependency" for j in whole + one)
     state.dependency_terms_evaluated = 0
     judged = state.dependents.refs_judged
     state.commit([(tasks[7], {"state": JobState.COMPLETED})])
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     # the whole array is looked up once (its summary) and judged once for all 200 that name it
     # (they share the expression); the 200 that name task 5 are not judged at all (today: each
     # of the 400 looked its references up again, the whole array's 200 states each)
     assert state.dependency_terms_evaluated == 1
     assert state.dependents.refs_judged - judged == 1
     state.commit([(tasks[5], {"state": JobState.FAILED})])
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert all(blocked[j] == "DependencyNeverSatisfied" for j in one)
     assert all(blocked[j] == "Dependency" for j in whole)  # the others have not finished
     # the array's 200 tasks finishing in one cycle: one pass, not one per task
     judged = state.dependents.refs_judged
     state.commit([(t, {"state": JobState.COMPLETED}) for t in tasks.values() if t.array_task_id != 5])
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert all(blocked[j] == "DependencyNeverSatisfied" for j in whole)
     assert state.dependents.refs_judged - judged <= 2  # the whole array, task 5's again
 
@@ -136,7 +137,7 @@ def test_index_verdicts_keep_slurms_meaning(ctx) -> None:
     both = _submit(ctx, name="s", dependency=f"afterany:{solo},singleton")
 
     def reasons() -> dict[int, str]:
-        blocked = state.snapshot(NOW)[1]
+        blocked = snapshots.build(state, NOW)[1]
         return {j: blocked.get(j, "") for j in (either, both)}
 
     assert reasons() == {either: "Dependency", both: "Dependency"}
@@ -165,7 +166,7 @@ def test_the_index_and_the_edges_are_rebuilt_from_the_ledger_at_start(ctx) -> No
         assert fresh.user_edges["4242"] == 31
         tasks = {j.array_task_id: j for j in fresh.jobs.values() if j.array_job_id == array}
         fresh.commit([(tasks[4], {"state": JobState.COMPLETED})])
-        assert fresh.snapshot(NOW)[1].get(task, "") == ""
+        assert snapshots.build(fresh, NOW)[1].get(task, "") == ""
     finally:
         fresh.store.close()
 
@@ -184,13 +185,13 @@ def test_an_arrays_tasks_share_one_judgement_but_each_counts(tmp_path: Path) -> 
     dependents = _submit(ctx, array_spec="0-99", dependency=f"afterok:{names}")
     assert state.user_edges["4242"] == 100 * 100  # what it expands to, task by task
     judged = state.dependents.refs_judged
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert state.dependents.refs_judged - judged == 100  # the expression once, not 100 times
     waiting = [j.id for j in state.jobs.values() if j.array_job_id == dependents]
     assert len(waiting) == 100 and all(blocked[j] == "Dependency" for j in waiting)
     judged = state.dependents.refs_judged
     state.commit([(t, {"state": JobState.COMPLETED}) for t in _tasks(ctx, array).values()
                   if t.array_task_id < 100])
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert state.dependents.refs_judged - judged == 100  # each named task once
     assert not any(j in blocked for j in waiting)

@@ -13,6 +13,7 @@ from kiln import identity
 from kiln.identity import Caller
 from kiln.model import Job, JobState
 from kiln.slurm import hostlist
+from schedd import snapshots
 from schedd.context import RequestError
 from schedd.handlers import control, selection, submit
 from tests.builders import handler_context
@@ -107,7 +108,7 @@ def test_a_huge_nodelist_is_refused_at_submit_and_never_reaches_a_cycle(ctx, mon
     sizes: list[int] = []
     real = hostlist.expand
     monkeypatch.setattr(hostlist, "expand", lambda e: sizes.append(len(real(e))) or real(e))
-    ctx.state.snapshot(NOW)
+    snapshots.build(ctx.state, NOW)
     assert sizes and max(sizes) <= len(ctx.state.nodes)
 
 
@@ -136,19 +137,19 @@ def test_many_dependency_terms_cost_a_lookup_each_and_are_judged_once(ctx) -> No
         _submit(ctx, dependency=f"afterok:{ids}")
     state.jobs = CountingJobs(state.jobs)
     CountingJobs.scans, state.dependency_terms_evaluated = 0, 0
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert sum(1 for r in blocked.values() if r == "Dependency") == 20
     assert state.dependency_terms_evaluated == 20 * 667  # one lookup per term...
     assert CountingJobs.scans < 10  # ...and no scan of every job per term
     state.dependency_terms_evaluated = 0
-    state.snapshot(NOW)
+    snapshots.build(state, NOW)
     assert state.dependency_terms_evaluated == 0  # nothing changed: nothing judged again
     state.commit([(state.jobs[4999], {"state": JobState.CANCELLED})])  # named by none
-    state.snapshot(NOW)
+    snapshots.build(state, NOW)
     assert state.dependency_terms_evaluated == 0
     judged = state.dependents.refs_judged
     state.commit([(state.jobs[3801], {"state": JobState.FAILED})])  # named by k = 16..19
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert state.dependency_terms_evaluated == 1  # the one job that changed is looked up...
     assert state.dependents.refs_judged - judged == 4  # ...and judged for its 4 dependents
     assert sum(1 for r in blocked.values() if r == "DependencyNeverSatisfied") == 4
@@ -171,7 +172,7 @@ def test_indexed_dependencies_keep_slurms_meaning(ctx) -> None:
     after = _submit(ctx, dependency=f"after:{array}")
 
     def reasons() -> dict[int, str]:
-        blocked = state.snapshot(NOW)[1]
+        blocked = snapshots.build(state, NOW)[1]
         return {j: blocked.get(j, "") for j in (whole, one, after)}
 
     assert reasons() == {whole: "Dependency", one: "Dependency", after: "Dependency"}
@@ -264,15 +265,15 @@ def test_singleton_jobs_are_judged_from_one_index_per_change(ctx) -> None:
     other = _submit(ctx, name="other", dependency="singleton")
     state.jobs = CountingJobs(state.jobs)
     CountingJobs.scans = 0
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert CountingJobs.scans < 10  # not one scan per singleton job
     assert ids[0] not in blocked and other not in blocked
     assert all(blocked[i] == "Dependency" for i in ids[1:])
     state.commit([(state.jobs[ids[0]], {"state": JobState.RUNNING})])
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert blocked[ids[1]] == "Dependency"  # one of the same name runs
     state.commit([(state.jobs[ids[0]], {"state": JobState.COMPLETED})])
-    _, blocked = state.snapshot(NOW)
+    _, blocked = snapshots.build(state, NOW)
     assert ids[1] not in blocked and blocked[ids[2]] == "Dependency"
     state.commit([(state.jobs[ids[1]], {"name": "renamed"})])
-    assert ids[2] not in state.snapshot(NOW)[1]
+    assert ids[2] not in snapshots.build(state, NOW)[1]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kiln.identity import Caller
+from schedd import snapshots
 from schedd.handlers import control, submit
 from tests.builders import handler_context
 
@@ -35,7 +36,7 @@ def test_a_held_submission_wakes_no_cycle_and_says_why_it_waits(ctx) -> None:
     assert ctx.state.jobs[job_id].reason == "JobHeldUser"
     stored = {j.id: j for j in ctx.state.store.load_jobs()}[job_id]
     assert stored.reason == "JobHeldUser" and stored.held == "user"
-    _, blocked = ctx.state.snapshot(NOW)
+    _, blocked = snapshots.build(ctx.state, NOW)
     assert blocked[job_id] == "JobHeldUser"  # what the next periodic cycle sets: the same
 
 

@@ -66,7 +66,7 @@ def _states(d: Daemon) -> dict[str, int]:
 
 
 def test_a_big_cancel_goes_in_slices_and_others_are_answered_between(daemon) -> None:
-    offered = {p.job_id for p in daemon.planner.snapshot(T0)[0].pending}
+    offered = {p.job_id for p in daemon.services.planner.snapshot(T0)[0].pending}
     assert len(offered) == TASKS  # the cycle would consider every task
     answer = _call(daemon, "cancel", {"job_ids": [str(daemon.array)]}, USER)
     assert isinstance(answer, Slices)  # a long request, not one turn of the loop
@@ -79,13 +79,13 @@ def test_a_big_cancel_goes_in_slices_and_others_are_answered_between(daemon) -> 
     assert listing["ok"] and len(listing["body"]["jobs"]) == TASKS
     assert answer.step() is None and _states(daemon)["PENDING"] == TASKS - 2 * \
         transitions.CANCEL_SLICE  # the cancel goes on where it was
-    assert daemon.planner.snapshot(T0)[0].pending == []
+    assert daemon.services.planner.snapshot(T0)[0].pending == []
     reply, slices = _finish(answer)
     assert slices == 1  # the last slice, and with it the reply
     assert reply["ok"] and reply["body"]["errors"] == []
     assert len(reply["body"]["cancelled"]) == TASKS
     assert _states(daemon) == {"CANCELLED": TASKS}
-    assert daemon.planner.withheld == set()
+    assert daemon.services.planner.withheld == set()
     stored = daemon.state.store.load_jobs(active_only=False)
     assert {j.state for j in stored} == {JobState.CANCELLED}
     assert all(j.cancelled_by == USER.uid for j in stored)
@@ -112,7 +112,7 @@ def test_a_cancel_whose_client_went_away_is_still_done_whole(daemon) -> None:
     answer.cancel()
     del answer  # the server lets the request go: the generator is closed
     assert _states(daemon) == {"CANCELLED": TASKS}
-    assert daemon.planner.withheld == set()
+    assert daemon.services.planner.withheld == set()
 
 
 class _Counting(Work):

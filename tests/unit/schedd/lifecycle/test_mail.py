@@ -86,7 +86,8 @@ def test_a_new_run_gets_its_notices_again(url: str, tmp_path: Path) -> None:
     job = Job(id=6, name="again", user="alice", uid=1000, gid=1000, state=JobState.PENDING,
               time_limit=LIMIT, mail_type="TIME_LIMIT_50", mail_sent="TIME_LIMIT_50")
     state.add_jobs([job], [])
-    ctx = HandlerContext(state, state.cfg, [START], agents=SimpleNamespace(launch=lambda *a: None))
+    ctx = HandlerContext(state, state.cfg, [START], agents=SimpleNamespace(launch=lambda *a: None),
+                         mail=outbox)
     transitions.start_runs(ctx, [(job, [NodeAllocation("node1", 1, 0, [])])], START)
     assert state.jobs[6].mail_sent == ""
     outbox.tick(state, START + 50)

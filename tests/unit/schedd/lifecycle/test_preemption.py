@@ -78,7 +78,7 @@ def test_no_policy_no_preemption() -> None:
 
 def _judged(job: Job, generation: int, state: str) -> str:
     verdict = Verdict(JobState(state))
-    for fn in (transitions._cancelled, preemption._preempted):
+    for fn in (transitions.judge_cancelled, preemption.judge_preempted):
         fn(job, RunEnd(generation, state, NOW), verdict)
     return verdict.state.value
 

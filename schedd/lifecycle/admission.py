@@ -1,6 +1,7 @@
 """Admission: whether a job may be submitted (or changed) as asked, and what schedd fills in.
 
-Shared by ``submit`` (sbatch), ``update_job`` (scontrol update) and ``--test-only``; no handler.
+``admit`` is a submission's whole validation, top to bottom, once (``handlers/submit.py`` calls
+it and stores what it returns); its checks are shared with ``update_job`` (scontrol update).
 The fields were typed and bounded by ``kiln.wire.protocol`` before any of this runs; what is
 checked here is what needs the cluster's state: partitions and their limits, whether any node
 could ever hold the job, accounts and QOS (with Slurm's messages), dependencies, reservations.
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("schedd.admission")
 
+DENIED = "Access/permission denied"  # as handlers/selection.py's
 INVALID_TIME = "Requested time limit is invalid (missing or exceeds some limit)"
 INVALID_PARTITION = "Invalid partition name specified"
 NODE_CONFIG = "Requested node configuration is not available"
@@ -45,6 +47,26 @@ TEXT_FIELDS = {"name": "--job-name", "comment": "--comment", "account": "--accou
                "licenses": "--licenses", "gpu_type": "--gres", "submit_host": "submit host"}
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job) if f.init)  # __init__'s order
 _FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
+
+
+def admit(ctx: Context, caller: Caller, body: dict[str, Any], now: float) -> list[Job]:
+    """A submission (the ``submit`` request's body), validated top to bottom: the job and what
+    schedd fills in, its ``--priority`` (an operator's), then — unless it is ``--test-only``,
+    whose job alone is returned — its array's tasks (at most max_array_size), MaxJobCount, the
+    submit limits and the user's dependency load. The jobs to store, ids given; nothing is
+    stored here."""
+    template = build_job(ctx, caller, body["job"], now)
+    if body.get("priority") is not None:  # sbatch --priority, as scontrol update Priority=
+        if not is_operator(caller):
+            raise RequestError(DENIED, protocol.E_PERMISSION)
+        template.admin_priority = body["priority"]
+    if body.get("test_only"):
+        return [template]
+    jobs = expand_array(ctx, template)  # at most max_array_size
+    check_job_count(ctx, len(jobs))
+    check_submit_limits(ctx, template, len(jobs))
+    check_dependency_load(ctx, template, len(jobs))  # before anything is stored
+    return jobs
 
 
 def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) -> Job:
@@ -89,7 +111,7 @@ def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) ->
     check_shape(ctx, job)
     if job.dependency:
         _check_dependency(ctx, job.dependency)
-    admit(ctx, job, spec)  # account, QOS and DenyOnLimit
+    settle_account(ctx, job, spec)  # account, QOS and DenyOnLimit
     check_reservation(ctx, job)  # --reservation: exists and admits the job
     return job
 
@@ -334,7 +356,7 @@ def expand_array(ctx: Context, template: Job) -> list[Job]:
     return jobs
 
 
-def admit(ctx: Context, job: Job, spec: dict[str, Any]) -> None:
+def settle_account(ctx: Context, job: Job, spec: dict[str, Any]) -> None:
     """Settle the job's account and QOS (Slurm's submit errors otherwise) and, with the QOS
     flag DenyOnLimit, refuse a job over a per-job limit."""
     accounts = ctx.state.accounts
