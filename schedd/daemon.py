@@ -9,7 +9,7 @@ The main loop, in order, every turn:
 4. the timers: preemption, health, housekeeping (forget finished jobs older than MinJobAge).
 
 The loop only: sockets, dispatch and timers. Handlers, timers and the cycle are handed the
-services object (``schedd.context.Context``), never the daemon; nothing imports this module.
+services object (``schedd.lifecycle.context.Context``), never the daemon; nothing imports this module.
 One thread owns all state; the scheduler core is a pure function called from step 3.
 """
 
@@ -35,12 +35,22 @@ from kiln.wire import operations, protocol
 from kiln.wire.localsock import LocalServer, Reply, Stream, Work
 from schedd import leader, offload, slicing, statedir
 from schedd.collector import Collector
-from schedd.context import Context, RequestError
 from schedd.domain.steps import StepTable
 from schedd.ledger.records import SchemaError
 from schedd.ledger.store import Store
-from schedd.lifecycle import cycle, enforcement, gpuhealth, health, mail, preemption, reboot
+from schedd.lifecycle import (
+    cycle,
+    enforcement,
+    gpuhealth,
+    health,
+    mail,
+    preemption,
+    reboot,
+    victims,
+)
 from schedd.lifecycle.agents import AgentRegistry
+from schedd.lifecycle.context import Context, RequestError
+from schedd.lifecycle.pace import Pace
 from schedd.lifecycle.planner import Planner
 from schedd.loopwatch import LoopWatch
 from schedd.relay import Pending, RelayError, Relays
@@ -75,14 +85,14 @@ class Daemon:
         agents = AgentRegistry(cfg, self.agent_sock)  # launches go out through it
         # commands of other nodes, relayed by their agents (schedd/relay.py)
         self.relays = Relays(cfg.relay_root_nodes, self._send_relay)
-        tracker = preemption.Tracker.from_state(self.state)  # victims in GraceTime
+        tracker = victims.Tracker.from_state(self.state)  # victims in GraceTime
         self.offload = offload.Offload()  # forecasts and the shape advisor, off the loop
-        # what handlers, timers and the cycle are handed (schedd/context.py)
+        # what handlers, timers and the cycle are handed (schedd/lifecycle/context.py)
         self.services = ctx = Context(
             cfg=cfg, state=self.state, steps=StepTable(), agents=agents, preemption=tracker,
             planner=Planner(cfg, self.state, agents, tracker), mail=mail.Outbox(cfg),
             diag=SchedulerDiag(since=time.time()), offload=self.offload,
-            metrics=metrics.start(cfg, self.state, self.now), pace=cycle.Pace(),
+            metrics=metrics.start(cfg, self.state, self.now), pace=Pace(),
             clock=self.now)
         self.collector = Collector(self.now())  # the cyclic GC's pauses (schedd/collector.py)
         # named timers of the loop: (name, seconds between runs, what runs)

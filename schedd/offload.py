@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.wire import protocol
-from schedd.context import RequestError
+from schedd.requesterror import RequestError
 
 log = logging.getLogger("schedd.offload")
 

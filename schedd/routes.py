@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from schedd.context import Context
 from schedd.handlers import (
     agent,
     control,
@@ -26,6 +25,7 @@ from schedd.handlers import (
     srun,
     submit,
 )
+from schedd.lifecycle.context import Context
 
 Handler = Callable[[Context, Any, dict[str, Any]], dict[str, Any]]
 

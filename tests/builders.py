@@ -7,7 +7,7 @@ clock (``now``) where a value needs one; the builders keep no clock of their own
 - ``job``, ``node``: the daemon's own Job and Node (kiln/model.py); ``SCHEDBENCH``: the user
   of slurm-reference's transcripts
 - ``sqlite_ledger``: a migrated SQLite ledger's URL
-- ``handler_context``: what schedd's handlers are called with (schedd/context.py's
+- ``handler_context``: what schedd's handlers are called with (schedd/lifecycle/context.py's
   ``Context``), over a real State on a SQLite ledger
 
 Fixtures (the ledger on both backends, ``fake_schedd``) are in tests/unit/conftest.py."""
@@ -24,7 +24,7 @@ from kiln.model import GPU, Job, JobState, Node, NodeAllocation
 from schedd.domain.steps import StepTable
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
-from schedd.lifecycle.preemption import Tracker
+from schedd.lifecycle.victims import Tracker
 from schedd.scheduler.snapshot import Decisions, NodeView, PendingJob, RunningJob
 from schedd.state import State
 
@@ -99,7 +99,7 @@ def started(decisions: Decisions) -> list[int]:
 
 @dataclass
 class HandlerContext:
-    """schedd/context.py's ``Context`` for calling handlers without the daemon: the clock is
+    """schedd/lifecycle/context.py's ``Context`` for calling handlers without the daemon: the clock is
     ``clock[0]`` (a test moves it), and each wake of the scheduler is recorded in ``wakes``."""
 
     state: State

@@ -12,8 +12,8 @@ from typing import Any
 
 from kiln.model import GPU, JobState, Node, NodeState
 from kiln.slurm.stats import clean_stats, clean_usage
-from schedd.context import Context, RequestError
 from schedd.lifecycle import gpuhealth, health, idlegpu, reboot, transitions
+from schedd.lifecycle.context import Context, RequestError
 from schedd.state import RUNNING_STATES
 
 log = logging.getLogger("schedd.agent")

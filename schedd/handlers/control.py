@@ -10,10 +10,10 @@ from kiln.model import Job, JobState
 from kiln.slurm.signals import SignalError
 from kiln.slurm.signals import parse_signal as _parse_signal
 from schedd import slicing
-from schedd.context import Context, RequestError
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs, select_jobs_reporting
 from schedd.ledger.records import JobEvent
 from schedd.lifecycle import transitions
+from schedd.lifecycle.context import Context, RequestError
 
 
 def parse_signal(name: str) -> int:

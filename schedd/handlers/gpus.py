@@ -13,7 +13,7 @@ from typing import Any
 
 from kiln.identity import Caller, is_operator
 from kiln.wire import protocol
-from schedd.context import Context, RequestError
+from schedd.lifecycle.context import Context, RequestError
 
 DENIED = "Access/permission denied"
 

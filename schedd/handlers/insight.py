@@ -17,7 +17,6 @@ from typing import Any
 from kiln.identity import Caller
 from kiln.model import Job, JobState
 from schedd import offload
-from schedd.context import Context, RequestError
 from schedd.eligibility import ineligible_reason
 from schedd.handlers.selection import (
     INVALID_JOB_ID,
@@ -26,6 +25,7 @@ from schedd.handlers.selection import (
     select_jobs_reporting,
     visible_jobs,
 )
+from schedd.lifecycle.context import Context, RequestError
 from schedd.reports import advisor, explain, forecast
 from schedd.scheduler import limits
 from schedd.scheduler.snapshot import NodeView, PendingJob

@@ -21,7 +21,6 @@ from kiln.identity import Caller, is_operator
 from kiln.model import Job, JobState, NodeState
 from kiln.slurm import dependency
 from kiln.wire import protocol
-from schedd.context import Context, RequestError
 from schedd.domain.accounts import AccountsError
 from schedd.domain.reservation import ACCESS_DENIED, INVALID_RESERVATION
 from schedd.handlers.selection import DENIED, INVALID_JOB_ID, select_jobs_reporting
@@ -36,6 +35,7 @@ from schedd.lifecycle.admission import (
     check_text,
     resolve_nodes,
 )
+from schedd.lifecycle.context import Context, RequestError
 
 log = logging.getLogger("schedd.jobcontrol")
 

@@ -15,10 +15,10 @@ from kiln import config as kconfig
 from kiln import reconfig
 from kiln.identity import Caller, is_operator
 from kiln.wire import protocol
-from schedd.context import Context, RequestError
 from schedd.handlers.selection import DENIED
 from schedd.lifecycle import reboot
 from schedd.lifecycle.admission import INVALID_NODE
+from schedd.lifecycle.context import Context, RequestError
 
 log = logging.getLogger("schedd.admin")
 

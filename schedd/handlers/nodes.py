@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from kiln.identity import Caller
-from schedd.context import Context
+from schedd.lifecycle.context import Context
 from schedd.scheduler.snapshot import job_licenses
 
 

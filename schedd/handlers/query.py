@@ -8,13 +8,13 @@ from typing import Any
 from kiln.identity import Caller, is_operator
 from kiln.model import ROW_FIELDS, Job, job_columns
 from kiln.slurm.stats import merge_usage
-from schedd.context import Context, RequestError
 from schedd.handlers.selection import (
     INVALID_JOB_ID,
     select_jobs,
     select_jobs_reporting,
     visible_jobs,
 )
+from schedd.lifecycle.context import Context, RequestError
 from schedd.slicing import each
 from schedd.state import RUNNING_STATES
 

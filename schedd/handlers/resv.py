@@ -14,7 +14,6 @@ from typing import Any
 from kiln.identity import Caller, is_operator
 from kiln.model import Job
 from kiln.wire import protocol
-from schedd.context import Context, RequestError
 from schedd.domain.reservation import (
     IN_USE,
     INVALID_RESERVATION,
@@ -28,6 +27,7 @@ from schedd.domain.reservation import (
     next_name,
     window,
 )
+from schedd.lifecycle.context import Context, RequestError
 
 _TYPES: dict[str, Any] = {
     "name": str, "start_time": (int, float, type(None)), "end_time": (int, float, type(None)),

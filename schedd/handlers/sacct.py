@@ -15,7 +15,6 @@ from typing import Any
 
 from kiln.identity import Caller
 from kiln.model import Job, JobState
-from schedd.context import Context, RequestError
 from schedd.handlers.selection import (
     RefSet,
     parse_job_refs,
@@ -24,6 +23,7 @@ from schedd.handlers.selection import (
     visible_jobs,
 )
 from schedd.ledger.records import JobEvent
+from schedd.lifecycle.context import Context, RequestError
 from schedd.reports import accounting
 from schedd.slicing import each
 

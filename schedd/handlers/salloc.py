@@ -18,9 +18,9 @@ from typing import Any
 from kiln.identity import Caller, is_operator
 from kiln.model import Job, JobState
 from kiln.wire import protocol
-from schedd.context import Context, RequestError
 from schedd.domain.jobenv import allocation_environment
 from schedd.lifecycle import transitions
+from schedd.lifecycle.context import Context, RequestError
 
 NOT_ALLOCATION = "Job is not an allocation of salloc"
 

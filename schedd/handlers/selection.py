@@ -17,7 +17,7 @@ from kiln.slurm import arrayspec
 from kiln.slurm.states import StateError
 from kiln.slurm.states import parse_states as _parse_states
 from kiln.wire import protocol
-from schedd.context import Context, RequestError
+from schedd.lifecycle.context import Context, RequestError
 
 INVALID_JOB_ID = "Invalid job id specified"
 DENIED = "Access/permission denied"

@@ -33,11 +33,11 @@ from kiln.identity import Caller, is_operator
 from kiln.model import Job, JobState
 from kiln.slurm.hostlist import compress
 from kiln.wire import protocol
-from schedd.context import Context, RequestError
 from schedd.domain.jobenv import expand_output_pattern, step_environment, task_overlay
 from schedd.domain.stepoutput import MAX_TAPS, STREAMS, parse_cursors
 from schedd.domain.steps import LiveStep, NodeShare, StepError, StepShape, TaskExit, plan
 from schedd.ledger.records import StepRecord
+from schedd.lifecycle.context import Context, RequestError
 from schedd.state import RUNNING_STATES
 
 log = logging.getLogger("schedd.domain.steps")

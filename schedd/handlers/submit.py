@@ -9,9 +9,9 @@ from kiln.identity import Caller
 from kiln.model import Job
 from kiln.slurm.hostlist import compress
 from schedd import offload
-from schedd.context import Context
 from schedd.ledger.records import JobEvent
 from schedd.lifecycle.admission import admit
+from schedd.lifecycle.context import Context
 from schedd.reports import advisor
 
 

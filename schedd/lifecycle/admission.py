@@ -21,9 +21,9 @@ from kiln.slurm import arrayspec, dependency, licenses, mailuser
 from kiln.slurm.hostlist import HostlistError, compress, expand
 from kiln.slurm.text import has_control
 from kiln.wire import protocol
-from schedd.context import Context, RequestError
 from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
 from schedd.domain.reservation import ACCESS_DENIED
+from schedd.lifecycle.context import Context, RequestError
 
 if TYPE_CHECKING:
     from schedd.scheduler.snapshot import PendingJob

@@ -19,7 +19,7 @@ from kiln.config import Config
 from kiln.model import Job, NodeAllocation, Partition
 from kiln.wire import protocol
 from schedd.domain.jobenv import job_environment, output_paths
-from schedd.lifecycle.idlegpu import Watch
+from schedd.lifecycle.idlewatch import Watch
 
 log = logging.getLogger("schedd.lifecycle.agents")
 

@@ -14,7 +14,7 @@ import logging
 
 from kiln.model import JobState
 from schedd import snapshots
-from schedd.context import Context
+from schedd.lifecycle.context import Context
 from schedd.lifecycle.health import fail_run
 from schedd.lifecycle.transitions import request_stop
 from schedd.scheduler import limits

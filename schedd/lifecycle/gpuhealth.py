@@ -30,7 +30,7 @@ from typing import Any
 from kiln.model import Job, JobState, Node
 from kiln.slurm.gpufaults import describe, is_fatal
 from kiln.slurm.signals import notice_signal
-from schedd.context import Context
+from schedd.lifecycle.context import Context
 from schedd.lifecycle.transitions import request_stop
 
 log = logging.getLogger("schedd.gpuhealth")

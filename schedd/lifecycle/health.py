@@ -13,7 +13,7 @@ import logging
 import os
 
 from kiln.model import Job, JobState, Node, NodeState
-from schedd.context import Context
+from schedd.lifecycle.context import Context
 from schedd.lifecycle.transitions import RunEnd, end_run
 
 log = logging.getLogger("schedd.health")

@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.model import Job, JobState
-from schedd.context import Context
+from schedd.lifecycle.context import Context
+from schedd.lifecycle.idlewatch import Watch
 from schedd.lifecycle.mail import mail_types, run_time
 from schedd.lifecycle.transitions import Verdict, request_stop
 
@@ -49,7 +49,6 @@ IDLE_REASON = "IdleGPU"  # a flagged running job's Reason (squeue %r)
 SAVE_EVERY = 30.0  # seconds: the most a run's idle GPU-seconds wait to reach the ledger
 MAX_GAP_BEATS = 3  # a heartbeat counts for at most this many heartbeat intervals
 
-Run = tuple[int, int]  # (job id, generation)
 
 
 def idle_seconds(utils: Sequence[float], below_util: float, elapsed: float) -> float:
@@ -61,29 +60,6 @@ def idle_seconds(utils: Sequence[float], below_util: float, elapsed: float) -> f
 def all_idle(utils: Sequence[float], gpus: int, below_util: float) -> bool:
     """Every one of the node's ``gpus`` GPUs was read, and each is below ``below_util``."""
     return gpus > 0 and len(utils) == gpus and all(u < below_util for u in utils)
-
-
-@dataclass(slots=True)
-class Watch:
-    """The watch's memory (see the module): per run, per node."""
-
-    heard: dict[tuple[int, int, str], float] = field(default_factory=dict)  # last reading
-    idle_nodes: dict[Run, dict[str, bool]] = field(default_factory=dict)
-    unsaved: dict[Run, float] = field(default_factory=dict)  # GPU-seconds not in the ledger
-    saved_at: dict[Run, float] = field(default_factory=dict)
-    flagged: set[Run] = field(default_factory=set)
-
-    def total(self, job: Job) -> float:
-        """The run's idle GPU-seconds so far: the ledger's and those not written yet."""
-        return (job.idle_gpu_s or 0.0) + self.unsaved.get((job.id, job.generation), 0.0)
-
-    def forget(self, run: Run) -> None:
-        self.idle_nodes.pop(run, None)
-        self.unsaved.pop(run, None)
-        self.saved_at.pop(run, None)
-        self.flagged.discard(run)
-        for key in [k for k in self.heard if k[:2] == run]:
-            del self.heard[key]
 
 
 def observe(ctx: Context, node: str, running: Iterable[dict[str, Any]], now: float) -> None:

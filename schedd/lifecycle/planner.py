@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kiln.config import Config, SchedulerConfig
 from schedd import snapshots
-from schedd.lifecycle import preemption
+from schedd.lifecycle import victims
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.scheduler import forecast, runtimes
 from schedd.scheduler.cycle import schedule
@@ -71,7 +71,7 @@ class Frozen:
 
 class Planner:
     def __init__(self, cfg: Config, state: State, agents: AgentRegistry,
-                 tracker: preemption.Tracker):
+                 tracker: victims.Tracker):
         self.cfg = cfg
         self.state = state
         self.agents = agents
@@ -93,7 +93,7 @@ class Planner:
         if self.withheld:
             snapshot.pending = [p for p in snapshot.pending if p.job_id not in self.withheld]
         snapshot.pending.extend(probes)
-        preemption.annotate(snapshot, self.cfg, self.state, self.agents.checkpoints,
+        victims.annotate(snapshot, self.cfg, self.state, self.agents.checkpoints,
                             self.tracker, now)
         pending = {p.job_id for p in snapshot.pending}
         snapshot.promised = {j: t for j, t in self.promised.items() if j in pending}

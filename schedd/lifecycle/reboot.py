@@ -23,7 +23,7 @@ import dataclasses
 import logging
 
 from kiln.model import Node, NodeState
-from schedd.context import Context
+from schedd.lifecycle.context import Context
 
 log = logging.getLogger("schedd.reboot")
 

@@ -6,7 +6,7 @@ steps; anything else ends them CANCELLED). The ``.batch`` row was written with t
 from __future__ import annotations
 
 from kiln.model import Job, JobState
-from schedd.context import Context
+from schedd.lifecycle.context import Context
 from schedd.lifecycle.transitions import Verdict
 
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from kiln.model import LAUNCH_FAILED_HELD, Job, JobState, NodeAllocation, StopMark
 from kiln.slurm.hostlist import compress
-from schedd.context import Context
 from schedd.domain.steps import in_nodelist_order
 from schedd.ledger.records import JobEvent, StepRecord
+from schedd.lifecycle.context import Context
 from schedd.state import RUNNING_STATES
 
 log = logging.getLogger("schedd.lifecycle")

@@ -43,8 +43,8 @@ from schedd.handlers import jobcontrol
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
 from schedd.lifecycle import health, transitions
-from schedd.lifecycle.preemption import Tracker
 from schedd.lifecycle.transitions import RunEnd
+from schedd.lifecycle.victims import Tracker
 from schedd.state import RUNNING_STATES, State
 
 T0 = 3_000_000.0

@@ -14,13 +14,13 @@ import copy
 from typing import Any
 
 from kiln.identity import Caller, is_operator
-from schedd.context import Context, RequestError
 from schedd.domain.accounts import AccountsError
 from schedd.handlers.sacctmgr import account, assoc, qos, user
 from schedd.handlers.sacctmgr.common import Outcome, commit, denied, names_in
 from schedd.handlers.sacctmgr.sshare import sshare
 from schedd.handlers.selection import sees_all
 from schedd.ledger.records import AccountingChange
+from schedd.lifecycle.context import Context, RequestError
 
 __all__ = ["sacctmgr", "sshare"]
 

@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 from kiln.identity import Caller, is_operator
-from schedd.context import Context
 from schedd.domain.accounts import ROOT, Accounts, AccountsError, Association, account_row
 from schedd.handlers.sacctmgr.common import (
     ASSOC_FIELDS,
@@ -21,6 +20,7 @@ from schedd.handlers.sacctmgr.common import (
     nothing_deleted,
 )
 from schedd.ledger.records import AccountingChange
+from schedd.lifecycle.context import Context
 
 ACCOUNT_FIELDS = {"parent": "parent", "description": "description",
                   "organization": "organization",

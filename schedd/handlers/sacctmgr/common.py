@@ -7,7 +7,6 @@ from typing import Any
 
 from kiln.identity import Caller
 from kiln.slurm import tres
-from schedd.context import Context
 from schedd.domain.accounts import (
     Accounts,
     AccountsError,
@@ -16,6 +15,7 @@ from schedd.domain.accounts import (
     association_row,
 )
 from schedd.ledger.records import AccountingChange, AuditRecord
+from schedd.lifecycle.context import Context
 
 # --- settings -----------------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from kiln.identity import Caller, is_operator
 from kiln.slurm import tres
-from schedd.context import Context
 from schedd.domain.accounts import QOS, Accounts, AccountsError, qos_row
 from schedd.handlers.sacctmgr.common import (
     Outcome,
@@ -21,6 +20,7 @@ from schedd.handlers.sacctmgr.common import (
     updated_list,
 )
 from schedd.ledger.records import AccountingChange
+from schedd.lifecycle.context import Context
 
 QOS_FIELDS = {
     "description": "description", "priority": "priority", "preempt": "preempt",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.identity import Caller
-from schedd.context import Context
 from schedd.handlers.selection import sees_all
+from schedd.lifecycle.context import Context
 from schedd.reports.shares import share_rows
 
 

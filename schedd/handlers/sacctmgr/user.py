@@ -7,7 +7,6 @@ import copy
 from typing import Any
 
 from kiln.identity import Caller, is_operator
-from schedd.context import Context
 from schedd.domain.accounts import (
     ADMIN_LEVELS,
     Accounts,
@@ -32,6 +31,7 @@ from schedd.handlers.sacctmgr.common import (
     nothing_deleted,
 )
 from schedd.ledger.records import AccountingChange
+from schedd.lifecycle.context import Context
 
 USER_FIELDS = {"account": "accounts", "accounts": "accounts",
                "defaultaccount": "default_account", "adminlevel": "admin_level"}

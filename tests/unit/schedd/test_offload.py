@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from kiln.wire import protocol
-from schedd.context import RequestError
+from schedd.lifecycle.context import RequestError
 from schedd.offload import Offload, Ticket, wait
 
 

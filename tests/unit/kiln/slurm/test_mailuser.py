@@ -13,8 +13,8 @@ import pytest
 from kiln.config import Config
 from kiln.model import Job, JobState
 from kiln.slurm import mailuser
-from schedd.context import RequestError
 from schedd.lifecycle.admission import check_text
+from schedd.lifecycle.context import RequestError
 from schedd.lifecycle.mail import Outbox
 
 

@@ -14,9 +14,9 @@ from kiln.identity import Caller
 from kiln.model import JobState
 from kiln.slurm import dependency
 from schedd import snapshots
-from schedd.context import RequestError
 from schedd.handlers import jobcontrol, submit
 from schedd.ledger.store import Store
+from schedd.lifecycle.context import RequestError
 from schedd.state import State
 from tests.builders import HandlerContext, handler_context
 

@@ -14,8 +14,8 @@ from kiln.identity import Caller
 from kiln.model import Job, JobState
 from kiln.slurm import hostlist
 from schedd import snapshots
-from schedd.context import RequestError
 from schedd.handlers import control, selection, submit
+from schedd.lifecycle.context import RequestError
 from tests.builders import handler_context
 
 NOW = 2_000_000.0

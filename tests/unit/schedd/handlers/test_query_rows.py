@@ -19,8 +19,8 @@ from cli.core.formats import (
 )
 from kiln.model import ROW_FIELDS, Job, JobState, NodeAllocation
 from kiln.wire import operations, protocol
-from schedd.context import RequestError
 from schedd.handlers.query import column_reply, row_columns
+from schedd.lifecycle.context import RequestError
 
 NOW = 1_800_000_000.0
 

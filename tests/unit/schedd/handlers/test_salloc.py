@@ -8,10 +8,10 @@ import pytest
 from kiln.identity import Caller
 from kiln.model import Job, JobState, NodeAllocation
 from kiln.wire import operations, protocol
-from schedd.context import RequestError
 from schedd.handlers import salloc as h
 from schedd.ledger.records import StepRecord
 from schedd.lifecycle import transitions
+from schedd.lifecycle.context import RequestError
 
 OWNER, STRANGER, ROOT = Caller(1000, 1000), Caller(1001, 1001), Caller(0, 0)  # ctx: conftest.py
 

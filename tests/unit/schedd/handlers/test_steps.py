@@ -11,11 +11,11 @@ import pytest
 from kiln.identity import Caller
 from kiln.model import Job, JobState
 from kiln.wire import operations, protocol
-from schedd.context import RequestError
 from schedd.domain.steps import StepTable
 from schedd.handlers import agent
 from schedd.handlers import srun as h
 from schedd.lifecycle import transitions
+from schedd.lifecycle.context import RequestError
 
 OWNER, STRANGER, ROOT = Caller(1000, 1000), Caller(1001, 1001), Caller(0, 0)
 

@@ -15,7 +15,7 @@ from kiln.model import Job, JobState, NodeAllocation, PreemptMark
 from schedd.domain.accounts import QOS, Accounts, Association
 from schedd.handlers.sacct import earlier_runs
 from schedd.ledger.records import JobEvent
-from schedd.lifecycle import preemption, transitions
+from schedd.lifecycle import preemption, transitions, victims
 from schedd.lifecycle.transitions import RunEnd, Verdict
 from schedd.scheduler.snapshot import RunningJob, Snapshot
 
@@ -33,11 +33,11 @@ def test_notice_signal_is_the_jobs_signal_else_sigterm() -> None:
 
 def test_preempt_mode_of_the_victims_qos() -> None:
     cfg = Config(home="/tmp")
-    assert preemption.mode_of(cfg, "cluster") == "requeue"
-    assert preemption.mode_of(cfg, "CANCEL") == "cancel"
-    assert preemption.mode_of(cfg, "suspend") == "requeue"
+    assert victims.mode_of(cfg, "cluster") == "requeue"
+    assert victims.mode_of(cfg, "CANCEL") == "cancel"
+    assert victims.mode_of(cfg, "suspend") == "requeue"
     cfg.scheduler.preempt_mode = "cancel"
-    assert preemption.mode_of(cfg, "") == "cancel"
+    assert victims.mode_of(cfg, "") == "cancel"
 
 
 def state_with(jobs: list[Job]) -> SimpleNamespace:
@@ -52,11 +52,11 @@ def test_annotate_carries_checkpoints_costs_and_grace_ends() -> None:
     cfg = Config(home="/tmp", kill_wait=10)
     victim = Job(1, qos="low", restart_cost=120)
     other = Job(2, qos="low")
-    tracker = preemption.Tracker(victims={1: PreemptMark(0, 9, NOW, NOW + 30, "requeue")})
+    tracker = victims.Tracker(victims={1: PreemptMark(0, 9, NOW, NOW + 30, "requeue")})
     snap = Snapshot(NOW, [], [RunningJob(1, [NodeAllocation("n", 1, 0, [0])], NOW - 100,
                                          NOW + 3600, qos="low"),
                               RunningJob(2, [], NOW - 50, NOW + 3600, qos="low")])
-    preemption.annotate(snap, cfg, state_with([victim, other]), {2: NOW - 20}, tracker, NOW)
+    victims.annotate(snap, cfg, state_with([victim, other]), {2: NOW - 20}, tracker, NOW)
     policy = snap.preemption
     assert policy.preempts == {"high": frozenset({"low"})} and policy.exempt == {"off"}
     assert policy.guarantees == {"a": {"gres/gpu": 4}} and policy.in_flight == {9}
@@ -72,7 +72,7 @@ def test_no_policy_no_preemption() -> None:
     state.accounts.qos = {"normal": QOS("normal")}
     state.accounts.assocs.clear()
     snap = Snapshot(NOW, [])
-    preemption.annotate(snap, Config(home="/tmp"), state, {}, preemption.Tracker(), NOW)
+    victims.annotate(snap, Config(home="/tmp"), state, {}, victims.Tracker(), NOW)
     assert snap.preemption is None
 
 
@@ -89,10 +89,10 @@ def test_marks_hold_for_their_run_only_and_preemptors_settle() -> None:
     assert _judged(job, 4, "FAILED") == "FAILED"  # a later run's report: not a victim
     job.cancelled_by = 0  # scancel during the grace wins
     assert _judged(job, 3, "CANCELLED") == "CANCELLED"
-    tracker = preemption.Tracker(victims={1: PreemptMark(3, 9, NOW, NOW, "requeue")})
+    tracker = victims.Tracker(victims={1: PreemptMark(3, 9, NOW, NOW, "requeue")})
     preemption.forget(tracker, 1, NOW)
     assert tracker.in_flight(NOW + 1) == {9}
-    assert tracker.in_flight(NOW + preemption.SETTLE + 1) == frozenset()
+    assert tracker.in_flight(NOW + victims.SETTLE + 1) == frozenset()
 
 
 def test_sacct_duplicates_rebuild_each_earlier_run() -> None:

@@ -18,7 +18,7 @@ from kiln.config import SchedulerConfig
 from kiln.model import Job
 from schedd.lifecycle.agents import AgentRegistry
 from schedd.lifecycle.planner import Planner
-from schedd.lifecycle.preemption import Tracker
+from schedd.lifecycle.victims import Tracker
 from schedd.scheduler import overtake
 from schedd.scheduler.cycle import owed_jobs, schedule
 from schedd.scheduler.snapshot import Decisions, NodeView, PendingJob, RunningJob, Snapshot

@@ -7,10 +7,11 @@ for anything the caller did wrong: the daemon turns that into an error reply.
 
 ``Context`` is the services object the daemon builds once and hands to every handler, timer
 and transition (never the daemon itself): each member typed, every one always present. Its
-types are named for the type checker only (``TYPE_CHECKING``): at run time this module
-imports nothing of schedd, so the lifecycle and the handlers, which import it, stay below it.
-Kept out of ``schedd/handlers/`` so that the lifecycle, which handlers call, never imports the
-handlers package.
+types are named for the type checker only (``TYPE_CHECKING``), and none of the modules they
+live in imports this one: the members' classes (``Pace``, ``victims.Tracker``, the idle-GPU
+``Watch``, ``RequestError``) sit in modules of their own below the code that acts with a
+Context, so even the type checker's imports make no circle (import-linter counts them).
+In ``lifecycle/``, which handlers call, so that it never imports the handlers package.
 """
 
 from __future__ import annotations
@@ -19,29 +20,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kiln.wire import protocol
+from schedd.requesterror import RequestError
 
-if TYPE_CHECKING:  # for the type checker only (import-linter: exclude_type_checking_imports)
+__all__ = ["Context", "RequestError"]  # RequestError: where handlers have always found it
+
+if TYPE_CHECKING:  # for the type checker only; no module named here imports this one
     from kiln.config import Config
     from schedd.domain.steps import StepTable
     from schedd.lifecycle.agents import AgentRegistry
-    from schedd.lifecycle.cycle import Pace
     from schedd.lifecycle.mail import Outbox
+    from schedd.lifecycle.pace import Pace
     from schedd.lifecycle.planner import Planner
-    from schedd.lifecycle.preemption import Tracker
+    from schedd.lifecycle.victims import Tracker
     from schedd.offload import Offload
     from schedd.reports.diag import SchedulerDiag
     from schedd.reports.metrics import SchedulerMetrics
     from schedd.state import State
-
-
-class RequestError(Exception):
-    """The caller asked for something that cannot be done; ``message`` is Slurm's text."""
-
-    def __init__(self, message: str, code: str = protocol.E_INVALID):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(eq=False, slots=True)
