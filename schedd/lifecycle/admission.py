@@ -262,6 +262,8 @@ def check_shape(ctx: Context, job: Job) -> None:
         return  # no node has registered yet: the job waits for one
     if view.shards_per_node:  # gres/shard: some node's GPUs must offer that many
         most, name = _largest(nodes, lambda n: len(n.gpus) * ctx.state.shards_per_gpu(n))
+        if most == 0:  # no node of the partition offers shards: Slurm's unknown gres
+            raise RequestError("Invalid generic resource (gres) specification")
         if most < view.shards_per_node:
             raise RequestError(f"{NODE_CONFIG}\nno node has {view.shards_per_node} GPU shards "
                                f"(largest: {most}, {name})")
