@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from kiln.identity import Caller, is_operator
@@ -11,6 +10,7 @@ from schedd.handlers.sacctmgr.common import (
     ASSOC_FIELDS,
     LIMIT_NAMES,
     Outcome,
+    add_request,
     apply_assoc,
     assoc_record,
     commit,
@@ -30,11 +30,7 @@ ACCOUNT_FIELDS = {"parent": "parent", "description": "description",
 
 def add_accounts(ctx: Context, caller: Caller, names: list[str],
                  settings: dict[str, str]) -> Outcome:
-    accounts = copy.deepcopy(ctx.state.accounts)
-    fields = fields_of(settings, {**ASSOC_FIELDS, **ACCOUNT_FIELDS, "name": "name",
-                                  "names": "name", "cluster": "cluster"}, "account")
-    names = names + [n for n in fields.pop("name", "").split(",") if n]
-    fields.pop("cluster", None)
+    accounts, fields, names = add_request(ctx, names, settings, ACCOUNT_FIELDS, "account")
     parent = fields.pop("parent", ROOT)
     cluster = ctx.cfg.cluster_name
     out = Outcome()

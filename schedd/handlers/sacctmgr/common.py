@@ -3,6 +3,7 @@ association, the lines a change prints, and committing it (ledger first, then me
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from kiln.identity import Caller
@@ -53,6 +54,19 @@ def fields_of(settings: dict[str, str], table: dict[str, str], where: str) -> di
             raise AccountsError(f"Unknown option: {key}={value} for {where}")
         out[name] = ",".join(op + item for item in value.split(",") if item) if op else value
     return out
+
+
+def add_request(ctx: Context, names: list[str], settings: dict[str, str],
+                own: dict[str, str], entity: str) -> tuple[Accounts, dict[str, str], list[str]]:
+    """What ``sacctmgr add account|user NAME... key=value...`` asks: a copy of the tree to
+    change, the entity's settings (``ASSOC_FIELDS`` and its own ``own``), and every name given,
+    on the line and as ``Name=a,b`` (``Cluster=`` accepted and dropped: one cluster)."""
+    accounts = copy.deepcopy(ctx.state.accounts)
+    fields = fields_of(settings, {**ASSOC_FIELDS, **own, "name": "name", "names": "name",
+                                  "cluster": "cluster"}, entity)
+    names = names + [n for n in fields.pop("name", "").split(",") if n]
+    fields.pop("cluster", None)
+    return accounts, fields, names
 
 
 def updated_list(current: list[str], value: str) -> list[str]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from kiln.identity import Caller, is_operator
@@ -21,6 +20,7 @@ from schedd.handlers.sacctmgr.common import (
     ASSOC_FIELDS,
     LIMIT_NAMES,
     Outcome,
+    add_request,
     apply_assoc,
     assoc_line,
     assoc_record,
@@ -39,11 +39,7 @@ USER_FIELDS = {"account": "accounts", "accounts": "accounts",
 
 def add_users(ctx: Context, caller: Caller, names: list[str],
               settings: dict[str, str]) -> Outcome:
-    accounts = copy.deepcopy(ctx.state.accounts)
-    fields = fields_of(settings, {**ASSOC_FIELDS, **USER_FIELDS, "name": "name",
-                                  "names": "name", "cluster": "cluster"}, "user")
-    names = names + [n for n in fields.pop("name", "").split(",") if n]
-    fields.pop("cluster", None)
+    accounts, fields, names = add_request(ctx, names, settings, USER_FIELDS, "user")
     wanted = [a for a in fields.pop("accounts", "").split(",") if a]
     default = fields.pop("default_account", "")
     level = fields.pop("admin_level", "")
