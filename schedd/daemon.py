@@ -113,6 +113,7 @@ class Daemon:
         self._timer_last = {name: 0.0 for name, _, _ in self.timers}
         self._stopping = False
         self.watch = LoopWatch.from_env()  # KILN_SLOW_TURN_MS: log what held a slow turn
+        self.local.timed = self.watch.add  # and the client server's closes and releases
         self.lease: leader.LeaderLease | None = None  # held while this schedd leads (HA)
 
     def _start_curve(self) -> keys.AgentKeyring:
@@ -178,6 +179,7 @@ class Daemon:
         watch.add("clients", since)
         since = clock()
         self.local.step_work()  # long requests, a slice per user in turn
+        self.local.release_dropped()  # replies cut short: their bodies let go in slices
         self.relays.step_work()  # and those relayed from other nodes
         watch.add("long requests", since)
         now = self.now()
@@ -350,7 +352,7 @@ class Slices(Work):
             except StopIteration as done:  # the body: encoded as the client reads it
                 body = done.value
                 return Stream(self._encoded(slicing.stream_reply(self.msg_id, body)),
-                              lambda made: slicing.pieces_left(body, made))
+                              lambda made: slicing.pieces_left(body, made), body)
             return None
         except (protocol.ProtocolError, RequestError) as exc:
             return protocol.reply_error(self.msg_id, exc.code, exc.message)

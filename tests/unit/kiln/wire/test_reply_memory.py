@@ -184,3 +184,40 @@ def test_a_streamed_reply_is_made_as_its_client_reads(tmp_path: Path) -> None:
         assert at == len(got) and bytes(data) == expected
     finally:
         rig.close()
+
+
+def test_a_stream_cut_short_lets_its_body_go_a_slice_at_a_time(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """A slow reader dropped with most of a long reply unsent: the rest of its body is not
+    freed inside the close (20,000 sacct rows took 13-40 ms of the loop in one go) but a
+    slice per turn, ``RELEASE_ITEMS`` items at a time within ``RELEASE_BUDGET``."""
+    from schedd import slicing
+
+    rows = [{"id": i, "comment": "x" * 100} for i in range(20 * slicing.ENCODE_ITEMS)]
+    body = {"rows": rows}
+    stream = localsock.Stream(slicing.stream_reply(3, body),
+                              lambda made: slicing.pieces_left(body, made), body)
+    rig = Rig(tmp_path, 0)
+    rig.server.dispatch = lambda f, c: stream
+    timed: list[str] = []
+    rig.server.timed = lambda name, since: timed.append(name)
+    try:
+        conn = rig.ask(1000)
+        assert conn.stream is stream and stream.made < 20
+        rig.server._close(conn)
+        assert len(rows) == 20 * slicing.ENCODE_ITEMS  # nothing let go inside the close
+        assert "close" in timed
+        # a budget of nothing: one batch of items a turn
+        monkeypatch.setattr(localsock, "RELEASE_ITEMS", 500)
+        rig.server.release_dropped(budget=0.0)
+        assert len(rows) == 20 * slicing.ENCODE_ITEMS - 500
+        assert stream.body is body
+        turns = 1
+        while stream.body is not None:
+            rig.server.release_dropped(budget=0.0)
+            turns += 1
+        assert not rows and turns == 20 * slicing.ENCODE_ITEMS // 500
+        assert "release" in timed
+        rig.server.release_dropped()  # nothing left: a no-op
+    finally:
+        rig.close()
