@@ -57,8 +57,15 @@ def in_nodelist_order(allocation: list[NodeAllocation]) -> list[NodeAllocation]:
     Slurm runs the batch script on the first node of the list and numbers nodes (SLURM_NODEID)
     and ranks in that order; launchers rely on it (rank 0 on the first host of
     ``scontrol show hostnames``, e.g. PyTorch's MASTER_ADDR)."""
-    order = {name: i for i, name in enumerate(expand(compress([a.node for a in allocation])))}
-    return sorted(allocation, key=lambda a: order.get(a.node, len(order)))
+    return placed(allocation)[0]
+
+
+def placed(allocation: list[NodeAllocation]) -> tuple[list[NodeAllocation], str]:
+    """The allocation in SLURM_JOB_NODELIST's order and that node list (``gpu[1-3]``), from one
+    compression of the node names: what a start records and launches by."""
+    nodes = compress([a.node for a in allocation])
+    order = {name: i for i, name in enumerate(expand(nodes))}
+    return sorted(allocation, key=lambda a: order.get(a.node, len(order))), nodes
 
 
 def plan(job: Job, shape: StepShape) -> list[NodeShare]:

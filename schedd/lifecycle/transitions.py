@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.model import LAUNCH_FAILED_HELD, Job, JobState, NodeAllocation, StopMark
-from kiln.slurm.hostlist import compress
-from schedd.domain.steps import in_nodelist_order
+from schedd.domain.steps import placed
 from schedd.ledger.records import JobEvent, StepRecord
 from schedd.lifecycle.context import Context
 from schedd.state import RUNNING_STATES
@@ -101,8 +100,7 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
     agent will enforce, the ``.batch`` row), then tell the agents."""
     changes, events, rows = [], [], []
     for job, allocation in starts:
-        allocation = in_nodelist_order(allocation)  # batch host first
-        nodes = compress([a.node for a in allocation])
+        allocation, nodes = placed(allocation)  # batch host first
         changes.append((job, {
             "state": JobState.RUNNING, "reason": "None", "start_time": now,
             "allocation": allocation, "batch_host": allocation[0].node, "node_list": nodes,
@@ -115,7 +113,7 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
             "forecast_band": job.forecast_band,
         }))
         events.append(JobEvent(job.id, now, JobState.RUNNING.value, detail=nodes))
-        rows.append(_first_step(job, allocation, "RUNNING", now))
+        rows.append(_first_step(job, allocation, nodes, "RUNNING", now))
     ctx.state.commit(changes, events, rows)
     started = [job for job, _ in changes]
     for job in started:
@@ -286,15 +284,14 @@ def requeue_fields(job: Job, now: float, hold: bool = False) -> dict[str, Any]:
     }
 
 
-def _first_step(job: Job, allocation: list[NodeAllocation], state: str,
+def _first_step(job: Job, allocation: list[NodeAllocation], nodes: str, state: str,
                 start: float) -> StepRecord:
     """The step a run starts with: ``JOBID.batch`` (the script, on the batch host), or for
     salloc's allocations ``JOBID.extern`` (what holds every node of it, as Slurm's
     extern step does)."""
     if job.interactive:
         return StepRecord(job_id=job.id, step_id="extern", name="extern",
-                          node_list=compress([a.node for a in allocation]),
-                          num_nodes=len(allocation), num_tasks=len(allocation),
+                          node_list=nodes, num_nodes=len(allocation), num_tasks=len(allocation),
                           cpus=sum(a.cpus for a in allocation), state=state, start_time=start)
     first = allocation[0] if allocation else None
     return StepRecord(job_id=job.id, step_id="batch", name="batch",
@@ -308,7 +305,7 @@ def _batch_row(job: Job, state: JobState, end: float, exit_code: int,
     """The first step's row (``.batch`` or ``.extern``) of the run that ended. slurmstepd
     records a batch shell killed at the time limit as CANCELLED; an extern step ends
     COMPLETED 0:0 unless the allocation was cancelled or timed out."""
-    row = _first_step(job, job.allocation, "", job.start_time)
+    row = _first_step(job, job.allocation, job.node_list, "", job.start_time)
     if job.interactive:
         shown = (JobState.CANCELLED if state in (JobState.CANCELLED, JobState.TIMEOUT)
                  else JobState.COMPLETED)
