@@ -1,5 +1,6 @@
-"""gres/mps, real schedd and agentd: one node of one fake A100 offering 100 MPS units, and a
-stand-in MPS control program ([agent] mps_control, test-only) that records its calls."""
+"""gres/mps, real schedd and agentd: one node of one fake A100 offering 100 MPS units (kiln up
+--mps-per-gpu 100), and a stand-in MPS control program ([agent] mps_control, test-only) that
+records its calls."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def cluster(home: Path) -> Iterator[Cluster]:
     control.chmod(0o755)
     with sqlite_cluster(home, nodes=1, fake_gpus="1xA100", kill_wait=2,
                         schedd_extra="gpu_fault_grace = 2.0",
-                        agent_extra=f'mps_per_gpu = 100\nmps_control = "{control}"\n') as c:
+                        up_args=["--mps-per-gpu", "100"],
+                        agent_extra=f'mps_control = "{control}"\n') as c:
         yield c
 
 
