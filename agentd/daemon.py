@@ -45,6 +45,7 @@ from agentd.health import HealthCheck
 from agentd.jobtmp import JobTmp
 from agentd.launcher import Finished, Launcher, LaunchError, OutputDirMissing
 from agentd.lease import RENEWING_OPS, Lease
+from agentd.mps import Mps, find_program
 from agentd.prolog import Outcome, Scripts, exit_env, script_env
 from agentd.reboot import Reboot
 from agentd.relay import Relay, should_serve
@@ -69,7 +70,7 @@ class Agent:
                  memory_mb: int | None = None, fake_gpus: str | None = None,
                  features: list[str] | None = None, spool_dir: str | None = None,
                  relay_only: bool | None = None, serve_commands: bool | str | None = None,
-                 shards_per_gpu: int | None = None):
+                 shards_per_gpu: int | None = None, mps_per_gpu: int | None = None):
         self.cfg = cfg
         self.name = node_name
         self.relay_only = cfg.agent.relay_only if relay_only is None else relay_only
@@ -97,6 +98,10 @@ class Agent:
         if not 0 <= shards <= kconfig.MAX_SHARDS_PER_GPU:
             raise ValueError(f"shards per GPU: 0..{kconfig.MAX_SHARDS_PER_GPU}, not {shards}")
         self.shards_per_gpu = shards if self.gpus else 0
+        mps = cfg.agent.mps_per_gpu if mps_per_gpu is None else mps_per_gpu
+        if not 0 <= mps <= kconfig.MAX_SHARDS_PER_GPU:
+            raise ValueError(f"MPS per GPU: 0..{kconfig.MAX_SHARDS_PER_GPU}, not {mps}")
+        self.mps_per_gpu = mps if self.gpus else 0
         spool = Path(spool_dir or cfg.agent.spool_dir or cfg.home / "spool" / node_name)
         self.cgroups = None if self.relay_only else _make_cgroups(cfg, node_name, spool)
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
@@ -104,6 +109,8 @@ class Agent:
                                  job_tmp=None if self.relay_only else _make_job_tmp(cfg, spool))
         self.launcher.propagate = kconfig.propagated_limits(cfg.agent)
         recovered = self.launcher.recover()
+        self.mps = Mps(spool / "mps", find_program(cfg.agent.mps_control, bool(fake)),
+                       bool(fake))  # gres/mps: the GPUs' control daemons (agentd/mps.py)
         a = cfg.agent  # Prolog / Epilog (agentd/prolog.py), off the loop
         self.scripts = Scripts(a.prolog, a.epilog, a.prolog_timeout, a.epilog_timeout,
                                spool / "prolog")
@@ -119,6 +126,8 @@ class Agent:
         self._script_envs: dict[tuple[int, int], dict[str, str]] = {}
         for r in self.launcher.running():  # re-attached after a restart: from the spool
             record = self.launcher.record(r["job_id"], r["generation"])
+            if record is not None and record.get("mps_gpus"):
+                self.mps.adopt(("job", r["job_id"], r["generation"]), record["mps_gpus"])
             if self.scripts.configured("epilog") and record is not None:
                 with contextlib.suppress(KeyError):
                     self._script_envs[(r["job_id"], r["generation"])] = script_env(
@@ -242,7 +251,7 @@ class Agent:
             return
         node = {"name": self.name, "cpus": self.cpus, "memory_mb": self.memory_mb,
                 "gpus": [_gpu_wire(g) for g in self.gpus], "fake_gpus": bool(self.fake_nvml),
-                "shards_per_gpu": self.shards_per_gpu,
+                "shards_per_gpu": self.shards_per_gpu, "mps_per_gpu": self.mps_per_gpu,
                 "features": self.features, "address": socket.gethostname(),
                 "boot_time": _boot_time(), "slurmd_start_time": _agent_start()}
         if self.cgroups is not None:  # scontrol show node's line, and the node's reason
@@ -425,7 +434,7 @@ class Agent:
             if any(j == job_id for j, _ in self.scripts.running("prolog")):
                 self._held_steps.setdefault(job_id, []).append(body["step"])  # after it
             else:
-                self.steps.launch(body["step"])
+                self._launch_step(body["step"])
         elif op == "terminate_steps":
             self.steps.terminate(body["job_id"], body.get("step_id"), body["state"])
         elif op == "step_input":
@@ -512,6 +521,22 @@ class Agent:
                 return
         self._try_launch(spec, time.time() + self.cfg.agent.output_dir_wait)
 
+    def _launch_step(self, spec: dict[str, Any]) -> None:
+        """srun's tasks here; a step on MPS units (gres/mps) holds its GPU's daemon too."""
+        gpus = spec.get("mps_gpus")
+        if isinstance(gpus, list) and gpus and isinstance(spec.get("environment"), dict):
+            key = ("step", spec.get("job_id"), spec.get("step_id"))
+            if self.mps.holds(key):  # a resend of a step already here
+                self.steps.launch({**spec, "environment": {
+                    **spec["environment"], **self.mps.environment(gpus)}})
+                return
+            spec = {**spec, "environment": {**spec["environment"],
+                                            **self.mps.acquire(key, gpus)}}
+            if not self.steps.launch(spec):
+                self.mps.release(key)  # refused (a bad one): holds nothing
+            return
+        self.steps.launch(spec)
+
     def _node_prolog(self, spec: dict[str, Any]) -> None:
         """The prolog of a multi-node job whose batch host is another node (schedd sends
         the batch script once every node's prolog has passed); its result goes back in
@@ -561,12 +586,12 @@ class Agent:
                 self._prolog_done(outcome.key, outcome.ok,
                                   "" if outcome.ok else f"prolog failed: {outcome.why}")
                 for step in steps if outcome.ok else []:
-                    self.steps.launch(step)
+                    self._launch_step(step)
                 return
             if outcome.ok:
                 self._try_launch(spec, now + self.cfg.agent.output_dir_wait)
                 for step in steps:
-                    self.steps.launch(step)
+                    self._launch_step(step)
                 return
             self._script_envs.pop(outcome.key, None)  # no epilog for a job that never ran
             self._report(Finished(job_id, generation, "FAILED", outcome.exit_code & 0xFF, 0,
@@ -588,6 +613,7 @@ class Agent:
     def _job_over(self, fin: Finished, error: str = "") -> None:
         """A job has ended here (its cgroup empty): its epilog first, when there is one, then
         the report to schedd."""
+        self.mps.release(("job", fin.job_id, fin.generation))
         env = self._script_envs.pop((fin.job_id, fin.generation), None)
         if env is None or not self.scripts.configured("epilog"):
             self._report(fin, error=error)
@@ -601,10 +627,14 @@ class Agent:
         key = (spec["job_id"], spec["generation"])
         self._waiting.pop(key, None)
         final = time.time() >= give_up_at
+        if spec.get("mps_gpus"):  # gres/mps: the GPU's daemon, and where the job finds it
+            spec = {**spec, "environment": {
+                **spec["environment"], **self.mps.acquire(("job", *key), spec["mps_gpus"])}}
         try:
             self.launcher.launch(spec, final=final)
         except OutputDirMissing as exc:
             if not final:
+                self.mps.release(("job", *key))  # taken again at the next try
                 self._waiting[key] = (spec, give_up_at)
                 return
             self._launch_failed(spec, exc)
@@ -652,6 +682,7 @@ class Agent:
             for outcome in self.scripts.poll(now):
                 self._script_done(outcome)
             for key, body in self.steps.poll(now):
+                self.mps.release(("step", *key))
                 self._step_reports[self._send("step_ended", body)] = key
             for token, body in self.steps.output_due(now):
                 self._step_outputs[self._send("step_output", body)] = token
@@ -825,6 +856,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spool", help="spool directory")
     parser.add_argument("--shards-per-gpu", type=int,
                         help="gres/shard: shards each GPU offers ([agent] shards_per_gpu)")
+    parser.add_argument("--mps-per-gpu", type=int,
+                        help="gres/mps: MPS units each GPU offers ([agent] mps_per_gpu)")
     parser.add_argument("--relay-only", action="store_true", default=None,
                         help="a login node: relay commands to schedd; register no node, run "
                              "no jobs ([agent] relay_only)")
@@ -841,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
                       fake_gpus=args.fake_gpus,
                       features=[f for f in args.features.split(",") if f],
                       spool_dir=args.spool, relay_only=args.relay_only,
-                      shards_per_gpu=args.shards_per_gpu,
+                      shards_per_gpu=args.shards_per_gpu, mps_per_gpu=args.mps_per_gpu,
                       serve_commands={"yes": True, "no": False, "auto": "auto",
                                       None: None}[args.serve_commands])
     except (kconfig.ConfigError, ValueError, gpu_discovery.GPUDiscoveryError, OSError,

@@ -47,13 +47,25 @@ def node_gres(node: dict[str, Any]) -> str:
     gres = f"gpu:{gtype}:{len(gpus)}" if gtype else f"gpu:{len(gpus)}"
     sockets = gpu_sockets(node)
     gres = f"{gres}(S:{sockets})" if sockets else gres
-    shards = node_shards(node)
-    return f"{gres},shard:{shards}" if shards else gres
+    return ",".join([gres, *(f"{kind}:{total}" for kind, total, _used in node_shares(node))])
 
 
 def node_shards(node: dict[str, Any]) -> int:
     """The GPU shards (gres/shard) the node offers in all: shards per GPU x its GPUs."""
     return int(node.get("shards_per_gpu") or 0) * len(node.get("gpus") or [])
+
+
+def node_shares(node: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """The GPU shares the node offers, (kind, in all, in use), for each kind it offers:
+    gres/shard (shards per GPU x its GPUs), then gres/mps (MPS units per GPU x its GPUs, as
+    Slurm counts a node's mps)."""
+    gpus = len(node.get("gpus") or [])
+    out = []
+    for kind, key in (("shard", "shards"), ("mps", "mps")):
+        total = int(node.get(f"{key}_per_gpu") or 0) * gpus
+        if total:
+            out.append((kind, total, int(node.get(f"alloc_{key}") or 0)))
+    return out
 
 
 def gpu_sockets(node: dict[str, Any]) -> str:
@@ -85,7 +97,7 @@ def node_gres_used(node: dict[str, Any]) -> str:
     gtype = gres_type(str(gpus[0].get("model", "")))
     used = int(node.get("alloc_gpus") or 0)
     gres = f"gpu:{gtype}:{used}" if gtype else f"gpu:{used}"
-    return f"{gres},shard:{int(node.get('alloc_shards') or 0)}" if node_shards(node) else gres
+    return ",".join([gres, *(f"{kind}:{used}" for kind, _total, used in node_shares(node))])
 
 
 def partition_nodes(part: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from cli.core.options import (
     parse_memory_mb,
     parse_time_limit,
 )
-from cli.nodeview import node_gres, node_gres_drain, node_shards
+from cli.nodeview import node_gres, node_gres_drain, node_shares
 from kiln.slurm.hostlist import HostlistError, compress, expand
 from kiln.slurm.text import printable_lines
 
@@ -379,6 +379,8 @@ def _tres_per_lines(job: dict[str, Any]) -> list[str]:
     per_node = [_gres_spec(job, job["gpus_per_node"])] if job.get("gpus_per_node") else []
     if job.get("shards_per_node"):
         per_node.append(f"gres:shard:{job['shards_per_node']}")
+    if job.get("mps_per_node"):
+        per_node.append(f"gres:mps:{job['mps_per_node']}")
     if per_node:
         lines.append(f"TresPerNode={','.join(per_node)}")
     if job.get("gpus_per_task"):
@@ -393,13 +395,14 @@ def node_lines(node: dict[str, Any], now: float) -> list[str]:
     cpus, mem = int(node.get("cpus") or 0), int(node.get("memory_mb") or 0)
     alloc_cpus, alloc_mem = int(node.get("alloc_cpus") or 0), int(node.get("alloc_mem_mb") or 0)
     alloc_gpus = int(node.get("alloc_gpus") or 0)
-    shards, alloc_shards = node_shards(node), int(node.get("alloc_shards") or 0)
+    shares = node_shares(node)  # gres/shard, gres/mps
     cfg_tres = f"cpu={cpus},mem={mem_str(mem)},billing={cpus}" + \
-        (f",gres/gpu={len(gpus)}" if gpus else "") + (f",gres/shard={shards}" if shards else "")
+        (f",gres/gpu={len(gpus)}" if gpus else "") + \
+        "".join(f",gres/{kind}={total}" for kind, total, _used in shares)
     alloc_tres = ",".join(
         [f"cpu={alloc_cpus}"] * bool(alloc_cpus) + [f"mem={mem_str(alloc_mem)}"] * bool(alloc_mem)
         + [f"gres/gpu={alloc_gpus}"] * bool(alloc_gpus)
-        + [f"gres/shard={alloc_shards}"] * bool(alloc_shards))
+        + [f"gres/{kind}={used}" for kind, _total, used in shares if used])
     address = node.get("address") or node["name"]
     lines = [
         f"NodeName={node['name']} Arch={os.uname().machine} CoresPerSocket=1 ",

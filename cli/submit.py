@@ -133,9 +133,15 @@ def _gres(settings: "Settings", value: "str | None") -> None:
 
     count, gtype, others = parse_gres(value or "")
     try:
-        settings["shards_per_node"], others = take_shares(others)
+        asked, rest = take_shares(others)
     except GresError:
         raise OptionError("Invalid --gres specification") from None
+    if not (asked.get("mps") and count):  # gpu with mps: schedd refuses it as Slurm does
+        others = rest                     # (Invalid generic resource), the mps item unknown
+    else:
+        asked = {}
+    settings["shards_per_node"] = asked.get("shard", 0)
+    settings["mps_per_node"] = asked.get("mps", 0)
     settings["gpus_per_node"] = count
     if gtype:
         settings["gpu_type"] = gtype

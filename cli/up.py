@@ -244,8 +244,11 @@ def _containment_reasons(cfg: kconfig.Config, names: list[str]) -> list[str]:
 @click.option("--shards-per-gpu", type=click.IntRange(0, 4096), default=None,
               help="gres/shard: shards each GPU offers to --gres=shard:N jobs (default: "
                    "kiln.toml's [agent] shards_per_gpu)")
+@click.option("--mps-per-gpu", type=click.IntRange(0, 4096), default=None,
+              help="gres/mps: MPS units each GPU offers to --gres=mps:N jobs, e.g. 100 "
+                   "(default: kiln.toml's [agent] mps_per_gpu)")
 def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: str,
-       shards_per_gpu: int | None) -> None:
+       shards_per_gpu: int | None, mps_per_gpu: int | None) -> None:
     """Start schedd and agents on this host (idempotent). As root: a system install that
     every user finds (/etc/kiln/kiln.toml); otherwise a personal cluster in $KILN_HOME."""
     where = install()
@@ -270,7 +273,10 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
         write_config(where, db_url, fake_gpus)
     if shards_per_gpu is None:  # the agents keep what they were started with
         shards_per_gpu = layout.get("shards_per_gpu")
-    layout_file.write_text(json.dumps({**shape, "shards_per_gpu": shards_per_gpu}))
+    if mps_per_gpu is None:
+        mps_per_gpu = layout.get("mps_per_gpu")
+    layout_file.write_text(json.dumps({**shape, "shards_per_gpu": shards_per_gpu,
+                                       "mps_per_gpu": mps_per_gpu}))
     try:
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
@@ -308,6 +314,8 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
             args += ["--cpus", str(cpus)]
         if shards_per_gpu is not None:
             args += ["--shards-per-gpu", str(shards_per_gpu)]
+        if mps_per_gpu is not None:
+            args += ["--mps-per-gpu", str(mps_per_gpu)]
         _spawn(args, logs / f"agentd-{name}.out", run / f"agentd-{name}.pid", env)
         started.append(f"agentd {name}")
     _wait(lambda: set(names) <= _alive_nodes(cfg), START_TIMEOUT, "the agents")

@@ -130,6 +130,13 @@ class AgentConfig:
     # gres/shard (Slurm 22.05): shards each of this node's GPUs offers to --gres=shard:N
     # jobs, several jobs on one GPU; 0 = none (the partition's shards_per_gpu may say)
     shards_per_gpu: int = 0
+    # gres/mps (Slurm 22.05): MPS units each GPU offers to --gres=mps:N jobs (100: N is a
+    # percent of the GPU), N on one GPU; 0 = none (the partition's mps_per_gpu may say)
+    mps_per_gpu: int = 0
+    # the MPS control program agentd starts per GPU for MPS jobs (agentd/mps.py): "" =
+    # nvidia-cuda-mps-control from PATH, real GPUs only. A path here is run with fake GPUs
+    # too: for tests only (a stand-in script that records its calls), never on a real node
+    mps_control: str = ""
     gpu_islands: int = 2  # fake topology: GPUs split into this many NVLink islands
     # fake topology: the CPU ids near each island's GPUs (NVML's affinity), e.g. ["0-31",
     # "32-63"]; [] = unknown (real GPUs report their own)
@@ -194,13 +201,15 @@ MAX_SHARDS_PER_GPU = 4096
 
 
 def _check_shards(cfg: Config) -> None:
-    """``shards_per_gpu`` ([agent] and each [[partition]]) is a whole number 0..4096."""
-    for where, value in [("[agent]", cfg.agent.shards_per_gpu)] + [
-            (f"[[partition]] {p.name}", p.shards_per_gpu) for p in cfg.partitions]:
-        if not isinstance(value, int) or isinstance(value, bool) \
-                or not 0 <= value <= MAX_SHARDS_PER_GPU:
-            raise ConfigError(f"{where} shards_per_gpu: a whole number 0..{MAX_SHARDS_PER_GPU}, "
-                              f"not {value!r}")
+    """``shards_per_gpu`` and ``mps_per_gpu`` ([agent] and each [[partition]]) are whole
+    numbers 0..4096."""
+    for key in ("shards_per_gpu", "mps_per_gpu"):
+        for where, value in [("[agent]", getattr(cfg.agent, key))] + [
+                (f"[[partition]] {p.name}", getattr(p, key)) for p in cfg.partitions]:
+            if not isinstance(value, int) or isinstance(value, bool) \
+                    or not 0 <= value <= MAX_SHARDS_PER_GPU:
+                raise ConfigError(f"{where} {key}: a whole number 0..{MAX_SHARDS_PER_GPU}, "
+                                  f"not {value!r}")
 
 
 def _check_agent_scripts(agent: AgentConfig) -> None:

@@ -71,6 +71,7 @@ class Node:
     # gres/shard: shards each GPU offers (its agent's [agent] shards_per_gpu, else its
     # partition's); 0 = none. From the registration, not stored
     shards_per_gpu: int = 0
+    mps_per_gpu: int = 0  # gres/mps: MPS units each GPU offers (likewise); 0 = none
     # scontrol reboot (schedd/lifecycle/reboot.py), memory only: "" none, "requested" (when
     # the node is idle), "issued" (its agent runs the reboot program); what it returns to
     reboot: str = ""
@@ -100,14 +101,26 @@ class NodeAllocation:
     # the CPU ids on the node (0 .. node's CPUs - 1), chosen by the scheduler; [] for an
     # allocation made before it chose them (the agent then picks them itself)
     cpu_ids: list[int] = field(default_factory=list)
-    # GPU shares (gres/shard): GPU index -> shards held on it; those GPUs are not in ``gpus``
-    # (held whole) but the job sees them (``devices``)
+    # GPU shares (schedd/scheduler/shares.py): GPU index -> shares held on it, of the kind
+    # ``share_kind`` ("shard": gres/shard; "mps": gres/mps units); those GPUs are not in
+    # ``gpus`` (held whole) but the job sees them (``devices``)
     shards: dict[int, int] = field(default_factory=dict)
-    shards_per_gpu: int = 0  # the node's shards per GPU when they were given (GPU-hours' share)
+    shards_per_gpu: int = 0  # the node's shares per GPU (of that kind) when they were given
+    share_kind: str = "shard"
 
     @property
     def shard_count(self) -> int:
         return sum(self.shards.values()) if self.shards else 0
+
+    @property
+    def mps_count(self) -> int:
+        """gres/mps units held (0 for shards or none)."""
+        return self.shard_count if self.shards and self.share_kind == "mps" else 0
+
+    @property
+    def mps_gpus(self) -> list[int]:
+        """The GPUs it holds MPS units on (its agent runs their MPS control daemon)."""
+        return sorted(self.shards) if self.shards and self.share_kind == "mps" else []
 
     @property
     def gpu_share(self) -> float:
@@ -165,6 +178,7 @@ class Partition:
     # gres/shard: shards each GPU of this partition's nodes offers, where the node's own
     # [agent] shards_per_gpu does not say (0 = none)
     shards_per_gpu: int = 0
+    mps_per_gpu: int = 0  # gres/mps: MPS units each GPU offers, likewise (0 = none)
 
 
 @dataclass(slots=True)
@@ -289,6 +303,7 @@ class Job:
     gpus_per_task: int = 0
     gpu_type: str = ""  # --gres=gpu:a100:2 -> "a100"
     shards_per_node: int = 0  # --gres=shard:N: GPU shards on each node (schedd/scheduler/shares)
+    mps_per_node: int = 0  # --gres=mps:N: MPS units on one GPU of each node (likewise)
     exclusive: bool = False
     constraint: str = ""
     nodelist: str = ""  # -w, as given (hostlist expression)
@@ -412,7 +427,7 @@ ROW_FIELDS = frozenset(PUBLIC_FIELDS) - {"stop", "preempt"}
 def allocation_wire(allocation: list[NodeAllocation]) -> list[dict[str, Any]]:
     return [{"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus),
              "cpu_ids": list(a.cpu_ids), "shards": dict(a.shards),
-             "shards_per_gpu": a.shards_per_gpu}
+             "shards_per_gpu": a.shards_per_gpu, "share_kind": a.share_kind}
             for a in allocation]
 
 

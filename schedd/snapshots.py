@@ -21,7 +21,7 @@ def build(state: State, now: float) -> tuple[Snapshot, dict[int, str]]:
             gpu_type=n.gpu_model, features=frozenset(n.features),
             partitions=frozenset(n.partitions),
             failed_gpus=len(n.gpus) - len(n.healthy_gpus),
-            shards_per_gpu=state.shards_per_gpu(n),
+            shards_per_gpu=state.shards_per_gpu(n), mps_per_gpu=state.mps_per_gpu(n),
             available=n.state == NodeState.IDLE and state.node_alive(n, now)
             and n.reboot != "issued",
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,14 +61,31 @@ class NodeUse:
     gpus: int = 0
     jobs: int = 0
     shards: int = 0  # gres/shard in use
+    mps: int = 0  # gres/mps units in use
 
     def add(self, a: Allocation) -> None:
         """One job's allocation on the node."""
         self.cpus += a.cpus
         self.memory_mb += a.memory_mb
         self.gpus += len(a.gpus)
-        self.shards += a.shard_count
+        if a.share_kind == "mps":
+            self.mps += a.shard_count
+        else:
+            self.shards += a.shard_count
         self.jobs += 1
+
+
+def _per_gpu(partitions: Mapping[str, Partition], node: Node, key: str) -> int:
+    """A GPU share's units per GPU (``shards_per_gpu``, ``mps_per_gpu``): the node's own, else
+    the first of its partitions' that says; 0 = none."""
+    own = int(getattr(node, key))
+    if own or not node.gpus:
+        return own
+    for name in node.partitions:
+        part = partitions.get(name)
+        if part is not None and getattr(part, key):
+            return int(getattr(part, key))
+    return 0
 
 
 class State:
@@ -379,13 +396,11 @@ class State:
     def shards_per_gpu(self, node: Node) -> int:
         """gres/shard: the node's own (its agent's [agent] shards_per_gpu), else the first of
         its partitions' that says; 0 = its GPUs offer no shards."""
-        if node.shards_per_gpu or not node.gpus:
-            return node.shards_per_gpu
-        for name in node.partitions:
-            part = self.partitions.get(name)
-            if part is not None and part.shards_per_gpu:
-                return part.shards_per_gpu
-        return 0
+        return _per_gpu(self.partitions, node, "shards_per_gpu")
+
+    def mps_per_gpu(self, node: Node) -> int:
+        """gres/mps: MPS units per GPU, the same way (its agent's, else its partition's)."""
+        return _per_gpu(self.partitions, node, "mps_per_gpu")
 
     def node_alive(self, node: Node, now: float) -> bool:
         return now - node.last_heartbeat <= self.cfg.node_timeout

@@ -261,11 +261,11 @@ def job_num_cpus(job: dict[str, Any]) -> int:
 
 
 def job_tres_per_node(job: dict[str, Any]) -> str:
-    """%b TRES_PER_NODE: 'gres:gpu:2' or 'gres:gpu:a100:2', 'gres:shard:2' for GPU shards
-    (N/A without either per node)."""
+    """%b TRES_PER_NODE: 'gres:gpu:2' or 'gres:gpu:a100:2', 'gres:shard:2' for GPU shards,
+    'gres:mps:50' for MPS (N/A without any per node)."""
     n = job.get("gpus_per_node") or 0
-    shards = job.get("shards_per_node") or 0
-    parts = [f"gres:shard:{shards}"] if shards else []
+    shards, mps = job.get("shards_per_node") or 0, job.get("mps_per_node") or 0
+    parts = [f"gres:shard:{shards}"] * bool(shards) + [f"gres:mps:{mps}"] * bool(mps)
     if not n:
         return ",".join(parts) or "N/A"
     gtype = job.get("gpu_type") or ""
@@ -432,7 +432,7 @@ JOB_FIELDS: dict[str, tuple[str, Getter, bool]] = {
 _RUN = ("state", "start_time", "end_time")
 JOB_ATTRS: dict[str, tuple[str, ...]] = {
     "account": ("account",), "jobid_raw": ("id",),
-    "tres_per_node": ("gpus_per_node", "gpu_type", "shards_per_node"), "batch_host": ("batch_host",),
+    "tres_per_node": ("gpus_per_node", "gpu_type", "shards_per_node", "mps_per_node"), "batch_host": ("batch_host",),
     "min_cpus": ("cpus_per_task",), "cpus": ("allocation", "num_tasks", "cpus_per_task"),
     "nodes_count": ("allocation", "num_nodes"), "end_time": (*_RUN, "time_limit", "expected_start"),
     "dependency": ("dependency",), "features": ("constraint",),

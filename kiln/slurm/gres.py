@@ -15,27 +15,38 @@ def gres_type(model: str) -> str:
 
 
 # GPU shares a job may ask for with --gres=NAME:N, beside gpu (scheduler/shares.py): shard
-# (Slurm 22.05's gres/shard). MPS (mps:N, percent of a GPU) would be another such name.
-SHARE_NAMES = ("shard",)
+# (Slurm 22.05's gres/shard: N of a GPU's shards) and mps (gres/mps: N units, of the
+# node's mps_per_gpu, on one GPU: CUDA MPS's thread percentage).
+SHARE_NAMES = ("shard", "mps")
 
 
 class GresError(ValueError):
     """A --gres item that names a GPU share but not a count Slurm takes."""
 
 
-def take_shares(items: list[str]) -> tuple[int, list[str]]:
-    """The non-GPU items of --gres (``parse_gres``'s ``others``) -> (shards per node, the
-    rest). ``shard`` is one shard, ``shard:N`` N of them; ``shard:0`` or ``shard:x`` raise."""
-    shards, rest = 0, []
+def take_shares(items: list[str]) -> tuple[dict[str, int], list[str]]:
+    """The non-GPU items of --gres (``parse_gres``'s ``others``) -> ({share name: count}, the
+    rest). ``shard`` is one shard, ``shard:N`` N of them, likewise ``mps:N``; ``shard:0``,
+    ``mps:x`` or both kinds at once (one GPU is shared one way) raise."""
+    asked: dict[str, int] = {}
+    rest = []
     for item in items:
         parts = item.split(":")
         if parts[0] not in SHARE_NAMES:
             rest.append(item)
             continue
         if len(parts) == 1:
-            shards = 1
+            asked[parts[0]] = 1
         elif len(parts) == 2 and parts[1].isdigit() and 0 < int(parts[1]) <= 1 << 20:
-            shards = int(parts[1])
+            asked[parts[0]] = int(parts[1])
         else:
             raise GresError(item)
-    return shards, rest
+    if len(asked) > 1:
+        raise GresError(",".join(asked))
+    return asked, rest
+
+
+def thread_percentage(units: int, per_gpu: int) -> int:
+    """CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for ``units`` of a GPU's ``per_gpu`` MPS units:
+    Slurm's units * 100 / per_gpu, an integer."""
+    return units * 100 // per_gpu if per_gpu > 0 else 100

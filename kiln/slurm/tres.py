@@ -116,9 +116,9 @@ def merge_limit(old: dict[str, int], change: dict[str, int]) -> dict[str, int]:
 
 
 def job_tres(cpus: int, mem_mb: int, nodes: int, gpus: int, gpu_type: str = "",
-             billing: float | None = None, shards: int = 0) -> dict[str, int]:
+             billing: float | None = None, shards: int = 0, mps: int = 0) -> dict[str, int]:
     """The TRES a job asks for or holds, as limits count them (gres/gpu:<type> as well as the
-    generic gres/gpu when the type is known; gres/shard for GPU shards)."""
+    generic gres/gpu when the type is known; gres/shard for GPU shards, gres/mps for MPS)."""
     out = {"cpu": cpus, "mem": mem_mb, "node": nodes}
     if billing is not None:
         out["billing"] = int(round(billing))
@@ -128,4 +128,6 @@ def job_tres(cpus: int, mem_mb: int, nodes: int, gpus: int, gpu_type: str = "",
             out[f"gres/gpu:{gpu_type.lower()}"] = gpus
     if shards:
         out["gres/shard"] = shards
+    if mps:
+        out["gres/mps"] = mps
     return out

@@ -90,7 +90,7 @@ SUBMIT_SCHEMA: Schema = {
     "cpus_per_task": COUNT, "dependency": Str(), "environment": ENVIRONMENT,
     "exclude": Str(), "exclusive": Bool(), "export": Str(MAX_ENV_VALUE),
     "gpu_type": Str(64), "gpus": COUNT, "gpus_per_node": COUNT, "gpus_per_task": COUNT,
-    "shards_per_node": Int(0, 1 << 20), "held": Str(8, choices=("", "user")), "mail_type": Str(), "mail_user": Str(),
+    "shards_per_node": Int(0, 1 << 20), "mps_per_node": Int(0, 1 << 20), "held": Str(8, choices=("", "user")), "mail_type": Str(), "mail_user": Str(),
     "mem_per_cpu_mb": MEM, "mem_per_gpu_mb": MEM, "mem_per_node_mb": MEM,
     "name": Str(), "nice": Int(-NICE_LIMIT, NICE_LIMIT), "nodelist": Str(),
     "ntasks_per_node": COUNT, "num_nodes": COUNT, "num_nodes_max": COUNT,
@@ -268,7 +268,8 @@ _NODE = {"name": Str(256, required=True), "cpus": Int(0, 2**20, required=True),
          "cgroup": Str(256), "cgroup_reason": Str(256),
          "slurmd_start_time": TIME,
          "fake_gpus": Bool(),  # its GPUs are --fake-gpus (kiln fake-gpu may inject)
-         "shards_per_gpu": Int(0, 4096)}  # gres/shard: shards each GPU offers
+         "shards_per_gpu": Int(0, 4096),  # gres/shard: shards each GPU offers
+         "mps_per_gpu": Int(0, 4096)}  # gres/mps: MPS units each GPU offers
 # checkpoint_age = seconds since the job touched $KILN_CHECKPOINT_FILE (absent: never), for
 # preemption's victim scores
 # usage = the batch step's live figures (kiln.slurm.stats.USAGE_KEYS), for sstat
@@ -382,6 +383,9 @@ STEP_LAUNCH_FIELDS: Schema = {
     # srun --task-prolog / --task-epilog (agentd/task_wrapper.py runs them as the user)
     "task_prolog": Str(4096),
     "task_epilog": Str(4096),
+    # gres/mps: the GPUs of this node the job holds MPS units on (agentd/mps.py: the pipe
+    # directory, and the control daemon); absent for other jobs
+    "mps_gpus": List(Int(0, 4096), size=64),
 }
 
 # The launch instruction schedd sends an agent: everything the node needs to start a batch job
@@ -415,6 +419,8 @@ LAUNCH_FIELDS: Schema = {
     "fence_timeout": Num(0, 1e9),
     "args": List(Str(), size=MAX_SCRIPT_ARGS),  # the script's arguments (sbatch script.sh a b)
     "fence_kill_wait": Int(0, INT32),  # seconds from a fence's SIGTERM to its SIGKILL
+    # gres/mps: the GPUs the job holds MPS units on (agentd/mps.py); absent for other jobs
+    "mps_gpus": List(Int(0, 4096), size=64),
 }
 
 # The prolog of a multi-node job on a node that is not its batch host (agentd/prolog.py): the

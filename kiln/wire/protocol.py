@@ -63,7 +63,7 @@ SUBMIT_FIELDS = frozenset({
     "gpus", "gpus_per_node", "gpus_per_task", "held", "mail_type", "mail_user", "mem_per_cpu_mb",
     "mem_per_gpu_mb", "mem_per_node_mb", "name", "nice", "nodelist", "ntasks_per_node",
     "num_nodes", "num_nodes_max", "num_tasks", "open_mode", "partition", "qos", "requeue",
-    "reservation", "script", "shards_per_node", "signal", "stderr", "stdout", "submit_host", "time_limit", "time_min",
+    "reservation", "script", "shards_per_node", "mps_per_node", "signal", "stderr", "stdout", "submit_host", "time_limit", "time_min",
     "workdir", "script_args", "alloc_sid", "restart_cost", "stdin", "wckey", "licenses",
     "interactive",
 })

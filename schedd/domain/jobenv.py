@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from kiln.model import Job, NodeAllocation
+from kiln.slurm.gres import thread_percentage
 from kiln.slurm.hostlist import compress
 
 
@@ -115,10 +116,22 @@ def step_environment(base: dict[str, str], job: Job, step_id: int, node_index: i
     if not gpus:
         for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"):
             env.pop(key)
-    shards = next((a.shard_count for a in job.allocation if a.node == node), 0)
-    if shards:  # gres/shard: the step runs on the job's shards of this node
-        env["SLURM_SHARDS_ON_NODE"] = str(shards)
+    alloc = next((a for a in job.allocation if a.node == node), None)
+    if alloc is not None and alloc.shards:  # the step runs on the job's shares of this node
+        env.update(share_environment(alloc))
     return env
+
+
+def share_environment(alloc: NodeAllocation) -> dict[str, str]:
+    """What a job holding GPU shares on a node sees of them: gres/shard's
+    SLURM_SHARDS_ON_NODE; gres/mps's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (Slurm's formula) and
+    SLURM_JOB_GPUS. The MPS pipe and log directories are the node's: its agent adds them
+    (agentd/mps.py)."""
+    if alloc.share_kind == "mps":
+        return {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE":
+                str(thread_percentage(alloc.shard_count, alloc.shards_per_gpu)),
+                "SLURM_JOB_GPUS": ",".join(str(g) for g in sorted(alloc.shards))}
+    return {"SLURM_SHARDS_ON_NODE": str(alloc.shard_count)}
 
 
 def task_overlay(procid: int, localid: int) -> dict[str, str]:
@@ -177,8 +190,8 @@ def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: s
         if not alloc.shards:
             env.pop("CUDA_VISIBLE_DEVICES")
             env.pop("GPU_DEVICE_ORDINAL")
-    if alloc.shards:  # gres/shard: how many of the node's shards the job holds
-        env["SLURM_SHARDS_ON_NODE"] = str(sum(alloc.shards.values()))
+    if alloc.shards:  # gres/shard or gres/mps: what the job holds of the node's GPUs
+        env.update(share_environment(alloc))
     if job.array_job_id is not None:
         env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
         env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)

@@ -37,7 +37,8 @@ def register(ctx: Context, caller: str, body: dict[str, Any]) -> dict[str, Any]:
                     # an agent that does not say (an older one): it started about now
                     slurmd_start_time=float(d.get("slurmd_start_time") or ctx.now()),
                     fake_gpus=bool(d.get("fake_gpus")),
-                    shards_per_gpu=int(d.get("shards_per_gpu") or 0))
+                    shards_per_gpu=int(d.get("shards_per_gpu") or 0),
+                    mps_per_gpu=int(d.get("mps_per_gpu") or 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise RequestError(f"bad node description: {exc}") from None
     now = ctx.now()

@@ -92,6 +92,9 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
             "job_start": job.start_time, "kill_wait": ctx.cfg.kill_wait,
             "allocation": _holding(job, share.node),
         }
+        mps = next(a.mps_gpus for a in job.allocation if a.node == share.node)
+        if mps:  # gres/mps: the node's agent adds the MPS pipe directory (agentd/mps.py)
+            launch["mps_gpus"] = mps
         for name in ("task_prolog", "task_epilog"):  # srun --task-prolog / --task-epilog
             if spec.get(name):
                 launch[name] = spec[name]

@@ -103,7 +103,8 @@ def _allocation_to_json(allocation: Iterable[NodeAllocation | Mapping[str, Any]]
     return [
         {"node": a.node, "cpus": a.cpus, "memory_mb": a.memory_mb, "gpus": list(a.gpus),
          "cpu_ids": list(a.cpu_ids),
-         **({"shards": shards_wire(a.shards), "shards_per_gpu": a.shards_per_gpu}
+         **({"shards": shards_wire(a.shards), "shards_per_gpu": a.shards_per_gpu,
+             **({"share_kind": a.share_kind} if a.share_kind != "shard" else {})}
             if a.shards else {})}
         if isinstance(a, NodeAllocation)
         else dict(a)
@@ -267,7 +268,8 @@ def _load_field(name: str, value: Any) -> Any:
                                cpu_ids=[_checked_int(c) for c in a.get("cpu_ids") or []],
                                shards={_checked_int(g): _checked_int(n)
                                        for g, n in a.get("shards") or []},
-                               shards_per_gpu=_checked_int(a.get("shards_per_gpu") or 0))
+                               shards_per_gpu=_checked_int(a.get("shards_per_gpu") or 0),
+                               share_kind="mps" if a.get("share_kind") == "mps" else "shard")
                 for a in value or []]
     if name == "environment":
         env = value or {}

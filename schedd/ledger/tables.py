@@ -90,6 +90,7 @@ class JobRow(Base):
     gpus_per_task: Mapped[int] = mapped_column(Integer, default=0)
     gpu_type: Mapped[str] = mapped_column(String, default="")
     shards_per_node: Mapped[int] = mapped_column(Integer, default=0)  # --gres=shard:N
+    mps_per_node: Mapped[int] = mapped_column(Integer, default=0)  # --gres=mps:N
     exclusive: Mapped[bool] = mapped_column(Boolean, default=False)
     constraint: Mapped[str] = mapped_column(String, default="")
     nodelist: Mapped[str] = mapped_column(String, default="")

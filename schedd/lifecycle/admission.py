@@ -267,6 +267,13 @@ def check_shape(ctx: Context, job: Job) -> None:
         if most < view.shards_per_node:
             raise RequestError(f"{NODE_CONFIG}\nno node has {view.shards_per_node} GPU shards "
                                f"(largest: {most}, {name})")
+    if view.mps_per_node:  # gres/mps: N units on one GPU, so some node's mps_per_gpu >= N
+        most, name = _largest(nodes, lambda n: ctx.state.mps_per_gpu(n) if n.gpus else 0)
+        if most == 0:  # no node of the partition offers MPS: Slurm's unknown gres
+            raise RequestError("Invalid generic resource (gres) specification")
+        if most < view.mps_per_node:
+            raise RequestError(f"{NODE_CONFIG}\nno node has mps:{view.mps_per_node} on one GPU "
+                               f"(largest: {most}, {name})")
     fitting = [n for n in nodes if _holds(n, view)]
     if len(fitting) < view.num_nodes:
         # Slurm's line first (scripts match it), then which resource does not fit

@@ -126,6 +126,8 @@ class AgentRegistry:
         }
         if job.script_args:  # only then: an agent older than the field still takes the rest
             spec["args"] = list(job.script_args)
+        if alloc.mps_gpus:  # gres/mps: the agent runs the GPU's MPS control daemon
+            spec["mps_gpus"] = alloc.mps_gpus
         self._tell(alloc.node, "launch", {"launch": spec})
 
     def _partition(self, job: Job) -> Partition:

@@ -132,9 +132,10 @@ def alloc_tres(job: Job, policy: BillingPolicy, gpu_types: Mapping[str, str],
     gpus = alloc_gpus(job)
     if gpus:
         tres["gres/gpu"] = gpus
-    shards = sum(a.shard_count for a in job.allocation)
-    if shards:
-        tres["gres/shard"] = shards
+    for a in job.allocation:  # gres/shard or gres/mps
+        if a.shards:
+            key = f"gres/{a.share_kind}"
+            tres[key] = tres.get(key, 0) + a.shard_count
     tres["billing"] = int(billing_of(job, policy, gpu_types) if bill is None else bill)
     return tres
 
@@ -152,6 +153,8 @@ def req_tres(job: Job, policy: BillingPolicy) -> dict[str, int]:
         weighted[f"gres/gpu:{job.gpu_type}" if job.gpu_type else "gres/gpu"] = gpus
     if job.shards_per_node:
         tres["gres/shard"] = job.shards_per_node * job.num_nodes
+    if job.mps_per_node:
+        tres["gres/mps"] = job.mps_per_node * job.num_nodes
     tres["billing"] = int(billing(weighted, policy.weights, policy.max_tres))
     return tres
 
@@ -178,7 +181,8 @@ def billing_of(job: Job, policy: BillingPolicy, gpu_types: Mapping[str, str]) ->
 
 
 def gpu_hours(job: Job, now: float) -> float:
-    """Allocated GPUs x elapsed hours; a GPU's shards count as their share of it."""
+    """Allocated GPUs x elapsed hours; a GPU's shards (or MPS units) count as their share of
+    it."""
     share = sum(a.gpu_share for a in job.allocation if a.shards)
     return (alloc_gpus(job) + share) * elapsed(job, now) / 3600.0
 

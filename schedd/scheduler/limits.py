@@ -55,7 +55,7 @@ def tres_reason(prefix: str, kind: dict[str, str], gres: str, name: str) -> str:
 def pending_tres(job: PendingJob, billing: float | None = None) -> dict[str, int]:
     return t.job_tres(job.cpus_per_node * job.num_nodes, job.mem_per_node_mb * job.num_nodes,
                       job.num_nodes, job.gpus_per_node * job.num_nodes, job.gpu_type, billing,
-                      job.shards_per_node * job.num_nodes)
+                      job.shards_per_node * job.num_nodes, job.mps_per_node * job.num_nodes)
 
 
 def allocation_tres(allocation: Iterable[NodeAllocation],
@@ -70,8 +70,9 @@ def allocation_tres(allocation: Iterable[NodeAllocation],
             kind = gpu_types.get(a.node, "")
             if kind:
                 out[f"gres/gpu:{kind}"] = out.get(f"gres/gpu:{kind}", 0) + len(a.gpus)
-        if a.shards:
-            out["gres/shard"] = out.get("gres/shard", 0) + a.shard_count
+        if a.shards:  # gres/shard or gres/mps
+            key = f"gres/{a.share_kind}"
+            out[key] = out.get(key, 0) + a.shard_count
     return out
 
 

@@ -58,7 +58,7 @@ def _big_enough(job: PendingJob, node: NodeView) -> bool:
         job.cpus_per_node <= node.cpus
         and job.mem_per_node_mb <= node.memory_mb
         and job.gpus_per_node <= len(node.gpus)
-        and job.shards_per_node <= node.shards_per_gpu * len(node.gpus)
+        and shares.holds(job, node, len(node.gpus))
     )
 
 
@@ -66,7 +66,7 @@ def _big_when_resumed(job: PendingJob, node: NodeView) -> bool:
     """Big enough once its failed GPUs are back in service."""
     gpus = len(node.gpus) + node.failed_gpus
     return (job.cpus_per_node <= node.cpus and job.mem_per_node_mb <= node.memory_mb
-            and job.gpus_per_node <= gpus and job.shards_per_node <= node.shards_per_gpu * gpus)
+            and job.gpus_per_node <= gpus and shares.holds(job, node, gpus))
 
 
 def _unless_failed_gpus(job: PendingJob, cands: Candidates,
@@ -121,7 +121,8 @@ class CandidateCache:
             found = (static, usable, smallest)
             self._by_filter[key] = found
         static, usable, (c, m, g) = found
-        if (not job.nodelist and not job.shards_per_node and job.cpus_per_node <= c
+        if (not job.nodelist and not job.shards_per_node and not job.mps_per_node
+                and job.cpus_per_node <= c
                 and job.mem_per_node_mb <= m and job.gpus_per_node <= g):
             if len(usable) >= job.num_nodes:
                 whole = self._whole.get(key)
@@ -133,7 +134,7 @@ class CandidateCache:
                 return Candidates([], NEVER_FITS)
             return Candidates([], NODES_UNAVAILABLE)
         full = (key, job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node, job.num_nodes,
-                job.shards_per_node)
+                job.shards_per_node, job.mps_per_node)
         cands = self._by_size.get(full)
         if cands is None:
             cands = _unless_failed_gpus(
@@ -181,16 +182,17 @@ def demand_on(job: PendingJob, node: NodeView) -> Demand:
     """What the job takes on ``node``: its per-node request, or the whole node if exclusive."""
     if job.exclusive:
         return Demand(node.cpus, node.memory_mb, len(node.gpus))
-    if job.shards_per_node:  # planned on fresh GPUs (scheduler/shares.py)
+    kind, units = shares.asked(job)
+    if units:  # planned on fresh GPUs (scheduler/shares.py)
         return Demand(job.cpus_per_node, job.mem_per_node_mb,
-                      shares.whole_gpus(job.shards_per_node, node.shards_per_gpu))
+                      shares.whole_gpus(units, shares.per_gpu(node, kind)))
     return Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
 
 
 def demand_now(job: PendingJob, node: NodeView) -> Demand:
     """What a job started now holds through ``NodeTimeline.hold``: ``demand_on``, but for a
     share job only CPUs and memory (its GPUs are held by ``NodeTimeline.give_shares``)."""
-    if not job.shards_per_node:
+    if not job.shards_per_node and not job.mps_per_node:
         return demand_on(job, node)
     if job.exclusive:
         return Demand(node.cpus, node.memory_mb, 0)
@@ -202,15 +204,16 @@ def share_pick(job: PendingJob, tl: NodeTimeline, now: float, end: float
     """Where a share job's shares go on ``tl`` if it starts now and runs until ``end``
     (``shares.pick``), or None. A shared GPU whose hold ends before ``end`` is offered only
     if the plan can hold it on until then, together with the fresh GPUs the job opens."""
-    per_gpu, free = tl.view.shards_per_gpu, tl.gpus_free
-    shared = tl.shared_free()
-    found = shares.pick(job.shards_per_node, per_gpu, shared, free)
+    kind, units = shares.asked(job)
+    per_gpu, free, one = shares.per_gpu(tl.view, kind), tl.gpus_free, kind == shares.MPS
+    shared = tl.shared_free(kind)
+    found = shares.pick(units, per_gpu, shared, free, one)
     if found is None or _gpus_held_on(tl, found, now, end):
         return found
     # it would outlive shared GPUs the plan cannot hold on: only those it does not outlive
     until = tl.share_until
-    found = shares.pick(job.shards_per_node, per_gpu,
-                        {g: f for g, f in shared.items() if until[g] >= end}, free)
+    found = shares.pick(units, per_gpu,
+                        {g: f for g, f in shared.items() if until[g] >= end}, free, one)
     return found if found is None or _gpus_held_on(tl, found, now, end) else None
 
 
@@ -236,8 +239,9 @@ def _place_shares_now(job: PendingJob, cands: Candidates, now: float, end: float
                       ) -> list[NodeTimeline] | None:
     """``place_now`` for a share job: nodes whose shares (and fresh GPUs) hold it now."""
     fitting = []
+    kind = shares.asked(job)[0]
     for tl in cands.nodes:
-        if not tl.view.shards_per_gpu:
+        if not shares.per_gpu(tl.view, kind):
             continue
         found = share_pick(job, tl, now, end)
         if found is None:
@@ -267,7 +271,7 @@ def place_now(
     job: PendingJob, cands: Candidates, now: float, end: float, free: FreeIndex | None = None
 ) -> list[NodeTimeline] | None:
     """The best-fit gang that can run from now until ``end`` without touching any plan."""
-    if job.shards_per_node:
+    if job.shards_per_node or job.mps_per_node:
         return _place_shares_now(job, cands, now, end)
     if free is not None and not job.exclusive:
         return _place_now_indexed(job, cands, now, end, free)
@@ -416,7 +420,7 @@ def earliest_start(
     Each node contributes intervals of feasible starts; a sweep over their ends finds the first
     instant covered by ``num_nodes`` of them.
     """
-    fixed = None if job.exclusive or job.shards_per_node else Demand(job.cpus_per_node, job.mem_per_node_mb,
+    fixed = None if job.exclusive or job.shards_per_node or job.mps_per_node else Demand(job.cpus_per_node, job.mem_per_node_mb,
                                               job.gpus_per_node)
     if job.num_nodes == 1 and not job.nodelist:
         return _earliest_one(job, nodes, after, duration, horizon, fixed)
@@ -499,17 +503,18 @@ def allocate(job: PendingJob, chosen: Sequence[NodeTimeline], now: float = 0.0,
     then CPU ids (near those GPUs when the node reports the affinity). A share job's shares
     are picked and held here, until ``end``."""
     out = []
-    if job.shards_per_node:
+    kind = shares.asked(job)[0]
+    if kind:
         for tl in _required_first(job, list(chosen)):
             found = share_pick(job, tl, now, end)
             if found is None:  # place_now found it fits: never so
                 raise ValueError(f"job {job.job_id}: shares no longer fit on {tl.view.name}")
             shards, opened = found
-            tl.give_shares(shards, opened, now, end)
+            tl.give_shares(shards, opened, now, end, kind)
             d = demand_now(job, tl.view)
             out.append(NodeAllocation(tl.view.name, d.cpus, d.mem, [],
                                       tl.pick_cpus(d.cpus, sorted(shards)), shards,
-                                      tl.view.shards_per_gpu))
+                                      shares.per_gpu(tl.view, kind), kind))
         return out
     for tl in _required_first(job, list(chosen)):
         d = demand_on(job, tl.view)

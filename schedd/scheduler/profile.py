@@ -25,6 +25,7 @@ from itertools import filterfalse, islice
 from operator import attrgetter
 from typing import NamedTuple
 
+from schedd.scheduler import shares
 from schedd.scheduler.snapshot import NodeView, RunningJob
 
 INFINITY = math.inf
@@ -55,7 +56,7 @@ class NodeTimeline:
 
     __slots__ = (
         "index", "view", "times", "cpus", "mem", "gpus", "monotone", "gpus_free", "islands",
-        "cpus_held", "_memo", "_first", "shares", "share_until",
+        "cpus_held", "_memo", "_first", "shares", "share_until", "share_kind",
     )
 
     def __init__(self, index: int, view: NodeView, now: float) -> None:
@@ -78,6 +79,7 @@ class NodeTimeline:
         # plan holds that GPU whole for them (the latest end of its share-holders)
         self.shares: dict[int, int] = {}
         self.share_until: dict[int, float] = {}
+        self.share_kind: dict[int, str] = {}  # and which kind of share (shares.KINDS) each is
 
     # --- building -------------------------------------------------------------------------
 
@@ -116,7 +118,8 @@ class NodeTimeline:
         self.gpus[0] -= taken
         return taken
 
-    def take_shares_now(self, shards: dict[int, int], end: float) -> int:
+    def take_shares_now(self, shards: dict[int, int], end: float,
+                        kind: str = shares.SHARD) -> int:
         """A running job's GPU shares: each GPU newly in use by shares leaves the free GPUs
         now. Returns how many GPUs that took (``build`` plans them back at their last end)."""
         taken = 0
@@ -126,25 +129,30 @@ class NodeTimeline:
                     continue  # not this node's, or held whole (a stale record): no shares
                 self.gpus_free.remove(g)
                 self.shares[g] = 0
+                self.share_kind[g] = kind
                 taken += 1
+            elif self.share_kind[g] != kind:
+                continue  # shared the other way (a stale record): a GPU has one kind
             self.shares[g] += n
             if end > self.share_until.get(g, -INFINITY):
                 self.share_until[g] = end
         self.gpus[0] -= taken
         return taken
 
-    def shared_free(self) -> dict[int, int]:
-        """GPU index -> shares still free now, of the GPUs in use by shares."""
-        per_gpu = self.view.shards_per_gpu
-        return {g: per_gpu - n for g, n in self.shares.items() if n < per_gpu}
+    def shared_free(self, kind: str = shares.SHARD) -> dict[int, int]:
+        """GPU index -> shares still free now, of the GPUs in use by shares of ``kind``."""
+        per_gpu = shares.per_gpu(self.view, kind)
+        return {g: per_gpu - n for g, n in self.shares.items()
+                if n < per_gpu and self.share_kind[g] == kind}
 
     def give_shares(self, shards: dict[int, int], opened: list[int], now: float,
-                    end: float) -> None:
+                    end: float, kind: str = shares.SHARD) -> None:
         """Shares of a job started now: GPUs it opens are held whole ``[now, end)``; a shared
         GPU it outlives is held on until ``end``."""
         for g in opened:
             self.gpus_free.remove(g)
             self.shares[g] = 0
+            self.share_kind[g] = kind
         for g, n in shards.items():
             self.shares[g] += n
             until = self.share_until.get(g)
@@ -412,7 +420,7 @@ def build(
             taken = tl.take_now(a.cpus, a.memory_mb, a.gpus, a.cpu_ids)
             releases.setdefault(tl.index, []).append((end, a.cpus, a.memory_mb, taken))
             if a.shards:
-                tl.take_shares_now(a.shards, end)
+                tl.take_shares_now(a.shards, end, a.share_kind)
                 shared.add(tl.index)
     for index in shared:  # a GPU shares hold comes back with the last of them
         rel = releases[index]

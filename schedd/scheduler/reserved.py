@@ -123,7 +123,7 @@ class Reserved:
                                                                               "Priority"):
                 continue
             key = (placement.filter_key(job), job.cpus_per_node, job.mem_per_node_mb,
-                   job.gpus_per_node, job.shards_per_node, job.exclusive, walk.duration(job))
+                   job.gpus_per_node, job.shards_per_node, job.mps_per_node, job.exclusive, walk.duration(job))
             held = seen.get(key)
             if held is None:
                 held = seen[key] = self._held_back(job, walk, reserved)

@@ -9,13 +9,54 @@ which shares of it are taken is kept beside (``NodeTimeline.shares``), for now o
 for the future counts whole GPUs, as it does for every job (a share job planned ahead is
 planned on fresh GPUs, which is conservative: it may start sooner, on a GPU already shared).
 
-The arithmetic is on "units per GPU", not on shards as such, so MPS (``--gres=mps:N``, its
-percent of a GPU) can reuse it with other units. Pure: no clock, no database, no sockets.
+The arithmetic is on "units per GPU", not on shards as such, and two kinds of share use it
+(``KINDS``): ``shard`` and ``mps`` (Slurm 22.05's gres/mps: a node offers ``mps_per_gpu``
+units on each GPU, e.g. 100, and ``--gres=mps:N`` asks for N of them on ONE GPU of each node;
+the job runs under CUDA MPS with N/mps_per_gpu of the GPU's threads). A GPU is shared one way
+at a time: one in use by shards offers no MPS and one in use by MPS no shards, and neither is
+handed out whole. Everything that differs between the kinds is here (``asked``,
+``per_gpu``, ``most_on_node``, ``pick``'s ``one_gpu``). Pure: no clock, no database, no
+sockets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schedd.scheduler.snapshot import NodeView, PendingJob
+
+SHARD, MPS = "shard", "mps"
+KINDS = (SHARD, MPS)
+
+
+def asked(job: PendingJob) -> tuple[str, int]:
+    """The share a job asks for on each node: (kind, units); ("", 0) for none."""
+    if job.mps_per_node:
+        return MPS, job.mps_per_node
+    if job.shards_per_node:
+        return SHARD, job.shards_per_node
+    return "", 0
+
+
+def per_gpu(node: NodeView, kind: str) -> int:
+    """The units of ``kind`` each of the node's GPUs offers (0: none)."""
+    return node.mps_per_gpu if kind == MPS else node.shards_per_gpu
+
+
+def most_on_node(kind: str, units_per_gpu: int, gpus: int) -> int:
+    """The most units of ``kind`` one job may hold on a node of ``gpus`` GPUs: shards span
+    its GPUs, MPS stays on one (Slurm 22.05)."""
+    if units_per_gpu <= 0 or gpus <= 0:
+        return 0
+    return units_per_gpu if kind == MPS else units_per_gpu * gpus
+
+
+def holds(job: PendingJob, node: NodeView, gpus: int) -> bool:
+    """Whether a node of ``gpus`` GPUs could ever hold the job's share (True for none)."""
+    kind, units = asked(job)
+    return not units or units <= most_on_node(kind, per_gpu(node, kind), gpus)
 
 
 def whole_gpus(units: int, per_gpu: int) -> int:
@@ -25,8 +66,8 @@ def whole_gpus(units: int, per_gpu: int) -> int:
     return -(-units // per_gpu)
 
 
-def pick(units: int, per_gpu: int, shared_free: Mapping[int, int], fresh: Sequence[int]
-         ) -> tuple[dict[int, int], list[int]] | None:
+def pick(units: int, per_gpu: int, shared_free: Mapping[int, int], fresh: Sequence[int],
+         one_gpu: bool = False) -> tuple[dict[int, int], list[int]] | None:
     """Where ``units`` shares go on one node: ``{GPU index: shares}`` and which of them are
     fresh (whole-free GPUs opened for shares), or None if the node cannot hold them now.
 
@@ -34,7 +75,7 @@ def pick(units: int, per_gpu: int, shared_free: Mapping[int, int], fresh: Sequen
     the node's whole-free GPU indices, in the order they should be opened. Best fit: the
     shared GPU with the fewest free shares that holds them all, else one fresh GPU, else the
     shares spread over the shared GPUs (most free first), then fresh GPUs, so what stays free
-    is in as few, as large pieces as can be.
+    is in as few, as large pieces as can be. ``one_gpu`` (MPS): never spread.
     """
     if units <= 0 or per_gpu <= 0:
         return None
@@ -44,6 +85,8 @@ def pick(units: int, per_gpu: int, shared_free: Mapping[int, int], fresh: Sequen
         return {g: units}, []
     if fresh and units <= per_gpu:
         return {fresh[0]: units}, [fresh[0]]
+    if one_gpu:
+        return None
     out: dict[int, int] = {}
     need = units
     for free, g in sorted(((free, g) for g, free in shared_free.items() if free > 0),

@@ -29,6 +29,7 @@ class NodeView:
     # out; a job that would fit with them waits (ReqNodeNotAvail), not BadConstraints
     failed_gpus: int = 0
     shards_per_gpu: int = 0  # gres/shard: shards each GPU offers (scheduler/shares.py); 0 none
+    mps_per_gpu: int = 0  # gres/mps: MPS units each GPU offers (likewise); 0 none
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class PendingJob:
     gpus_per_node: int = 0
     gpu_type: str = ""
     shards_per_node: int = 0  # --gres=shard:N (scheduler/shares.py)
+    mps_per_node: int = 0  # --gres=mps:N, on one GPU of each node (likewise)
     exclusive: bool = False
     features: frozenset[str] = frozenset()
     nodelist: frozenset[str] = frozenset()  # -w: must include these nodes
@@ -341,7 +343,7 @@ def pending_from_job(job: Job, time_limit: int, qos_priority: int = 0,
         mem_per_node_mb=mem_per_node(job),
         gpus_per_node=gpus_per_node(job),
         gpu_type=job.gpu_type,
-        shards_per_node=job.shards_per_node,
+        shards_per_node=job.shards_per_node, mps_per_node=job.mps_per_node,
         exclusive=job.exclusive,
         features=frozenset(f for f in job.constraint.replace("|", "&").split("&") if f),
         nodelist=split_names(job.nodelist),

@@ -132,6 +132,7 @@ GRES = "sbatch: error: Batch job submission failed: Invalid generic resource (gr
 
 @pytest.mark.parametrize("args, stderr", [
     (["--gres=shard:2"], GRES),
+    (["--gres=mps:50"], GRES),  # no node of the partition offers MPS
     (["--gres=gpu:1,mps:100"], GRES),
     (["--mem-per-gpu=1G"], GRES),
     (["--gpus-per-task=1", "-N1"],

@@ -15,8 +15,8 @@ from schedd.domain.jobenv import job_environment
 
 
 def test_take_shares() -> None:
-    assert take_shares(["shard:3", "nic:1"]) == (3, ["nic:1"])
-    assert take_shares(["shard"]) == (1, [])
+    assert take_shares(["shard:3", "nic:1"]) == ({"shard": 3}, ["nic:1"])
+    assert take_shares(["shard"]) == ({"shard": 1}, [])
     for bad in ("shard:0", "shard:x", "shard:a100:x", "shard:"):
         with pytest.raises(GresError):
             take_shares([bad])

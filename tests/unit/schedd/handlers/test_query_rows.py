@@ -109,9 +109,9 @@ def test_column_reply_sends_a_shared_value_once() -> None:
     assert reply["values"][0] == [j.id for j in jobs]
     assert reply["values"][2][1] == [
         {"node": "n1", "cpus": 4, "memory_mb": 100, "gpus": [0, 1], "cpu_ids": [], "shards": {},
-         "shards_per_gpu": 0},
+         "shards_per_gpu": 0, "share_kind": "shard"},
         {"node": "n2", "cpus": 2, "memory_mb": 100, "gpus": [0], "cpu_ids": [], "shards": {},
-         "shards_per_gpu": 0}]
+         "shards_per_gpu": 0, "share_kind": "shard"}]
     assert json.loads(json.dumps(reply))["values"][2][0] == []
     assert column_reply([], ["id"]) == {"count": 0, "columns": ["id"], "values": [[]],
                                         "constant": {}}

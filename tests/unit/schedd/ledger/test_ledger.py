@@ -100,7 +100,7 @@ def full_job(job_id: int = 42) -> Job:
         gpus=16,
         gpus_per_node=8,
         gpus_per_task=1,
-        gpu_type="a100", shards_per_node=2,
+        gpu_type="a100", shards_per_node=2, mps_per_node=50,
         exclusive=True,
         constraint="nvlink&ib",
         nodelist="node[01-02]",
