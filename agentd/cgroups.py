@@ -153,6 +153,31 @@ def gpu_devices(device_dir: str) -> dict[int, tuple[str, int, int]]:
     return out
 
 
+_CAP_NODE = re.compile(r"^nvidia-cap(\d+)$")
+
+
+def mig_caps_devices(device_dir: str) -> dict[int, tuple[str, int, int]]:
+    """caps minor -> ('c', major, minor) of ``<device_dir>/nvidia-caps/nvidia-capN`` (the
+    MIG instances' access devices, by the number mig-minors gives them)."""
+    where = os.path.join(device_dir, "nvidia-caps")
+    out: dict[int, tuple[str, int, int]] = {}
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return out
+    for name in names:
+        match = _CAP_NODE.match(name)
+        if not match:
+            continue
+        try:
+            st = os.stat(os.path.join(where, name))
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode):
+            out[int(match[1])] = ("c", os.major(st.st_rdev), os.minor(st.st_rdev))
+    return out
+
+
 # --- the node's manager ----------------------------------------------------------------------
 
 
@@ -174,6 +199,10 @@ class Cgroups:
         self.unenforced: list[str] = []
         self.cpus_in_use: dict[tuple[int, int], tuple[int, ...]] = {}
         self._gpus = gpu_devices(self.settings.device_dir)
+        # MIG (agentd/gpus.py): GPU index handed out -> (its parent GPU, its caps minors);
+        # set by the agent after discovery (``set_mig``), empty on a node without MIG
+        self.mig: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._caps: dict[int, tuple[str, int, int]] = {}
         self.device_program = False  # v2: GPUs denied by a BPF device program (no v1 devices)
         # v1 cpuset: a job's cpuset is born with this node's CPUs and memory nodes
         # (cgroup.clone_children, checked at start), so a launch writes its CPUs only
@@ -332,11 +361,27 @@ class Cgroups:
         if s.constrain_cores:
             given = tuple(cpu_ids)
             chosen = self._host_cpus(key, given) if given else self._choose_cpus(key, cpus)
-        mine = set(gpus)
-        deny = tuple(dev for index, dev in sorted(self._gpus.items()) if index not in mine) \
-            if s.constrain_devices else ()
+        deny = self._deny_devices(set(gpus)) if s.constrain_devices else ()
         return Limits(memory, chosen, deny, s.pids_max or None,
                       no_swap=s.constrain_swap_space and memory is not None)
+
+    def set_mig(self, instances: dict[int, tuple[int, tuple[int, ...]]]) -> None:
+        """This node's MIG instances (index -> (parent GPU, caps minors)); their caps'
+        device nodes are read from ``<device_dir>/nvidia-caps``."""
+        self.mig = dict(instances)
+        self._caps = mig_caps_devices(self.settings.device_dir)
+
+    def _deny_devices(self, mine: set[int]) -> tuple[tuple[str, int, int], ...]:
+        """What a job holding these GPU indices may not open: the other GPUs' nvidiaN; with
+        MIG, every GPU but its instances' parents and every instance's caps but its own
+        (Slurm: the parent GPU and the instance's /dev/nvidia-caps entries only)."""
+        if not self.mig:
+            return tuple(dev for index, dev in sorted(self._gpus.items()) if index not in mine)
+        parents = {self.mig[i][0] for i in mine if i in self.mig}
+        caps = {c for i in mine if i in self.mig for c in self.mig[i][1]}
+        every = sorted({c for _, held in self.mig.values() for c in held} - caps)
+        return tuple(dev for index, dev in sorted(self._gpus.items()) if index not in parents) \
+            + tuple(self._caps[c] for c in every if c in self._caps)
 
     def _host_cpus(self, key: tuple[int, int], ids: tuple[int, ...]) -> tuple[int, ...]:
         """The scheduler's CPU ids as this host's: the i-th id of the node is the host's

@@ -70,7 +70,8 @@ class Agent:
                  memory_mb: int | None = None, fake_gpus: str | None = None,
                  features: list[str] | None = None, spool_dir: str | None = None,
                  relay_only: bool | None = None, serve_commands: bool | str | None = None,
-                 shards_per_gpu: int | None = None, mps_per_gpu: int | None = None):
+                 shards_per_gpu: int | None = None, mps_per_gpu: int | None = None,
+                 fake_mig: str | None = None):
         self.cfg = cfg
         self.name = node_name
         self.relay_only = cfg.agent.relay_only if relay_only is None else relay_only
@@ -78,15 +79,23 @@ class Agent:
         fake = cfg.agent.fake_gpus if fake_gpus is None else fake_gpus
         if self.relay_only:
             fake = "0"  # a login node offers nothing to jobs
+        mig = cfg.agent.fake_mig if fake_mig is None else fake_mig
         self.gpus = gpu_discovery.discover(fake, cfg.agent.gpu_islands, seed=node_name,
-                                           island_cpus=cfg.agent.gpu_island_cpus)
+                                           island_cpus=cfg.agent.gpu_island_cpus,
+                                           fake_mig=mig if fake and fake != "0" else "")
+        # the physical GPU of each GPU handed out (a MIG instance's parent): the health watch
+        # and the fake NVML are of physical GPUs, a fault of one fails each of its instances
+        self.gpu_parents = gpu_discovery.parents(self.gpus)
+        physical = gpu_discovery.physical_count(self.gpus)
         # GPU faults (agentd/gpuhealth.py): fake GPUs' own NVML, which kiln fake-gpu feeds
-        self.fake_nvml = gpuhealth.FakeNvml(len(self.gpus)) if fake and self.gpus else None
+        self.fake_nvml = gpuhealth.FakeNvml(physical, self.gpu_parents) \
+            if fake and self.gpus else None
         self.health: gpuhealth.Watcher | None = None
         if self.fake_nvml is not None:
-            self.health = gpuhealth.Watcher(self.fake_nvml, len(self.gpus), counters_every=0.5)
+            self.health = gpuhealth.Watcher(self.fake_nvml, physical, counters_every=0.5,
+                                            parents=self.gpu_parents)
         elif self.gpus:
-            self.health = gpuhealth.nvml_watcher(len(self.gpus))
+            self.health = gpuhealth.nvml_watcher(physical, self.gpu_parents)
         self._gpu_faults: list[gpuhealth.Fault] = []  # not yet taken by schedd
         self._fault_msgs: dict[int, list[gpuhealth.Fault]] = {}  # heartbeat id -> its faults
         self.sampler = make_sampler(self.gpus, bool(fake), cfg.agent.sample_interval,
@@ -104,6 +113,9 @@ class Agent:
         self.mps_per_gpu = mps if self.gpus else 0
         spool = Path(spool_dir or cfg.agent.spool_dir or cfg.home / "spool" / node_name)
         self.cgroups = None if self.relay_only else _make_cgroups(cfg, node_name, spool)
+        if self.cgroups is not None:  # a MIG job's devices: its parent GPU and caps only
+            self.cgroups.set_mig({g.index: (g.parent, tuple(g.caps)) for g in self.gpus
+                                  if isinstance(g, gpu_discovery.MigGPU)})
         self.launcher = Launcher(spool, node_name, kill_wait=cfg.kill_wait,
                                  allow_root=cfg.allow_root_jobs, cgroups=self.cgroups,
                                  job_tmp=None if self.relay_only else _make_job_tmp(cfg, spool))
@@ -408,6 +420,11 @@ class Agent:
         except protocol.ProtocolError as exc:
             log.warning("bad %s from schedd: %s", op, exc.message)
             return
+        if op in ("launch", "launch_step"):  # MIG instances by UUID (agentd/gpus.py)
+            spec = body["launch" if op == "launch" else "step"]
+            if isinstance(spec.get("environment"), dict):
+                spec["environment"] = gpu_discovery.visible_environment(spec["environment"],
+                                                                        self.gpus)
         if op == "launch":
             self._launch(body["launch"])
         elif op == "job_prolog":
@@ -480,10 +497,12 @@ class Agent:
         if self.fake_nvml is None:
             log.warning("kiln fake-gpu refused: this node's GPUs are not fake")
             return
-        if body["gpu"] >= len(self.fake_nvml.devices):
+        if body["gpu"] >= len(self.gpu_parents):
             log.warning("kiln fake-gpu refused: no GPU %d here", body["gpu"])
             return
-        self.fake_nvml.inject(body["gpu"], body["action"], body.get("value") or 0)
+        # on the GPU itself: a MIG instance's parent (its siblings fail with it)
+        self.fake_nvml.inject(self.gpu_parents[body["gpu"]], body["action"],
+                              body.get("value") or 0)
         log.warning("fake GPU %d: %s %s injected", body["gpu"], body["action"],
                     body.get("value") if body["action"] in ("xid", "util") else "")
 
@@ -789,9 +808,11 @@ class Agent:
 
 
 def _gpu_wire(gpu: Any) -> dict[str, Any]:
-    """A GPU as registration describes it; its health is schedd's to keep (``fault``)."""
+    """A GPU as registration describes it; its health is schedd's to keep (``fault``), a MIG
+    instance's parent and caps the agent's (``gpus.MigGPU``)."""
     d = dataclasses.asdict(gpu)
-    d.pop("fault", None)
+    for name in ("fault", "parent", "gi", "ci", "caps"):
+        d.pop(name, None)
     return d
 
 
@@ -850,6 +871,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node", default=socket.gethostname().split(".")[0],
                         help="node name (default: the short host name)")
     parser.add_argument("--fake-gpus", help="pretend GPUs, e.g. 8xH100-80GB (0 for none)")
+    parser.add_argument("--fake-mig", help="partition every fake GPU into MIG instances, "
+                                           "e.g. 3g.40gb:2 ([agent] fake_mig)")
     parser.add_argument("--cpus", type=int, help="CPUs to offer (default: all)")
     parser.add_argument("--memory", type=int, help="memory to offer, MB (default: all)")
     parser.add_argument("--features", default="", help="comma-separated node features")
@@ -875,6 +898,7 @@ def main(argv: list[str] | None = None) -> int:
                       features=[f for f in args.features.split(",") if f],
                       spool_dir=args.spool, relay_only=args.relay_only,
                       shards_per_gpu=args.shards_per_gpu, mps_per_gpu=args.mps_per_gpu,
+                      fake_mig=args.fake_mig,
                       serve_commands={"yes": True, "no": False, "auto": "auto",
                                       None: None}[args.serve_commands])
     except (kconfig.ConfigError, ValueError, gpu_discovery.GPUDiscoveryError, OSError,

@@ -18,12 +18,16 @@ double-bit ECC error, a lost GPU, a utilisation the fake sampler reports (agentd
 ``FakeGPUs``), or all of that cleared. Fake GPUs thus go through the very code real ones do.
 ``reset`` forgets what was reported of a GPU (schedd resumed it): a GPU still broken is
 reported again.
+
+MIG: the watch reads the physical GPUs; ``parents`` (``agentd.gpus.parents``: for each GPU the
+node hands out, its physical GPU) turns a fault of a MIG-mode GPU into one fault for each of
+its instances, as the instances are what schedd knows and hands out.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -47,9 +51,12 @@ class Fault(NamedTuple):
 class Watcher:
     """NVML's error signals of ``count`` GPUs (``nvml``: pynvml, or a ``FakeNvml``)."""
 
-    def __init__(self, nvml: Any, count: int, counters_every: float = 10.0):
+    def __init__(self, nvml: Any, count: int, counters_every: float = 10.0,
+                 parents: Sequence[int] = ()):
         self.nvml = nvml
         self.count = count
+        # reported GPU index -> its physical GPU (MIG instances); empty: the same index
+        self.parents = list(parents)
         self.counters_every = counters_every
         self._last_counters = float("-inf")
         self.handles: dict[int, Any] = {}
@@ -82,11 +89,21 @@ class Watcher:
             for index in self.handles:
                 self._read_counters(index)
         out, self._out = self._out, []
-        return out
+        return self._as_reported(out)
+
+    def _as_reported(self, faults: list[Fault]) -> list[Fault]:
+        """Faults of physical GPUs as faults of the GPUs schedd knows: each MIG instance of a
+        failing GPU fails with it."""
+        if not self.parents:
+            return faults
+        return [f._replace(index=i) for f in faults
+                for i, p in enumerate(self.parents) if p == f.index]
 
     def reset(self, indices: Iterable[int]) -> None:
         """schedd resumed these GPUs: forget what was reported, read the counters afresh."""
         indices = set(indices)
+        if self.parents:  # MIG instances: their physical GPUs
+            indices = {self.parents[i] for i in indices if 0 <= i < len(self.parents)}
         for index in indices:
             if index in self.handles:
                 self._ecc[index] = self._ecc_count(index) or 0
@@ -164,13 +181,14 @@ class Watcher:
             return None
 
 
-def nvml_watcher(count: int) -> Watcher | None:
-    """The watch of this node's real GPUs, or None when NVML will not start."""
+def nvml_watcher(count: int, parents: Sequence[int] = ()) -> Watcher | None:
+    """The watch of this node's ``count`` real GPUs (``parents``: see ``Watcher``), or None
+    when NVML will not start."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        return Watcher(pynvml, count)
+        return Watcher(pynvml, count, parents=parents)
     except Exception as exc:  # noqa: BLE001 - no watch is better than no agent
         log.warning("GPU health watch off: NVML did not start: %s", exc)
         return None
@@ -215,8 +233,10 @@ class FakeNvml:
     nvmlEventTypeDoubleBitEccError = 0x2
     nvmlEventTypeXidCriticalError = 0x8
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, parents: Sequence[int] = ()):
         self.devices = [FakeDevice() for _ in range(count)]
+        # the GPU index the sampler asks ``util`` of -> its device here (MIG: the parent)
+        self.parents = list(parents)
 
     # what kiln fake-gpu does
     def inject(self, index: int, action: str, value: int = 0) -> None:
@@ -240,6 +260,8 @@ class FakeNvml:
             raise ValueError(f"unknown fake GPU action {action!r}")
 
     def util(self, index: int) -> float | None:
+        if self.parents:
+            index = self.parents[index] if 0 <= index < len(self.parents) else -1
         return self.devices[index].util if 0 <= index < len(self.devices) else None
 
     # pynvml's names

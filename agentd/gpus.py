@@ -11,6 +11,16 @@ cannot say (an older driver or nvidia-ml-py without the call, a GPU that does no
 leaves it empty: unknown, not a failure. Fake GPUs take theirs from ``[agent]
 gpu_island_cpus``, one CPU list per island, so that placement is testable without a GPU.
 
+MIG (Multi-Instance GPU): a GPU in MIG mode is not handed out itself; each of its GPU instances
+is (``MigGPU``), a typed GPU named by its profile (``gpu:1g.10gb``, the type ``gres_type``
+reads from NVML's name of the instance, 'NVIDIA A100-SXM4-80GB MIG 1g.10gb') with its own UUID
+(``MIG-...``, what ``CUDA_VISIBLE_DEVICES`` names, ``visible_environment``), numbered 0, 1, ...
+across the node like whole GPUs. The agent keeps what only it needs: the parent GPU's index
+(its device node, its health) and the ``/dev/nvidia-caps`` minors of the instance's GPU and
+compute instance access (``/proc/driver/nvidia-caps/mig-minors``, ``parse_mig_minors``): the
+job's device cgroup opens the parent and those caps, nothing else. Fake GPUs are partitioned
+by ``--fake-mig 3g.40gb:2`` (``fake_mig``), every fake GPU alike, with stable fake UUIDs.
+
 A node without NVIDIA's driver (no ``libnvidia-ml``) simply has no GPUs: ``discover()`` returns
 ``[]``. Every other NVML failure (driver loaded but broken, a device that stops answering) raises
 ``GPUDiscoveryError`` with one line the daemon can log and put in the node's drain reason: a GPU
@@ -23,12 +33,14 @@ import hashlib
 import os
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import psutil
 
 from kiln.model import GPU
 from kiln.slurm.cpulist import parse_cpu_list
+from kiln.slurm.gres import gres_type
 
 DEFAULT_FAKE_MODEL = "H100-80GB"
 DEFAULT_FAKE_MEMORY_MB = 81920
@@ -41,17 +53,59 @@ class GPUDiscoveryError(RuntimeError):
     """NVML is present but could not tell us about the GPUs; the message is one line."""
 
 
+@dataclass(slots=True)
+class MigGPU(GPU):
+    """A MIG GPU instance: a GPU to the scheduler (``index`` across the node, ``uuid``
+    'MIG-...', ``model`` ending in 'MIG <profile>'), plus what the agent alone uses."""
+
+    parent: int = 0  # the parent GPU's index (NVML's, /dev/nvidia<minor of that GPU>)
+    gi: int = 0  # GPU instance id on the parent
+    ci: int = 0  # compute instance id in the GPU instance
+    caps: list[int] = field(default_factory=list)  # /dev/nvidia-caps/nvidia-cap<minor>s
+
+
 def discover(fake: str = "", islands: int = 2, seed: str = "",
-             island_cpus: Sequence[str] = ()) -> list[GPU]:
+             island_cpus: Sequence[str] = (), fake_mig: str = "") -> list[GPU]:
     """The node's GPUs: from ``fake`` (e.g. '8xH100-80GB') when given, else from NVML.
 
     ``islands`` and ``island_cpus`` apply to fake GPUs only (real ones get NVML's topology and
     affinity); ``seed`` (the node name; default the host name) makes fake UUIDs differ between
-    nodes and repeat across runs.
+    nodes and repeat across runs; ``fake_mig`` ('1g.10gb:7') partitions every fake GPU.
     """
     if fake:
-        return fake_gpus(fake, islands, seed or socket.gethostname(), island_cpus)
+        gpus = fake_gpus(fake, islands, seed or socket.gethostname(), island_cpus)
+        return fake_mig_gpus(gpus, fake_mig, seed or socket.gethostname()) if fake_mig else gpus
+    if fake_mig:
+        raise ValueError("--fake-mig partitions fake GPUs: give --fake-gpus too")
     return nvml_gpus()
+
+
+def parents(gpus: Sequence[GPU]) -> list[int]:
+    """For each GPU the node hands out (by index), the physical GPU it is on: its own index,
+    or a MIG instance's parent."""
+    return [g.parent if isinstance(g, MigGPU) else g.index for g in gpus]
+
+
+def physical_count(gpus: Sequence[GPU]) -> int:
+    """How many physical GPUs (NVML devices) these are on."""
+    return max(parents(gpus), default=-1) + 1
+
+
+def visible_environment(env: Mapping[str, str], gpus: Sequence[GPU]) -> dict[str, str]:
+    """A launch's environment with ``CUDA_VISIBLE_DEVICES``'s MIG instances named as CUDA
+    wants them, by UUID (``MIG-...``); whole GPUs keep their index. schedd sends indices (it
+    hands out indices); only the agent knows which are MIG instances."""
+    out = dict(env)
+    text = out.get("CUDA_VISIBLE_DEVICES")
+    if not text:
+        return out
+    by_index = {g.index: g for g in gpus}
+    names = []
+    for word in text.split(","):
+        gpu = by_index.get(int(word)) if word.isdigit() else None
+        names.append(gpu.uuid if isinstance(gpu, MigGPU) else word)
+    out["CUDA_VISIBLE_DEVICES"] = ",".join(names)
+    return out
 
 
 def node_resources() -> tuple[int, int]:
@@ -125,11 +179,119 @@ def _fake_uuid(seed: str, index: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+# --- fake MIG ------------------------------------------------------------------------------
+
+# MIG's GPU instance profiles by the GPU's memory (GB): profile -> (compute slices, GB). A100
+# 40GB; A100 80GB and H100 80GB. Seven compute slices per GPU, and the memory it has.
+MIG_PROFILES: dict[int, dict[str, tuple[int, int]]] = {
+    40: {"1g.5gb": (1, 5), "1g.10gb": (1, 10), "2g.10gb": (2, 10), "3g.20gb": (3, 20),
+         "4g.20gb": (4, 20), "7g.40gb": (7, 40)},
+    80: {"1g.10gb": (1, 10), "1g.20gb": (1, 20), "2g.20gb": (2, 20), "3g.40gb": (3, 40),
+         "4g.40gb": (4, 40), "7g.80gb": (7, 80)},
+}
+MIG_SLICES = 7
+_MIG_ITEM = re.compile(r"^(?P<profile>\d+g\.\d+gb)(?::(?P<count>\d+))?$", re.IGNORECASE)
+
+
+def parse_fake_mig(spec: str, memory_mb: int) -> list[str]:
+    """'3g.40gb:2' or '3g.40gb:1,2g.20gb:2' -> the profiles of one GPU's instances, checked to
+    fit a GPU of ``memory_mb`` (its 7 compute slices and its memory); ValueError (one line)."""
+    size = round(memory_mb / 1024)
+    table = MIG_PROFILES.get(size)
+    if table is None:
+        raise ValueError(f"invalid --fake-mig {spec!r}: MIG needs a 40GB or 80GB GPU "
+                         f"(A100-40GB, A100-80GB, H100-80GB), not {size}GB")
+    profiles: list[str] = []
+    for item in spec.split(","):
+        match = _MIG_ITEM.match(item.strip())
+        if not match:
+            raise ValueError(f"invalid --fake-mig {spec!r} (expected PROFILE[:COUNT],..., "
+                             "e.g. 3g.40gb:2 or 1g.10gb:7)")
+        profile = match["profile"].lower()
+        if profile not in table:
+            raise ValueError(f"invalid --fake-mig {spec!r}: no MIG profile {profile} on a "
+                             f"GPU of {size}GB (it has {', '.join(table)})")
+        count = int(match["count"] or 1)
+        if not 1 <= count <= MIG_SLICES:
+            raise ValueError(f"invalid --fake-mig {spec!r}: {count} instances of {profile} "
+                             f"(1 to {MIG_SLICES})")
+        profiles += [profile] * count
+    slices = sum(table[p][0] for p in profiles)
+    memory = sum(table[p][1] for p in profiles)
+    if slices > MIG_SLICES or memory > size:
+        raise ValueError(f"invalid --fake-mig {spec!r}: {slices} compute slices and {memory}GB "
+                         f"do not fit a GPU of {size}GB ({MIG_SLICES} slices)")
+    if len(set(profiles)) > 1:
+        raise ValueError(f"invalid --fake-mig {spec!r}: one MIG profile per node (kiln "
+                         "schedules one GPU type per node)")
+    return profiles
+
+
+def fake_mig_gpus(gpus: Sequence[GPU], spec: str, seed: str) -> list[GPU]:
+    """Every fake GPU partitioned as ``spec`` says: its instances, numbered across the node,
+    each with a UUID from the node name, the GPU's index and the instance's."""
+    out: list[GPU] = []
+    for gpu in gpus:
+        for k, profile in enumerate(parse_fake_mig(spec, gpu.memory_mb)):
+            gi = k + 1
+            size = MIG_PROFILES[round(gpu.memory_mb / 1024)][profile][1]
+            out.append(MigGPU(
+                index=len(out), uuid=_fake_mig_uuid(seed, gpu.index, k),
+                model=f"{gpu.model} MIG {profile}", memory_mb=size * 1024, island=gpu.island,
+                cpus=list(gpu.cpus), parent=gpu.index, gi=gi, ci=0,
+                caps=[mig_minor(gpu.index, gi), mig_minor(gpu.index, gi, 0)]))
+    return out
+
+
+def _fake_mig_uuid(seed: str, gpu: int, instance: int) -> str:
+    """A stable MIG UUID ('MIG-xxxxxxxx-xxxx-...') from the node name, GPU and instance."""
+    h = hashlib.sha1(f"kiln-fake-mig:{seed}:{gpu}:{instance}".encode()).hexdigest()
+    return f"MIG-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+# --- /proc/driver/nvidia-caps/mig-minors ----------------------------------------------------
+
+MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
+_MINOR_LINE = re.compile(r"^gpu(?P<gpu>\d+)/gi(?P<gi>\d+)(?:/ci(?P<ci>\d+))?/access\s+"
+                         r"(?P<minor>\d+)$")
+
+
+def mig_minor(gpu: int, gi: int, ci: int | None = None) -> int:
+    """The driver's numbering of the caps minors (what mig-minors lists: config 1, monitor 2,
+    then per GPU 15 GPU instances of one access entry and 8 compute instances each), for fake
+    instances."""
+    base = 3 + gpu * 15 * 9 + gi * 9
+    return base if ci is None else base + 1 + ci
+
+
+def parse_mig_minors(text: str) -> dict[tuple[int, int, int | None], int]:
+    """mig-minors' 'gpu0/gi1/access 12' and 'gpu0/gi1/ci0/access 13' lines -> {(gpu minor,
+    gi, ci or None): caps minor}; other lines (config, monitor) are not a job's."""
+    out: dict[tuple[int, int, int | None], int] = {}
+    for line in text.splitlines():
+        match = _MINOR_LINE.match(line.strip())
+        if match:
+            ci = None if match["ci"] is None else int(match["ci"])
+            out[(int(match["gpu"]), int(match["gi"]), ci)] = int(match["minor"])
+    return out
+
+
+def read_mig_minors(path: str = MIG_MINORS) -> dict[tuple[int, int, int | None], int]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return parse_mig_minors(fh.read())
+    except OSError:
+        return {}
+
+
 # --- NVML ----------------------------------------------------------------------------------
 
 
-def nvml_gpus() -> list[GPU]:
-    import pynvml  # imported here: the fake path and CPU nodes never load the library
+def nvml_gpus(pynvml=None, minors_path: str = MIG_MINORS) -> list[GPU]:
+    """The node's GPUs from NVML (``pynvml``: the module, or a stand-in in tests); a GPU in
+    MIG mode is its instances (``_instances``)."""
+    if pynvml is None:
+        import pynvml  # imported here: the fake path and CPU nodes never load the library
 
     try:
         pynvml.nvmlInit()
@@ -142,7 +304,24 @@ def nvml_gpus() -> list[GPU]:
         gpus = [_describe(pynvml, i, h) for i, h in enumerate(handles)]
         for gpu, island in zip(gpus, _islands(pynvml, handles), strict=True):
             gpu.island = island
-        return gpus
+        migs = [_mig_enabled(pynvml, h) for h in handles]
+        if not any(migs):
+            return gpus
+        if not all(migs):
+            raise GPUDiscoveryError(
+                f"GPUs {_indices(gpus, migs, True)} are in MIG mode and "
+                f"{_indices(gpus, migs, False)} not: kiln schedules one GPU type per node "
+                "(put all of the node's GPUs in MIG mode, or none)")
+        minors = read_mig_minors(minors_path)
+        out: list[GPU] = []
+        for gpu, handle in zip(gpus, handles, strict=True):
+            out += _instances(pynvml, gpu, handle, minors, len(out))
+        types = sorted({gres_type(g.model) for g in out})
+        if len(types) > 1:
+            raise GPUDiscoveryError(
+                f"MIG instances of several profiles ({', '.join(types)}): kiln schedules one "
+                "GPU type per node (make the node's instances of one profile)")
+        return out
     except pynvml.NVMLError as exc:
         raise GPUDiscoveryError(f"NVML device query failed: {_text(exc)}") from None
     finally:
@@ -175,6 +354,51 @@ def _describe(pynvml, index: int, handle) -> GPU:
         memory_mb=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
         cpus=_affinity(pynvml, handle),
     )
+
+
+def _indices(gpus: Sequence[GPU], flags: Sequence[bool], value: bool) -> str:
+    return ",".join(str(g.index) for g, f in zip(gpus, flags, strict=True) if f == value)
+
+
+def _mig_enabled(pynvml, handle) -> bool:
+    """Whether the GPU is in MIG mode now (not merely pending a reset into it)."""
+    getter = getattr(pynvml, "nvmlDeviceGetMigMode", None)
+    if getter is None:
+        return False
+    try:
+        current, _pending = getter(handle)
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+        return False
+    return current == getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1)
+
+
+def _instances(pynvml, parent: GPU, handle, minors: Mapping[tuple[int, int, int | None], int],
+               first: int) -> list[GPU]:
+    """The MIG instances of one GPU, numbered from ``first``. A MIG-mode GPU with none made
+    offers nothing (Slurm: a MIG-mode GPU is only its instances). ``caps`` come from
+    mig-minors, keyed by the parent's device minor."""
+    minor = parent.index
+    with_minor = getattr(pynvml, "nvmlDeviceGetMinorNumber", None)
+    if with_minor is not None:
+        minor = int(with_minor(handle))
+    out: list[GPU] = []
+    for slot in range(int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except pynvml.NVMLError as exc:
+            if getattr(exc, "value", None) == pynvml.NVML_ERROR_NOT_FOUND:
+                continue  # an empty slot
+            raise
+        gi = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
+        ci = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
+        caps = [minors[k] for k in ((minor, gi, None), (minor, gi, ci)) if k in minors]
+        out.append(MigGPU(
+            index=first + len(out), uuid=_str(pynvml.nvmlDeviceGetUUID(mig)),
+            model=_str(pynvml.nvmlDeviceGetName(mig)),
+            memory_mb=int(pynvml.nvmlDeviceGetMemoryInfo(mig).total) // (1024 * 1024),
+            island=parent.island, cpus=list(parent.cpus), parent=parent.index, gi=gi, ci=ci,
+            caps=caps))
+    return out
 
 
 MASK_BITS = 64  # NVML's mask words are C ``unsigned long`` (64 bits on Linux's LP64 ABIs)

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, Protocol
 
 import psutil
 
+from agentd.gpus import MigGPU
 from kiln.model import GPU
 from kiln.slurm import stats as keys
 
@@ -386,6 +387,10 @@ def make_sampler(gpus: list[GPU], fake: bool, interval: float,
     backend: GPUBackend | None = None
     if gpus and fake:
         backend = FakeGPUs(gpus, overrides)
+    elif gpus and any(isinstance(g, MigGPU) for g in gpus):
+        # NVML reports no utilisation of a MIG instance, and the device of an index is not
+        # the instance: RSS only
+        log.info("GPU sampling off: MIG instances (NVML reports no utilisation of them)")
     elif gpus:
         try:
             backend = NvmlGPUs()

@@ -87,7 +87,7 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value))
 
 
-def write_config(where: Install, db_url: str, fake_gpus: str) -> Path:
+def write_config(where: Install, db_url: str, fake_gpus: str, fake_mig: str = "") -> Path:
     home = where.home
     db_line = f"db_url = {_toml_value(db_url or 'sqlite:///' + str(home / 'kiln.db'))}"
     if db_url and statedir.has_password(db_url):  # kiln.toml stays world-readable
@@ -119,6 +119,7 @@ def write_config(where: Install, db_url: str, fake_gpus: str) -> Path:
         "",
         "[agent]",
         f"fake_gpus = {_toml_value(fake_gpus)}",
+        *([f"fake_mig = {_toml_value(fake_mig)}"] if fake_mig else []),
         "",
         "[[partition]]",
         'name = "gpu"',
@@ -238,6 +239,9 @@ def _containment_reasons(cfg: kconfig.Config, names: list[str]) -> list[str]:
 @click.option("--fake-gpus", default=None,
               help=f"GPUs each node pretends to have, e.g. 4xA100 (default: real GPUs via "
                    f"NVML, else {DEFAULT_FAKE_GPUS})")
+@click.option("--fake-mig", default=None,
+              help="MIG instances each fake GPU is partitioned into, e.g. 3g.40gb:2 or "
+                   "1g.10gb:7 (default: kiln.toml's [agent] fake_mig; none)")
 @click.option("--cpus", type=click.IntRange(1, 100_000), default=None,
               help=f"CPUs each node offers (default: the host's; {FAKE_NODE_CPUS} with fake GPUs)")
 @click.option("--db-url", default="", help="ledger URL (default SQLite in $KILN_HOME)")
@@ -247,8 +251,8 @@ def _containment_reasons(cfg: kconfig.Config, names: list[str]) -> list[str]:
 @click.option("--mps-per-gpu", type=click.IntRange(0, 4096), default=None,
               help="gres/mps: MPS units each GPU offers to --gres=mps:N jobs, e.g. 100 "
                    "(default: kiln.toml's [agent] mps_per_gpu)")
-def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: str,
-       shards_per_gpu: int | None, mps_per_gpu: int | None) -> None:
+def up(num_nodes: int | None, fake_gpus: str | None, fake_mig: str | None, cpus: int | None,
+       db_url: str, shards_per_gpu: int | None, mps_per_gpu: int | None) -> None:
     """Start schedd and agents on this host (idempotent). As root: a system install that
     every user finds (/etc/kiln/kiln.toml); otherwise a personal cluster in $KILN_HOME."""
     where = install()
@@ -257,20 +261,25 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     layout_file = where.run / "layout.json"
     layout = json.loads(layout_file.read_text()) if layout_file.exists() else {}
     conf_path = where.conf
-    if fake_gpus is None and conf_path.exists():  # kiln.toml says what the nodes pretend
-        try:
-            fake_gpus = kconfig.load(conf_path).agent.fake_gpus
+    if (fake_gpus is None or fake_mig is None) and conf_path.exists():
+        try:  # kiln.toml says what the nodes pretend
+            agent_conf = kconfig.load(conf_path).agent
         except kconfig.ConfigError as exc:
             raise click.ClickException(str(exc)) from None
+        fake_gpus = agent_conf.fake_gpus if fake_gpus is None else fake_gpus
+        fake_mig = agent_conf.fake_mig if fake_mig is None else fake_mig
     if fake_gpus is None:
         fake_gpus = _default_gpus()
+    fake_mig = fake_mig or ""
+    if fake_mig:
+        _check_fake_mig(fake_gpus, fake_mig)
     num_nodes = num_nodes or layout.get("nodes") or 1
     cpus = cpus or layout.get("cpus") or (FAKE_NODE_CPUS if fake_gpus else 0)
-    shape = {"nodes": num_nodes, "fake_gpus": fake_gpus, "cpus": cpus}
+    shape = {"nodes": num_nodes, "fake_gpus": fake_gpus, "fake_mig": fake_mig, "cpus": cpus}
     _check_shape(where, layout, shape)
     wrote = not conf_path.exists()
     if wrote:
-        write_config(where, db_url, fake_gpus)
+        write_config(where, db_url, fake_gpus, fake_mig)
     if shards_per_gpu is None:  # the agents keep what they were started with
         shards_per_gpu = layout.get("shards_per_gpu")
     if mps_per_gpu is None:
@@ -310,6 +319,8 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
                 "--serve-commands", "no"]  # schedd serves this host's commands
         if fake_gpus:
             args += ["--fake-gpus", fake_gpus]
+        if fake_mig:
+            args += ["--fake-mig", fake_mig]
         if cpus:
             args += ["--cpus", str(cpus)]
         if shards_per_gpu is not None:
@@ -319,11 +330,28 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
         _spawn(args, logs / f"agentd-{name}.out", run / f"agentd-{name}.pid", env)
         started.append(f"agentd {name}")
     _wait(lambda: set(names) <= _alive_nodes(cfg), START_TIMEOUT, "the agents")
-    _report(where, cfg, names, fake_gpus, started, wrote)
+    _report(where, cfg, names, fake_gpus + (f", MIG {fake_mig}" if fake_mig else ""), started,
+            wrote)
+
+
+def _check_fake_mig(fake_gpus: str, fake_mig: str) -> None:
+    """--fake-mig partitions fake GPUs, into instances that fit them: said before anything
+    starts, in the agents' own words."""
+    from agentd.gpus import fake_gpus as make_fake
+    from agentd.gpus import fake_mig_gpus
+
+    if not fake_gpus or fake_gpus == "0":
+        raise click.ClickException("--fake-mig partitions fake GPUs: give --fake-gpus too")
+    try:
+        fake_mig_gpus(make_fake(fake_gpus, seed="check"), fake_mig, "check")
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _describe(shape: dict) -> str:
     gpus = shape.get("fake_gpus") or "GPUs from NVML"
+    if shape.get("fake_mig"):
+        gpus += f", MIG {shape['fake_mig']}"
     return f"{shape.get('nodes')} node(s), {gpus}, {shape.get('cpus') or 'all'} CPUs each"
 
 
@@ -334,12 +362,13 @@ def _check_shape(where: Install, layout: dict, shape: dict) -> None:
     takes the new shape, and says so."""
     if not layout:
         return
-    old = {k: layout.get(k) for k in shape}
+    old = {k: layout.get(k, "" if k == "fake_mig" else None) for k in shape}
     if old == shape:
         return
     running = sorted(p.stem.replace("agentd-", "") for p in where.run.glob("agentd-*.pid")
                      if _pid_alive(p))
-    same_nodes = (old["fake_gpus"], old["cpus"]) == (shape["fake_gpus"], shape["cpus"])
+    same_nodes = (old["fake_gpus"], old["fake_mig"], old["cpus"]) == (
+        shape["fake_gpus"], shape["fake_mig"], shape["cpus"])
     if running and not (same_nodes and shape["nodes"] > (old["nodes"] or 0)):
         raise click.ClickException(
             f"the cluster runs as {_describe(old)} (nodes {', '.join(running)}); kiln up does "

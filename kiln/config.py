@@ -127,6 +127,7 @@ class AgentConfig:
     schedd: str = ""  # tcp endpoint of schedd; default: schedd's agent_endpoint
     spool_dir: str = ""  # default {home}/spool/{node}
     fake_gpus: str = ""  # e.g. "8xH100-80GB"; empty = NVML
+    fake_mig: str = ""  # MIG instances of every fake GPU, e.g. "3g.40gb:2"; empty = none
     # gres/shard (Slurm 22.05): shards each of this node's GPUs offers to --gres=shard:N
     # jobs, several jobs on one GPU; 0 = none (the partition's shards_per_gpu may say)
     shards_per_gpu: int = 0

@@ -7,9 +7,14 @@ more than a command's whole run costs otherwise.
 
 from __future__ import annotations
 
+MIG_MARK = " MIG "  # NVML names a MIG device 'NVIDIA A100-SXM4-80GB MIG 1g.10gb'
+
 
 def gres_type(model: str) -> str:
-    """'NVIDIA A100-SXM4-80GB' or 'A100-80GB' -> 'a100': the word users write in --gres=gpu:a100:2."""
+    """'NVIDIA A100-SXM4-80GB' or 'A100-80GB' -> 'a100': the word users write in --gres=gpu:a100:2.
+    A MIG instance's type is its profile: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb' -> '1g.10gb'."""
+    if MIG_MARK in model:
+        return model.rpartition(MIG_MARK)[2].strip().split(" ")[0].lower()
     word = model.replace("NVIDIA", "").strip().split("-")[0].split(" ")[0]
     return word.lower()
 

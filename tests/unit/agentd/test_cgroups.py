@@ -575,3 +575,73 @@ def test_the_agent_takes_the_supervisors_counters_only_from_a_removed_cgroup():
     assert _cgroup_end({"state": "COMPLETED"}) is None  # an older supervisor
     assert _cgroup_end(None) is None  # no exit file
     assert _cgroup_end({"cgroup_end": {"removed": True, "oom_kills": "x"}}) is None
+
+
+# --- MIG: the parent GPU and the instance's caps, nothing else --------------------------------
+
+MIG_OPENER = """#!/usr/bin/env python3
+import os
+for name in ("nvidia0", "nvidia1", "nvidia-caps/nvidia-cap12", "nvidia-caps/nvidia-cap13",
+             "nvidia-caps/nvidia-cap21", "nvidia-caps/nvidia-cap22"):
+    try:
+        os.close(os.open("{dev}/" + name, os.O_RDONLY))
+        print(name, "opened")
+    except OSError as exc:
+        print(name, exc.strerror)
+"""
+
+
+def _mig_devices(dev: Path) -> dict[str, tuple[int, int]]:
+    """Stand-ins for two GPUs and the caps of two MIG instances of GPU 0 (gi 1: caps 12 and
+    13; gi 2: caps 21 and 22), with the numbers of harmless devices (full, random, urandom,
+    null, zero, ptmx) so a job denied them misses nothing it needs."""
+    numbers = {"nvidia0": (1, 7), "nvidia1": (1, 8), "nvidia-caps/nvidia-cap12": (1, 9),
+               "nvidia-caps/nvidia-cap13": (1, 3), "nvidia-caps/nvidia-cap21": (1, 5),
+               "nvidia-caps/nvidia-cap22": (5, 2)}
+    (dev / "nvidia-caps").mkdir(parents=True)
+    for name, (major, minor) in numbers.items():
+        os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(dev / name, 0o666)
+    return numbers
+
+
+def test_a_mig_job_is_denied_the_other_gpus_and_the_other_instances_caps(tmp_path, fake_kernel):
+    root, mountinfo = _fake_v2(tmp_path)
+    numbers = _mig_devices(tmp_path / "dev")
+    cgroups = Cgroups("n9", Settings(root=str(root), device_dir=str(tmp_path / "dev")),
+                      mountinfo=mountinfo)
+    # instances 0 and 1 on GPU 0, instance 2 on GPU 1 (its caps not in /dev here)
+    cgroups.set_mig({0: (0, (12, 13)), 1: (0, (21, 22)), 2: (1, (147, 148))})
+    deny = set(cgroups.limits((1, 1), cpus=1, memory_mb=0, gpus=[0]).deny_devices)
+    assert deny == {("c", *numbers[n]) for n in ("nvidia1", "nvidia-caps/nvidia-cap21",
+                                                 "nvidia-caps/nvidia-cap22")}
+    deny = set(cgroups.limits((2, 1), cpus=1, memory_mb=0, gpus=[2]).deny_devices)
+    assert deny == {("c", *numbers[n]) for n in ("nvidia0", "nvidia-caps/nvidia-cap12",
+                                                 "nvidia-caps/nvidia-cap13",
+                                                 "nvidia-caps/nvidia-cap21",
+                                                 "nvidia-caps/nvidia-cap22")}
+    both = cgroups.limits((3, 1), cpus=1, memory_mb=0, gpus=[0, 1]).deny_devices
+    assert both == (("c", *numbers["nvidia1"]),)
+    cgroups.set_mig({})  # no MIG: whole GPUs as before, the caps are no GPU's
+    assert cgroups.limits((4, 1), cpus=1, memory_mb=0, gpus=[0]).deny_devices == (
+        ("c", *numbers["nvidia1"]),)
+    cgroups.close()
+
+
+@real
+def test_only_the_mig_jobs_parent_gpu_and_caps_can_be_opened(base, user, cgroups):
+    dev = base / "out" / "dev"
+    _mig_devices(dev)
+    with_gpus = Cgroups(cgroups.node, replace(cgroups.settings, device_dir=str(dev)),
+                        layout=cgroups.layout)
+    with_gpus.set_mig({0: (0, (12, 13)), 1: (0, (21, 22))})
+    lau = Launcher(base / "spool", cgroups.node, kill_wait=2, cgroups=with_gpus)
+    lau.launch(spec(user, base, 21, MIG_OPENER.format(dev=dev), gpus=[0]))
+    assert wait_for(lau, 21).state == "COMPLETED"
+    assert output(base, 21) == (
+        "nvidia0 opened\nnvidia1 Operation not permitted\n"
+        "nvidia-caps/nvidia-cap12 opened\nnvidia-caps/nvidia-cap13 opened\n"
+        "nvidia-caps/nvidia-cap21 Operation not permitted\n"
+        "nvidia-caps/nvidia-cap22 Operation not permitted\n")
+    lau.close()
+    with_gpus.close()

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from agentd.gpuhealth import FakeNvml, Watcher
-from agentd.gpus import fake_gpus
+from agentd.gpus import discover, fake_gpus
+from agentd.gpus import parents as gpu_parents
 from agentd.sampler import FakeGPUs, fake_gpu_sample
 from kiln.slurm.gpufaults import APPLICATION_XIDS, FATAL_XIDS, describe, is_fatal
 
@@ -156,3 +157,28 @@ def test_fake_sampler_util_override() -> None:
     assert backend.sample(7, [1], set())[0][0] == 3.0
     nvml.inject(1, "clear")
     assert backend.sample(7, [1], set()) == [fake_gpu_sample(7, 1, gpus[1].memory_mb)]
+
+
+def test_a_mig_gpus_fault_is_a_fault_of_each_of_its_instances() -> None:
+    """Two GPUs in MIG mode, three instances on GPU 0 and two on GPU 1 (agentd.gpus.parents):
+    the watch reads the GPUs, and reports by instance, as schedd hands them out."""
+    gpus = discover("2xA100", seed="n", fake_mig="2g.20gb:3")
+    parents = gpu_parents(gpus)
+    assert parents == [0, 0, 0, 1, 1, 1]
+    nvml = FakeNvml(2, parents)
+    watch = Watcher(nvml, 2, counters_every=0.0, parents=parents)
+    nvml.inject(parents[4], "xid", 79)  # kiln fake-gpu NODE 4: instance 4's GPU, GPU 1
+    assert [(f.index, f.kind, f.xid) for f in watch.poll(1.0)] == [
+        (3, "xid", 79), (4, "xid", 79), (5, "xid", 79)]
+    nvml.inject(0, "lost")
+    assert [(f.index, f.kind) for f in watch.poll(2.0)] == [(0, "lost"), (1, "lost"),
+                                                            (2, "lost")]
+    assert watch.poll(3.0) == []  # lasting: once
+    watch.reset([1])  # schedd resumed instance 1: its GPU is read afresh, still lost
+    assert [(f.index, f.kind) for f in watch.poll(4.0)] == [(0, "lost"), (1, "lost"),
+                                                            (2, "lost")]
+    # the fake sampler's --util of an instance is its GPU's
+    nvml.inject(1, "util", 42)
+    backend = FakeGPUs(gpus, nvml)
+    assert [u for u, _ in backend.sample(7, [3, 5], set())] == [42.0, 42.0]
+    assert nvml.util(0) is None and nvml.util(2) is None  # GPU 0's instances: not forced

@@ -1,5 +1,6 @@
 """GPU discovery: the fake specs tests use, and the NVML path against a stand-in pynvml."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,6 +131,7 @@ def _install_fake_nvml(monkeypatch, nvlinked, fail_on=None):
         "nvmlDeviceGetP2PStatus": p2p,
         "nvmlDeviceGetTopologyCommonAncestor": lambda a, b: pynvml.NVML_TOPOLOGY_HOSTBRIDGE,
         "nvmlDeviceGetCpuAffinity": lambda h, words: [0] * words,  # an empty mask: none known
+        "nvmlDeviceGetMigMode": lambda h: [0, 0],  # MIG off (NVML_DEVICE_MIG_DISABLE)
     }
     for name, fn in fakes.items():
         monkeypatch.setattr(pynvml, name, fn)
@@ -285,3 +287,151 @@ def test_the_gpu_node_check_says_in_one_line_that_there_is_nothing_to_check(tmp_
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and res.stdout == ""
     assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("check-gpu-node: ")
+
+
+# --- MIG ------------------------------------------------------------------------------------
+
+MINORS = Path(__file__).with_name("mig-minors")  # /proc/driver/nvidia-caps/mig-minors' lines
+
+
+def test_fake_mig_seven_1g_instances_of_an_a100_80gb():
+    found = discover("1xA100-80GB", seed="node1", fake_mig="1g.10gb:7")
+    assert [g.index for g in found] == list(range(7))
+    assert all(isinstance(g, gpus.MigGPU) and g.parent == 0 for g in found)
+    assert {gres_type(g.model) for g in found} == {"1g.10gb"}
+    assert found[0].model == "NVIDIA A100-80GB MIG 1g.10gb"
+    assert {g.memory_mb for g in found} == {10240}
+    assert len({g.uuid for g in found}) == 7
+    assert all(re.fullmatch(r"MIG-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", g.uuid)
+               for g in found)
+    again = discover("1xA100-80GB", seed="node1", fake_mig="1g.10gb:7")
+    other = discover("1xA100-80GB", seed="node2", fake_mig="1g.10gb:7")
+    assert [g.uuid for g in again] == [g.uuid for g in found]  # stable per node
+    assert not {g.uuid for g in other} & {g.uuid for g in found}
+    # the caps minors the driver gives GPU instance 1.. and its compute instance 0
+    assert found[0].caps == [12, 13] and found[1].caps == [21, 22]
+
+
+def test_fake_mig_partitions_every_gpu_alike():
+    found = discover("2xA100", seed="n", fake_mig="3g.40gb:2")
+    assert gpus.parents(found) == [0, 0, 1, 1] and gpus.physical_count(found) == 2
+    assert [g.island for g in found] == [0, 0, 1, 1]
+    assert {gres_type(g.model) for g in found} == {"3g.40gb"}
+    assert len(discover("1xA100-SXM4-40GB", seed="n", fake_mig="1g.5gb:7")) == 7
+    assert len(discover("2xH100-80GB", seed="n", fake_mig="7g.80gb")) == 2
+
+
+@pytest.mark.parametrize("gpu,spec,says", [
+    ("1xA100-80GB", "3g.40gb:3", "9 compute slices and 120GB do not fit a GPU of 80GB"),
+    ("1xA100-80GB", "1g.10gb:8", "8 instances of 1g.10gb (1 to 7)"),
+    ("1xA100-40GB", "1g.10gb:7", "7 compute slices and 70GB do not fit a GPU of 40GB"),
+    ("1xA100-80GB", "4g.40gb,4g.40gb", "8 compute slices"),
+    ("1xA100-80GB", "1g.5gb", "no MIG profile 1g.5gb on a GPU of 80GB"),
+    ("1xL4-24GB", "1g.10gb", "MIG needs a 40GB or 80GB GPU"),
+    ("1xA100-80GB", "big", "expected PROFILE[:COUNT]"),
+    ("1xA100-80GB", "3g.40gb:1,1g.10gb:2", "one MIG profile per node"),
+])
+def test_bad_fake_mig_is_a_one_line_value_error(gpu, spec, says):
+    with pytest.raises(ValueError) as info:
+        discover(gpu, seed="n", fake_mig=spec)
+    assert "\n" not in str(info.value) and says in str(info.value), str(info.value)
+
+
+def test_fake_mig_needs_fake_gpus():
+    with pytest.raises(ValueError, match="give --fake-gpus too"):
+        discover("", fake_mig="1g.10gb:7")
+
+
+def test_mig_minors_are_read_from_the_drivers_file():
+    minors = gpus.parse_mig_minors(MINORS.read_text())
+    assert minors[(0, 1, None)] == 12 and minors[(0, 1, 0)] == 13
+    assert minors[(1, 2, 7)] == int(next(line.split()[1] for line in MINORS.read_text()
+                                         .splitlines() if line.startswith("gpu1/gi2/ci7/")))
+    assert "config" not in str(minors) and len(minors) == 2 * 3 * 9  # config, monitor: not a job's
+    assert gpus.read_mig_minors(str(MINORS.with_name("absent"))) == {}
+
+
+class _MigMemory:
+    def __init__(self, gb):
+        self.total = gb * 1024**3
+
+
+def _install_mig_nvml(monkeypatch, modes=(1, 1), profiles=("1g.10gb", "1g.10gb")):
+    """Two A100 80GB. GPU 0: MIG instances in slots 0 and 2 (GI 7 and 9), slot 1 empty; GPU 1:
+    one instance (GI 1, CI 0). Handles of instances are (gpu, slot)."""
+    _install_fake_nvml(monkeypatch, nvlinked={(0, 1)})
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 2)
+    slots = {0: {0: (7, 0), 2: (9, 0)}, 1: {0: (1, 0)}}
+
+    def mig_handle(handle, slot):
+        if slot not in slots[handle]:
+            raise _nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return (handle, slot)
+
+    def name(h):
+        if isinstance(h, tuple):
+            return f"NVIDIA A100-SXM4-80GB MIG {profiles[h[0]]}"
+        return "NVIDIA A100-SXM4-80GB"
+
+    fakes = {
+        "nvmlDeviceGetMigMode": lambda h: [modes[h], modes[h]],
+        "nvmlDeviceGetMaxMigDeviceCount": lambda h: 7,
+        "nvmlDeviceGetMigDeviceHandleByIndex": mig_handle,
+        "nvmlDeviceGetGpuInstanceId": lambda h: slots[h[0]][h[1]][0],
+        "nvmlDeviceGetComputeInstanceId": lambda h: slots[h[0]][h[1]][1],
+        "nvmlDeviceGetUUID": lambda h: (f"MIG-{h[0]}{h[1]}000000-aaaa-bbbb-cccc-dddddddddddd"
+                                        if isinstance(h, tuple) else f"GPU-{h}"),
+        "nvmlDeviceGetName": name,
+        "nvmlDeviceGetMemoryInfo": lambda h: _MigMemory(10 if isinstance(h, tuple) else 80),
+        "nvmlDeviceGetMinorNumber": lambda h: h,
+    }
+    for fn_name, fn in fakes.items():
+        monkeypatch.setattr(pynvml, fn_name, fn)
+
+
+def test_nvml_mig_mode_gpus_are_their_instances(monkeypatch):
+    _install_mig_nvml(monkeypatch)
+    found = gpus.nvml_gpus(pynvml, minors_path=str(MINORS))
+    assert [g.index for g in found] == [0, 1, 2]  # the instances, never the GPUs
+    assert [g.uuid for g in found] == ["MIG-00000000-aaaa-bbbb-cccc-dddddddddddd",
+                                       "MIG-02000000-aaaa-bbbb-cccc-dddddddddddd",
+                                       "MIG-10000000-aaaa-bbbb-cccc-dddddddddddd"]
+    assert {gres_type(g.model) for g in found} == {"1g.10gb"}
+    assert [g.memory_mb for g in found] == [10240] * 3
+    assert [(g.parent, g.gi, g.ci) for g in found] == [(0, 7, 0), (0, 9, 0), (1, 1, 0)]
+    assert [g.island for g in found] == [0, 0, 0]  # the parents' NVLink island
+    # caps: 'gpu0/gi7/access' and 'gpu0/gi7/ci0/access'; gi 7 and 9 are not in this excerpt
+    # of mig-minors, gpu1/gi1's are
+    assert found[0].caps == [] and found[2].caps == [147, 148]
+
+
+def test_nvml_mixed_mig_and_whole_gpus_or_profiles_are_refused_in_one_line(monkeypatch):
+    _install_mig_nvml(monkeypatch, modes=(1, 0))
+    with pytest.raises(GPUDiscoveryError) as info:
+        gpus.nvml_gpus(pynvml, minors_path=str(MINORS))
+    assert str(info.value) == ("GPUs 0 are in MIG mode and 1 not: kiln schedules one GPU type "
+                               "per node (put all of the node's GPUs in MIG mode, or none)")
+    _install_mig_nvml(monkeypatch, profiles=("1g.10gb", "3g.40gb"))
+    with pytest.raises(GPUDiscoveryError, match=r"several profiles \(1g.10gb, 3g.40gb\)"):
+        gpus.nvml_gpus(pynvml, minors_path=str(MINORS))
+
+
+def test_nvml_mig_pending_is_not_mig(monkeypatch):
+    """MIG mode pending (set, the GPU not yet reset): still a whole GPU."""
+    _install_mig_nvml(monkeypatch)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigMode", lambda h: [0, 1])
+    found = gpus.nvml_gpus(pynvml, minors_path=str(MINORS))
+    assert [g.uuid for g in found] == ["GPU-0", "GPU-1"]
+    assert not any(isinstance(g, gpus.MigGPU) for g in found)
+
+
+def test_visible_devices_name_mig_instances_by_uuid():
+    found = discover("1xA100-80GB", seed="n", fake_mig="1g.10gb:7")
+    env = gpus.visible_environment({"CUDA_VISIBLE_DEVICES": "1,3", "SLURM_JOB_GPUS": "1,3",
+                                    "PATH": "/bin"}, found)
+    assert env == {"CUDA_VISIBLE_DEVICES": f"{found[1].uuid},{found[3].uuid}",
+                   "SLURM_JOB_GPUS": "1,3", "PATH": "/bin"}
+    whole = discover("4xA100", seed="n")
+    assert gpus.visible_environment({"CUDA_VISIBLE_DEVICES": "0,2"}, whole) == {
+        "CUDA_VISIBLE_DEVICES": "0,2"}
+    assert gpus.visible_environment({}, found) == {}
