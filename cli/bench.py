@@ -103,13 +103,24 @@ def make_associations(rng: random.Random) -> list[AssociationView]:
 
 
 def synthetic_snapshot(jobs: int, nodes: int, gpus_per_node: int, seed: int = 1,
-                       busy: float = 0.5) -> Snapshot:
+                       busy: float = 0.5, placement: str = "frag") -> Snapshot:
+    """``placement`` "frag": the snapshot carries a start history, as the daemon's do (the
+    running jobs' starts, decayed to now), so GPU jobs are placed by the fragmentation
+    measure (scheduler/fragment.py); "bestfit": none, best fit."""
+    from schedd.scheduler.fragment import StartHistory
+
     rng = random.Random(seed)
     node_views = make_nodes(nodes, gpus_per_node)
     running = make_running(rng, node_views, busy)
     pending = make_pending(rng, jobs, gpus_per_node, nodes, len(running) + 1)
+    history = None
+    if placement == "frag":
+        recent = StartHistory()
+        for run in sorted(running, key=lambda r: (r.start_time, r.job_id)):
+            recent.record(run.allocation, run.start_time)
+        history = recent.snapshot(NOW)
     return Snapshot(now=NOW, nodes=node_views, running=running, pending=pending,
-                    associations=make_associations(rng))
+                    associations=make_associations(rng), gpu_history=history)
 
 
 def peak_rss_mb() -> float:
@@ -131,8 +142,11 @@ def bench() -> None:
 @click.option("--seed", default=1, show_default=True, help="random seed of the snapshot")
 @click.option("--fill", type=click.Choice(["priority", "area", "short_area"]),
               default="short_area", show_default=True, help="backfill fill rule")
+@click.option("--placement", type=click.Choice(["frag", "bestfit"]), default="frag",
+              show_default=True,
+              help="GPU placement: the daemon's fragmentation-aware one, or best fit")
 def sched(jobs: int, nodes: int, gpus_per_node: int, reservations: int, repeat: int,
-          seed: int, fill: str) -> None:
+          seed: int, fill: str, placement: str) -> None:
     """Time one full scheduling cycle over a synthetic snapshot (half the cluster busy)."""
     for name, value, low in (("--jobs", jobs, 0), ("--nodes", nodes, 1),
                              ("--gpus-per-node", gpus_per_node, 0), ("--repeat", repeat, 1),
@@ -142,7 +156,7 @@ def sched(jobs: int, nodes: int, gpus_per_node: int, reservations: int, repeat: 
     from cli.progress import progress
     from schedd.scheduler.cycle import schedule
 
-    snapshot = synthetic_snapshot(jobs, nodes, gpus_per_node, seed)
+    snapshot = synthetic_snapshot(jobs, nodes, gpus_per_node, seed, placement=placement)
     config = SchedulerConfig(bf_max_reservations=reservations, fill=fill)
     times = []
     decisions = None

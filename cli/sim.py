@@ -85,6 +85,10 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
 @click.option("--placement", "placements", multiple=True, metavar="P[,P...]",
               help="GPU-sharing placement(s): random, bestfit, worstfit, dotprod, fgd, kiln "
                    "(default kiln; repeat or separate by commas)")
+@click.option("--gpu-placement", "gpu_placement", type=click.Choice(["bestfit", "frag"]),
+              default="bestfit", show_default=True,
+              help="GPU model: place GPU jobs by best fit, or by the fragmentation measure "
+                   "as the daemon does")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="GPU-sharing mode: the seed of the task draws")
 @click.option("--json", "as_json", is_flag=True, help="GPU-sharing mode: print JSON")
@@ -96,8 +100,8 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
 def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
         gpus_per_node: int | None, config_file: str | None, out: str | None,
         by_user: str | None, first: str | None, last: str | None, forecasts: bool,
-        nodes_csv: str | None, placements: tuple[str, ...], seed: int, as_json: bool,
-        curve: str | None, plot: str | None) -> None:
+        nodes_csv: str | None, placements: tuple[str, ...], gpu_placement: str, seed: int,
+        as_json: bool, curve: str | None, plot: str | None) -> None:
     """Replay an SWF trace through the scheduler core on a virtual clock, or (with
     --nodes-csv) an openb GPU-sharing trace placement by placement."""
     if nodes_csv is not None:
@@ -131,7 +135,7 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
             machine = machines.gpu_cluster(data.max_procs, nodes, gpus_per_node)
         with progress(f"replaying {len(data.jobs):,} jobs", len(data.jobs)) as update:
             result = replay(data, machine, config, progress=lambda done, total: update(done),
-                            forecasts=forecasts)
+                            forecasts=forecasts, gpu_placement=gpu_placement)
     except (SwfError, SimError, ConfigError) as exc:
         _fail(ctx, str(exc))
     if not result.records:

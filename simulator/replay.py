@@ -36,11 +36,14 @@ from itertools import pairwise
 
 from kiln.config import SchedulerConfig
 from schedd.scheduler.forecast import Forecast
+from schedd.scheduler.fragment import StartHistory
 from schedd.scheduler.snapshot import Decisions, PendingJob, RunningJob, Snapshot, Start
 from simulator.forecasts import SimForecaster
 from simulator.machine import Machine, Shape
 from simulator.swf import Trace, TraceJob
 from simulator.usage import UsageLedger
+
+GPU_PLACEMENTS = ("bestfit", "frag")  # replay's gpu_placement (kiln sim --gpu-placement)
 
 Scheduler = Callable[[Snapshot, SchedulerConfig], Decisions]
 
@@ -137,11 +140,19 @@ PROGRESS_EVERY = 256  # cycles between two calls of replay's ``progress``
 def replay(
     trace: Trace, machine: Machine, config: SchedulerConfig, schedule: Scheduler | None = None,
     progress: Callable[[int, int], None] | None = None, forecasts: bool = False,
+    gpu_placement: str = "bestfit",
 ) -> Replay:
     """Replay ``trace`` on ``machine`` under ``config``; ``schedule`` defaults to kiln's core.
     ``progress`` (kiln sim's bar) is told (jobs arrived, jobs in all) every few cycles.
     ``forecasts``: publish each waiting job's p50 and p90 start at its arrival
-    (``sim/forecasts.py``); with the policy's ``predict_runtime`` the plan uses predictions."""
+    (``sim/forecasts.py``); with the policy's ``predict_runtime`` the plan uses predictions.
+    ``gpu_placement`` "frag": the snapshots carry the replay's start history (decayed on the
+    virtual clock), so GPU jobs are placed as the daemon places them, by the fragmentation
+    measure (``scheduler/fragment.py``); "bestfit" (the default): best fit."""
+    if gpu_placement not in GPU_PLACEMENTS:
+        raise SimError(f"GPU placement {gpu_placement!r} is not one of "
+                       f"{', '.join(GPU_PLACEMENTS)}")
+    history = StartHistory() if gpu_placement == "frag" else None
     if schedule is None:
         from schedd.scheduler.cycle import schedule
     state = _State(machine, usage=UsageLedger(config) if config.weight_fairshare else None)
@@ -172,7 +183,8 @@ def replay(
                             list(state.pending.values()),
                             state.usage.views(now) if state.usage else [],
                             promises.times, promises.nodes, explain=False,
-                            plain_arrivals=plain, memo=memo, passed_over=passed)
+                            plain_arrivals=plain, memo=memo, passed_over=passed,
+                            gpu_history=history.snapshot(now) if history is not None else None)
         t0 = time.perf_counter()
         decisions = schedule(snapshot, config)
         core += time.perf_counter() - t0
@@ -181,6 +193,8 @@ def replay(
             progress(i, n)
         for start in decisions.starts:
             _start(state, start, now)
+            if history is not None:
+                history.record(start.allocation, now)
         if state.predictor is not None and i > arrived:
             state.predictor.forecast(snapshot, [a.job_id for a, _ in arrivals[arrived:i]],
                                      {s.job_id for s in decisions.starts})

@@ -41,7 +41,7 @@ def run_cycle(ctx: Context, now: float) -> Decisions:
         log.exception("scheduling cycle failed: finding the job(s) it cannot take")
         set_aside_culprits(ctx, snapshot, now)
         return Decisions()
-    ctx.planner.remember(decisions)
+    ctx.planner.remember(decisions, now)
     pace.last_seconds = time.perf_counter() - cycle_started
     elapsed = time.perf_counter() - started
     ctx.diag.cycle_done(now, pace.last_seconds, decisions.depth,

@@ -17,7 +17,7 @@ from kiln.config import Config, SchedulerConfig
 from schedd import snapshots
 from schedd.lifecycle import victims
 from schedd.lifecycle.agents import AgentRegistry
-from schedd.scheduler import forecast, runtimes
+from schedd.scheduler import forecast, fragment, runtimes
 from schedd.scheduler.cycle import schedule
 from schedd.scheduler.snapshot import Decisions, PendingJob, Snapshot
 from schedd.state import State
@@ -84,6 +84,9 @@ class Planner:
         # pending jobs a request in progress is ending (a big scancel between its slices:
         # transitions.cancel_in_slices): never offered to the core meanwhile
         self.withheld: set[int] = set()
+        # the recent starts by shape, decayed (scheduler/fragment.py): with the pending
+        # jobs, the workload the core's GPU placement measures fragmentation against
+        self.history = fragment.StartHistory()
 
     def snapshot(self, now: float, probes: Iterable[PendingJob] = ()) -> tuple[Snapshot,
                                                                               dict[int, str]]:
@@ -96,6 +99,7 @@ class Planner:
         victims.annotate(snapshot, self.cfg, self.state, self.agents.checkpoints,
                             self.tracker, now)
         pending = {p.job_id for p in snapshot.pending}
+        snapshot.gpu_history = self.history.snapshot(now)
         snapshot.promised = {j: t for j, t in self.promised.items() if j in pending}
         snapshot.promised_nodes = {j: n for j, n in self.promised_nodes.items() if j in pending}
         if self.passed_over:
@@ -119,9 +123,12 @@ class Planner:
         """Run the core on a snapshot (nothing remembered: a probe's plan promises nothing)."""
         return schedule(snapshot, self.cfg.scheduler)
 
-    def remember(self, decisions: Decisions) -> None:
+    def remember(self, decisions: Decisions, now: float | None = None) -> None:
         """The cycle's plan becomes the promises the next snapshot carries, and its count of
-        overtaking the next snapshot's."""
+        overtaking the next snapshot's; its starts (made at ``now``) join the start history."""
+        if now is not None:
+            for start in decisions.starts:
+                self.history.record(start.allocation, now)
         self.promised = decisions.expected_start
         self.promised_nodes = decisions.reserved_nodes
         self.passed_over = decisions.passed_over

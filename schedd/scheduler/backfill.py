@@ -159,7 +159,8 @@ class Walk:
                  promised: Collection[int] = (),
                  promised_nodes: Mapping[int, Sequence[str]] | None = None,
                  explain: bool = True, record: bool = False,
-                 owed: frozenset[int] = frozenset()) -> None:
+                 owed: frozenset[int] = frozenset(),
+                 frag: placement.Scorer | None = None) -> None:
         self.timelines = timelines
         self.now = now
         self.config = config
@@ -168,7 +169,7 @@ class Walk:
         self.explain = explain  # a reason for the jobs never looked at too
         # seconds a job is planned for (``planned``), read for every job walked: one call
         self.duration: Callable[[PendingJob], int] = partial(planned, config.predict_runtime)
-        self.free = placement.FreeIndex(timelines)
+        self.free = placement.FreeIndex(timelines, by_mem=frag is not None)
         self.plan = Plan()
         self.reservations = 0
         self.planned_all = config.bf_max_reservations <= 0  # no reservation left to make
@@ -184,6 +185,9 @@ class Walk:
         # when it is on, the gathered jobs in walk order, for the count of who passed whom
         self.owed = owed
         self.gathered: list[PendingJob] = []
+        # the cycle's fragmentation measure (fragment.py): which nodes a GPU job starts on;
+        # None: best fit
+        self.frag = frag
 
     def end_of(self, job: PendingJob, start: float) -> float:
         return round_up(start + self.duration(job), self.config.bf_resolution)
@@ -334,7 +338,7 @@ class Walk:
             return
         if self.free.may_fit(job):
             chosen = placement.place_now(job, cands, self.now, self.end_of(job, self.now),
-                                         self.free)
+                                         self.free, self.frag)
             if chosen is not None:
                 if (self.blocked and self.config.fill != "priority"
                         and job.job_id not in self.promised and not self.due(job)):
@@ -418,8 +422,8 @@ class Walk:
             if not self.free.may_fit(job):
                 continue
             chosen = placement.place_now(
-                job, self.candidates(job), self.now, self.end_of(job, self.now), self.free
-            )
+                job, self.candidates(job), self.now, self.end_of(job, self.now), self.free,
+                self.frag)
             if chosen is not None:
                 self.start(job, chosen)
 

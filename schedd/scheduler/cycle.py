@@ -30,6 +30,7 @@ from operator import attrgetter, indexOf, not_
 from kiln.config import SchedulerConfig
 from schedd.scheduler import (
     fairshare,
+    fragment,
     licenses,
     limits,
     overtake,
@@ -68,7 +69,8 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
     explain = snapshot.explain or snapshot.preemption is not None
     carry = not named and replan.eligible(snapshot, config)  # the plan goes to the next cycle
     walk = Walk(timelines, snapshot.now, config, snapshot.promised,
-                snapshot.promised_nodes, explain, record=carry, owed=owed)
+                snapshot.promised_nodes, explain, record=carry, owed=owed,
+                frag=fragment.scorer_for(snapshot.gpu_history, pending, snapshot.nodes))
     gate = licenses.LicenseGate(snapshot.licenses, snapshot.running) \
         if snapshot.licenses else None  # -L: a job waits for its licenses (licenses.py)
     walking = gate.screen(order, walk.plan.starts, walk.plan.reasons) if gate else order

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 WHOLE = 1000  # milli-GPU in one GPU
@@ -110,12 +110,13 @@ class Workload:
     trace with its share of the tasks. Results are memoised per node state, since a replay
     meets the same states again and again."""
 
-    def __init__(self, tasks: Iterable[Task]) -> None:
-        counts = Counter(tasks)
+    def __init__(self, tasks: Iterable[Task] | Mapping[Task, float]) -> None:
+        """``tasks``: the tasks (each counted once), or each task type with its weight."""
+        counts = tasks if isinstance(tasks, Mapping) else Counter(tasks)
         total = sum(counts.values())
-        if not total:
+        if not total > 0:
             raise ValueError("a workload needs at least one task")
-        self.types = {task: n / total for task, n in counts.items()}
+        self.types = {task: n / total for task, n in counts.items() if n > 0}
         # the GPU demand shapes: (gpus, milli); CPU-only tasks can use no GPU, they add nothing
         self.classes = sorted({(t.gpus, t.milli) for t in self.types if t.gpus})
         self._index = {c: i for i, c in enumerate(self.classes)}

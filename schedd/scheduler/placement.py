@@ -13,13 +13,14 @@ Multi-node jobs are gangs: all nodes at one start time, or none.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from heapq import nsmallest
 from operator import attrgetter
 
 from kiln.model import NodeAllocation
 from schedd.scheduler import shares
+from schedd.scheduler.fragment import Scorer
 from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline
 from schedd.scheduler.snapshot import NodeView, PendingJob
 
@@ -235,11 +236,14 @@ def _gpus_held_on(tl: NodeTimeline, found: tuple[dict[int, int], list[int]], now
     return True
 
 
-def _place_shares_now(job: PendingJob, cands: Candidates, now: float, end: float
-                      ) -> list[NodeTimeline] | None:
-    """``place_now`` for a share job: nodes whose shares (and fresh GPUs) hold it now."""
+def _place_shares_now(job: PendingJob, cands: Candidates, now: float, end: float,
+                      frag: Scorer | None = None) -> list[NodeTimeline] | None:
+    """``place_now`` for a share job: nodes whose shares (and fresh GPUs) hold it now; with
+    ``frag``, ordered by the fragmentation measure (``fragment.Scorer.share_key``)."""
     fitting = []
     kind = shares.asked(job)[0]
+    keys: dict[int, tuple] = {}
+    scored = frag is not None and frag.workload is not None
     for tl in cands.nodes:
         if not shares.per_gpu(tl.view, kind):
             continue
@@ -250,9 +254,13 @@ def _place_shares_now(job: PendingJob, cands: Candidates, now: float, end: float
         d = Demand(d.cpus, d.mem, len(found[1]))
         if tl.fits_now(d) and (tl.monotone or tl.fits(d, now, end)):
             fitting.append(tl)
+            if scored:
+                keys[tl.index] = (*frag.share_key(  # type: ignore[union-attr]
+                    tl.gpus[0], tl.shared_free(), shares.per_gpu(tl.view, kind), tl.cpus[0], found,
+                    d.cpus, len(tl.view.gpus)), tl.index)
     if len(fitting) < job.num_nodes:
         return None
-    return _choose(job, fitting, now)
+    return _choose(job, fitting, now, keys.__getitem__ if scored else None)
 
 
 def _leftover(tl: NodeTimeline, d: Demand, t: float) -> tuple[int, int, int, int]:
@@ -268,13 +276,16 @@ def _required_first(job: PendingJob, chosen: list[NodeTimeline]) -> list[NodeTim
 
 
 def place_now(
-    job: PendingJob, cands: Candidates, now: float, end: float, free: FreeIndex | None = None
+    job: PendingJob, cands: Candidates, now: float, end: float, free: FreeIndex | None = None,
+    frag: Scorer | None = None,
 ) -> list[NodeTimeline] | None:
-    """The best-fit gang that can run from now until ``end`` without touching any plan."""
+    """The gang that can run from now until ``end`` without touching any plan: best fit, or
+    with ``frag`` (the cycle's workload) for a GPU job the least fragmenting
+    (``fragment.py``). Which nodes fit does not depend on ``frag``, only which are chosen."""
     if job.shards_per_node or job.mps_per_node:
-        return _place_shares_now(job, cands, now, end)
+        return _place_shares_now(job, cands, now, end, frag)
     if free is not None and not job.exclusive:
-        return _place_now_indexed(job, cands, now, end, free)
+        return _place_now_indexed(job, cands, now, end, free, frag)
     fitting = []
     for tl in cands.nodes:
         d = demand_on(job, tl.view)
@@ -288,10 +299,13 @@ def place_now(
 
 
 def _place_now_indexed(
-    job: PendingJob, cands: Candidates, now: float, end: float, free: FreeIndex
+    job: PendingJob, cands: Candidates, now: float, end: float, free: FreeIndex,
+    frag: Scorer | None = None,
 ) -> list[NodeTimeline] | None:
     """``place_now`` through the free-now buckets, least free first: the first nodes found
-    are the best fit, so a job on a big cluster looks at few nodes."""
+    are the best fit, so a job on a big cluster looks at few nodes. With ``frag``, a GPU job
+    walks the buckets in the order of the fragmentation measure instead
+    (``fragment.Scorer.key_order``), so the first nodes found are the least fragmenting."""
     d = Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
     need = job.num_nodes
     if job.nodelist:
@@ -299,8 +313,15 @@ def _place_now_indexed(
     fitting: list[NodeTimeline] = []
     timelines = free.timelines
     every, ids = cands.every, cands.ids
-    for key in free.keys_at_least(d.gpus, d.cpus):
-        for index in free.buckets[key]:
+    keys_by_fit = None
+    if (frag is not None and free.by_mem is not None and d.gpus and not job.nodelist
+            and frag.workload is not None):
+        keys = keys_by_fit = frag.key_order(free.sorted_keys(), d.gpus, d.cpus)
+    else:
+        keys = free.keys_at_least(d.gpus, d.cpus)
+    for key in keys:
+        for index in (free.buckets[key] if keys_by_fit is None else
+                      free.least_memory_first(key, d.mem)):
             if not every and index not in ids:
                 continue
             tl = timelines[index]
@@ -325,10 +346,15 @@ class FreeIndex:
 
     It answers the quick "can this fit anywhere now" (which keeps a full cluster's cycle linear
     in the queue, not in the nodes) and walks nodes least-free first for best fit.
+    ``by_mem`` (the fragmentation-aware placement's walk): each bucket's nodes also by free
+    memory, so a bucket is walked least memory first (``least_memory_first``).
     """
 
-    def __init__(self, timelines: Sequence[NodeTimeline]) -> None:
+    def __init__(self, timelines: Sequence[NodeTimeline], by_mem: bool = False) -> None:
         self.timelines = timelines
+        # (GPUs, CPUs) -> free memory -> node indices; and each bucket's memories, sorted
+        self.by_mem: dict[tuple[int, int], dict[int, list[int]]] | None = {} if by_mem else None
+        self._mems: dict[tuple[int, int], list[int]] = {}
         self.buckets: dict[tuple[int, int], list[int]] = {}
         self.gpu_count: dict[int, int] = {}
         self._keys: list[tuple[int, int]] | None = None
@@ -349,6 +375,14 @@ class FreeIndex:
         self.gpu_count[key[0]] = self.gpu_count.get(key[0], 0) + 1
         if key[1] > self._max_cpus:
             self._max_cpus = key[1]
+        if self.by_mem is not None:
+            mems = self.by_mem.setdefault(key, {})
+            same = mems.get(tl.mem[0])
+            if same is None:
+                mems[tl.mem[0]] = [tl.index]
+                self._mems.pop(key, None)
+            else:
+                insort(same, tl.index)
 
     def _remove(self, tl: NodeTimeline) -> None:
         key = (tl.gpus[0], tl.cpus[0])
@@ -362,6 +396,26 @@ class FreeIndex:
         self.gpu_count[key[0]] -= 1
         if not self.gpu_count[key[0]]:
             del self.gpu_count[key[0]]
+        if self.by_mem is not None:
+            mems = self.by_mem[key]
+            same = mems[tl.mem[0]]
+            del same[bisect_left(same, tl.index)]
+            if not same:
+                del mems[tl.mem[0]]
+                self._mems.pop(key, None)
+                if not mems:
+                    del self.by_mem[key]
+
+    def least_memory_first(self, key: tuple[int, int], mem: int) -> Iterator[int]:
+        """The nodes of bucket ``key`` with at least ``mem`` free, least free memory first
+        (then node order): best fit on memory. Needs ``by_mem``."""
+        assert self.by_mem is not None
+        mems = self._mems.get(key)
+        if mems is None:
+            mems = self._mems[key] = sorted(self.by_mem[key])
+        by_mem = self.by_mem[key]
+        for m in mems[bisect_left(mems, mem):]:
+            yield from by_mem[m]
 
     def before_change(self, tl: NodeTimeline) -> None:
         if tl.view.available:
@@ -371,10 +425,14 @@ class FreeIndex:
         if tl.view.available:
             self._add(tl)
 
-    def keys_at_least(self, gpus: int, cpus: int) -> list[tuple[int, int]]:
+    def sorted_keys(self) -> list[tuple[int, int]]:
+        """Every bucket's key, in order; the same list until a bucket opens or empties."""
         if self._keys is None:
             self._keys = sorted(self.buckets)
-        return [k for k in self._keys if k[0] >= gpus and k[1] >= cpus]
+        return self._keys
+
+    def keys_at_least(self, gpus: int, cpus: int) -> list[tuple[int, int]]:
+        return [k for k in self.sorted_keys() if k[0] >= gpus and k[1] >= cpus]
 
     @property
     def max_cpus(self) -> int:
@@ -397,7 +455,10 @@ class FreeIndex:
         return nodes >= job.num_nodes
 
 
-def _choose(job: PendingJob, fitting: list[NodeTimeline], t: float) -> list[NodeTimeline] | None:
+def _choose(job: PendingJob, fitting: list[NodeTimeline], t: float,
+            key: Callable[[int], tuple] | None = None) -> list[NodeTimeline] | None:
+    """The gang among ``fitting``: the -w nodes, then the best fit (or the least ``key``, by
+    node index) for the rest."""
     if job.nodelist:
         required = [tl for tl in fitting if tl.view.name in job.nodelist]
         if len(required) < len(job.nodelist):
@@ -406,7 +467,10 @@ def _choose(job: PendingJob, fitting: list[NodeTimeline], t: float) -> list[Node
     else:
         required, rest = [], fitting
     need = job.num_nodes - len(required)
-    rest.sort(key=lambda tl: _leftover(tl, demand_on(job, tl.view), t))
+    if key is not None:
+        rest.sort(key=lambda tl: key(tl.index))
+    else:
+        rest.sort(key=lambda tl: _leftover(tl, demand_on(job, tl.view), t))
     return required + rest[:need]
 
 

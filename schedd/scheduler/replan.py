@@ -82,14 +82,16 @@ def eligible(snapshot: Snapshot, config: SchedulerConfig) -> bool:
     """Whether the cycle is one whose plan this module can carry: backfill in priority order
     with a reservation for every job the walk looks at (conservative backfill), and none of the
     phases around the walk that change the profile or the order (limits, licenses, preemption,
-    advance reservations, due jobs, predicted runtimes)."""
+    advance reservations, due jobs, predicted runtimes), nor the fragmentation measure
+    (``Snapshot.gpu_history``: its starts depend on a workload the memo does not check)."""
     return (config.backfill and config.fill == "priority" and not config.bf_due_wait
             and not config.bf_overtake
             and not config.predict_runtime
             and config.bf_max_reservations > len(snapshot.pending)
             and config.bf_max_job_test >= len(snapshot.pending)
             and snapshot.limits is None and snapshot.preemption is None
-            and not snapshot.reservations and not snapshot.licenses)
+            and not snapshot.reservations and not snapshot.licenses
+            and snapshot.gpu_history is None)
 
 
 def fingerprint(nodes: Sequence[NodeView]) -> tuple:

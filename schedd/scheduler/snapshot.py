@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from kiln.model import GPU, Job, NodeAllocation
 from kiln.slurm import licenses
+from schedd.scheduler.gpushare import Task
 
 
 @dataclass(slots=True)
@@ -258,6 +259,11 @@ class Snapshot:
     # the previous cycle's Decisions.passed_over, fed back (scheduler/overtake.py): per waiting
     # job, the machine-seconds of later jobs that took a hole it fitted in; empty = none
     passed_over: dict[int, float] = field(default_factory=dict)
+    # The recent GPU starts by shape, decayed (scheduler/fragment.StartHistory.snapshot, kept
+    # by the caller): with the pending jobs' asks, the workload the fragmentation-aware
+    # placement measures against (fragment.py). None: no measure, best fit. The daemon always
+    # hands one (empty at first); the simulator only when asked (kiln sim --gpu-placement).
+    gpu_history: tuple[tuple[Task, float], ...] | None = None
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from kiln.config import SchedulerConfig
 from kiln.model import GPU
 from schedd.scheduler.cycle import schedule
+from schedd.scheduler.fragment import StartHistory
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
 
 
@@ -129,7 +130,11 @@ def check_quiet(snap: Snapshot, config: SchedulerConfig, decisions) -> None:
         decisions.starts, decisions.expected_start, decisions.reserved_nodes)
 
 
-def replay(nodes: list[NodeView], specs: list[JobSpec], config: SchedulerConfig) -> None:
+def replay(nodes: list[NodeView], specs: list[JobSpec], config: SchedulerConfig,
+           frag: bool = False) -> None:
+    """``frag``: the snapshots carry a start history, as the daemon's do, so GPU jobs start
+    where the fragmentation measure says (scheduler/fragment.py)."""
+    history = StartHistory() if frag else None
     specs_by_id = {s.job_id: s for s in specs}
     events: list[tuple[float, int, int]] = [(s.submit, 1, s.job_id) for s in specs]
     heapq.heapify(events)
@@ -153,7 +158,8 @@ def replay(nodes: list[NodeView], specs: list[JobSpec], config: SchedulerConfig)
                     time_limit=s.run, submit_time=s.submit, nice=s.nice,
                 )
         snap = Snapshot(now, nodes, list(running.values()), list(pending.values()),
-                        promised=promised, promised_nodes=promised_nodes)
+                        promised=promised, promised_nodes=promised_nodes,
+                        gpu_history=history.snapshot(now) if history else None)
         decisions = schedule(snap, config)
         cycles += 1
         assert cycles < 10_000
@@ -170,6 +176,8 @@ def replay(nodes: list[NodeView], specs: list[JobSpec], config: SchedulerConfig)
                 assert now <= first_promise[start.job_id], (
                     f"job {start.job_id} promised {first_promise[start.job_id]} started {now}")
             del pending[start.job_id]
+            if history is not None:
+                history.record(start.allocation, now)
             running[start.job_id] = RunningJob(start.job_id, start.allocation, now, now + spec.run)
             heapq.heappush(events, (now + spec.run, 0, start.job_id))
         check_allocation(nodes, running)
@@ -188,7 +196,7 @@ def replay(nodes: list[NodeView], specs: list[JobSpec], config: SchedulerConfig)
 def test_random_streams(data, config: SchedulerConfig) -> None:
     nodes = data.draw(clusters())
     specs = data.draw(streams(nodes))
-    replay(nodes, specs, config)
+    replay(nodes, specs, config, frag=data.draw(st.booleans()))
 
 
 @settings(max_examples=100, deadline=None)

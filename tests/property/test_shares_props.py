@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kiln.config import SchedulerConfig
 from kiln.model import GPU
 from schedd.scheduler.cycle import schedule
+from schedd.scheduler.fragment import StartHistory
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot
 
 
@@ -78,6 +79,8 @@ def test_shard_and_whole_gpu_streams(data, config: SchedulerConfig) -> None:
     promised_nodes: dict[int, list[str]] = {}
     first: dict[int, float] = {}
     cycles = 0
+    # half the streams as the daemon schedules them: by the fragmentation measure
+    history = StartHistory() if data.draw(st.booleans()) else None
     while events:
         now = events[0][0]
         while events and events[0][0] == now:
@@ -87,7 +90,8 @@ def test_shard_and_whole_gpu_streams(data, config: SchedulerConfig) -> None:
             else:
                 pending[job_id] = specs[job_id][2]
         snap = Snapshot(now, nodes, list(running.values()), list(pending.values()),
-                        promised=promised, promised_nodes=promised_nodes)
+                        promised=promised, promised_nodes=promised_nodes,
+                        gpu_history=history.snapshot(now) if history else None)
         decisions = schedule(snap, config)
         cycles += 1
         assert cycles < 5000
@@ -99,6 +103,8 @@ def test_shard_and_whole_gpu_streams(data, config: SchedulerConfig) -> None:
             for a in start.allocation:
                 assert sum(a.shards.values()) == job.shards_per_node
                 assert len(a.gpus) == job.gpus_per_node
+            if history is not None:
+                history.record(start.allocation, now)
             # every job runs its whole limit: the plan's ends are the real ones
             running[start.job_id] = RunningJob(start.job_id, start.allocation, now, now + 3600)
             heapq.heappush(events, (now + 3600, 0, start.job_id))

@@ -44,6 +44,15 @@ def test_gpu_model_option(trace_gz):
     assert "makespan                  80 s" in result.stdout
 
 
+def test_gpu_placement_option(trace_gz):
+    """The daemon's placement in the GPU model: the hand trace leaves no choice that matters,
+    so the schedule is best fit's."""
+    result = run(trace_gz, "--policy", "fcfs", "--nodes", 2, "--gpus-per-node", 2,
+                 "--gpu-placement", "frag")
+    assert result.exit_code == 0, result.output
+    assert "makespan                  80 s" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -53,6 +62,7 @@ def test_gpu_model_option(trace_gz):
         (["{trace}", "--nodes", "0"], "--nodes must be at least 1, not 0"),
         (["{trace}", "--gpus-per-node", "x"], "'x' is not a valid integer"),
         (["{trace}", "--bogus"], "No such option '--bogus'"),
+        (["{trace}", "--gpu-placement", "worst"], "'worst' is not one of 'bestfit', 'frag'"),
         (["{trace}", "--policy", "fcfs", "--config", "{missing}"], "--config only applies"),
         (["{trace}", "--config", "{missing}"], "No such file or directory"),
         (["{trace}", "--out", "{tmp}/no/such/dir.csv"], "cannot write"),

@@ -183,3 +183,27 @@ def test_backfill_policies_fill_the_hole(trace, policy):
     assert got == {1: (0, 10), 2: (10, 15), 3: (2, 5), 4: (20, 70), 5: (20, 30)}
     assert result.first_reservation == {2: 10}
     assert summarize(result, 4).violations == 0
+
+
+def test_frag_placement_hands_the_start_history_to_the_core(trace):
+    """--gpu-placement frag: every snapshot carries the replay's starts so far, decayed on the
+    virtual clock (the daemon's input to the fragmentation-aware placement); bestfit: none."""
+    from schedd.scheduler.cycle import schedule as core
+
+    seen = []
+
+    def spy(snapshot, config):
+        seen.append((snapshot.now, snapshot.gpu_history))
+        return core(snapshot, config)
+
+    machine = gpu_cluster(trace.max_procs, nodes=2, gpus_per_node=2)
+    result = replay(trace, machine, policy_config("fcfs"), schedule=spy, gpu_placement="frag")
+    assert len(result.records) == 5
+    assert seen[0] == (0, ())  # nothing started yet
+    at_20 = next(dict(h) for t, h in seen if t == 20)  # jobs 1, 2 and 3 started by then
+    assert sum(at_20.values()) == pytest.approx(sum(0.5 ** ((20 - s) / 3600) for s in (0, 10, 15)))
+    seen.clear()
+    replay(trace, machine, policy_config("fcfs"), schedule=spy)
+    assert {h for _, h in seen} == {None}
+    with pytest.raises(SimError, match="GPU placement 'worst' is not one of bestfit, frag"):
+        replay(trace, machine, policy_config("fcfs"), gpu_placement="worst")
