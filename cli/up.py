@@ -275,7 +275,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    from kiln import keys
+    from kiln import keys, tokens
     from schedd.ledger.migrate import upgrade
 
     try:
@@ -285,6 +285,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, cpus: int | None, db_url: s
     names = [f"node{i}" for i in range(1, num_nodes + 1)]
     if cfg.curve:
         keys.generate_cluster(cfg.keys_path, names)
+    tokens.generate_key(cfg.keys_path)  # auth/jwt (scontrol token, kiln restd)
     env = {**os.environ, "KILN_CONF": str(conf_path)}
     logs, run = Path(cfg.log_dir), where.run
     logs.mkdir(parents=True, mode=0o700, exist_ok=True)
