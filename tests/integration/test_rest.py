@@ -366,3 +366,29 @@ def test_kiln_restd_without_a_listener_says_so(rest: RestD) -> None:
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 1
     assert res.stderr.strip() == "Error: nothing to listen on: give --listen or a socket"
+
+
+# --- docs/rest.md's examples run as written -----------------------------------------------
+
+
+def test_the_docs_examples_run_as_written(rest: RestD) -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "rest.md").read_text()
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
+    assert len(blocks) == 4
+    script = "set -euo pipefail\n" + "\n".join(blocks)
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=rest.cluster.home / "work",
+                         env={**rest.cluster.env,
+                              "SLURMRESTD": f"http://127.0.0.1:{rest.port}"})
+    assert res.returncode == 0, res.stderr + res.stdout
+    lines = res.stdout.splitlines()
+    assert lines[0] == "UP"
+    job_id = int(re.search(r"^submitted (\d+)$", res.stdout, re.M).group(1))
+    assert any(f'"job_id":{job_id},"name":"hello"' in line for line in lines)
+    assert "[]" in lines  # the DELETE's errors
+    assert rest.cluster.wait(job_id, {"CANCELLED"})["state"] == "CANCELLED"
+    assert '"name":"node1"' in res.stdout and f"[{job_id}]" in lines
+    assert lines[-2:] == ["401", 'Invalid numeric value "many" for --ntasks.']
