@@ -1,5 +1,5 @@
 """``kiln``: the umbrella command (up/down/status, db, sim, bench, keygen, why, stats, top,
-fake-gpu, events).
+fake-gpu, events, restd).
 
 Each subcommand lives in its own module and is imported only when it runs, so ``kiln status``
 does not pay for SQLAlchemy and ``kiln db upgrade`` does not pay for the simulator.
@@ -25,6 +25,8 @@ SUBCOMMANDS = {
     "top": ("cli.top", "top"),
     "fake-gpu": ("cli.gpus", "fake_gpu"),
     "events": ("cli.gpus", "events"),
+    # a tier of its own (restd/, the rest extra): found by name, as the others are
+    "restd": ("restd.main", "restd"),
 }
 
 

@@ -112,6 +112,8 @@ def scontrol(line: Args) -> int:
         return scontrol_resv.delete(args)
     if command == "ping":
         return ping()
+    if command == "token":
+        return token(args)
     if command in ("reconfigure", "reconfig"):
         return reconfigure(args)
     if command in ("reboot", "reboot_nodes"):
@@ -725,6 +727,27 @@ def cancel_reboot(args: list[str]) -> int:
             client.call("cancel_reboot", {"names": names})
         except ClientError as exc:
             fail(f"slurm_update error: {exc.message}", prefixed=False)
+    return 0
+
+
+def token(args: list[str]) -> int:
+    """scontrol token [lifespan=S] [username=U]: an auth/jwt token from schedd, printed as
+    Slurm prints it (SLURM_JWT=...), for kiln restd's X-SLURM-USER-TOKEN."""
+    body: dict[str, Any] = {}
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lower() == "lifespan" and value.isdigit() and int(value) > 0:
+            body["lifespan"] = min(int(value), 2**31 - 1)
+        elif key.lower() == "username" and value:
+            body["username"] = value
+        else:
+            fail(f"Invalid token argument: {arg}", prefixed=False)
+    try:
+        with Client() as client:
+            reply = client.call("auth_token", body)
+    except ClientError as exc:
+        fail(f"slurm_fetch_token error: {exc.message}", prefixed=False)
+    print(f"SLURM_JWT={reply['token']}")
     return 0
 
 

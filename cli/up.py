@@ -290,7 +290,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, fake_mig: str | None, cpus:
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    from kiln import keys
+    from kiln import keys, tokens
     from schedd.ledger.migrate import upgrade
 
     try:
@@ -300,6 +300,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, fake_mig: str | None, cpus:
     names = [f"node{i}" for i in range(1, num_nodes + 1)]
     if cfg.curve:
         keys.generate_cluster(cfg.keys_path, names)
+    tokens.generate_key(cfg.keys_path)  # auth/jwt (scontrol token, kiln restd)
     env = {**os.environ, "KILN_CONF": str(conf_path)}
     logs, run = Path(cfg.log_dir), where.run
     logs.mkdir(parents=True, mode=0o700, exist_ok=True)

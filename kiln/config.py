@@ -312,6 +312,16 @@ class AccountingConfig:
 
 
 @dataclass(slots=True)
+class RestdConfig:
+    """[restd]: kiln restd, Slurm's REST API (restd/; docs/rest.md)."""
+
+    listen: str = ""  # HOST:PORT of the TCP listener (JWT only); "" = none
+    socket: str = ""  # the unix socket (local auth or JWT); default {home}/restd.sock
+    # seconds a token of `scontrol token` lives unless lifespan= says (Slurm's default)
+    token_lifespan: int = 1800
+
+
+@dataclass(slots=True)
 class Config:
     home: Path
     path: Path | None = None
@@ -356,6 +366,9 @@ class Config:
     agent_peers: list[str] = field(default_factory=list)  # other schedds' agent endpoints
     # nodes whose agents may relay commands of root (and of schedd's own user); none by default
     relay_root_nodes: list[str] = field(default_factory=list)
+    # users whose kiln restd may act for the uid of a peer of its unix socket (its local
+    # auth, docs/rest.md); none by default (then restd serves JWT callers only)
+    rest_relays: list[str] = field(default_factory=list)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     partitions: list[Partition] = field(default_factory=list)
@@ -363,6 +376,7 @@ class Config:
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)
     mail: MailConfig = field(default_factory=MailConfig)
+    restd: RestdConfig = field(default_factory=RestdConfig)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
@@ -395,6 +409,15 @@ class Config:
                 isinstance(n, str) for n in self.relay_root_nodes):
             raise ConfigError(f"[schedd] relay_root_nodes: a list of node names, not "
                               f"{self.relay_root_nodes!r}")
+        if not isinstance(self.rest_relays, list) or not all(
+                isinstance(n, str) for n in self.rest_relays):
+            raise ConfigError(f"[schedd] rest_relays: a list of user names, not "
+                              f"{self.rest_relays!r}")
+        if not isinstance(self.restd.token_lifespan, int) or self.restd.token_lifespan < 1:
+            raise ConfigError(f"[restd] token_lifespan: a whole number of seconds >= 1, not "
+                              f"{self.restd.token_lifespan!r}")
+        if not self.restd.socket:
+            self.restd.socket = str(self.home / "restd.sock")
 
     def _check_fencing(self) -> None:
         """fence_timeout < node_timeout (else a cut-off node's jobs could still run when
@@ -472,6 +495,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     accounting = _build(AccountingConfig, data.pop("accounting", {}), f"{where} [accounting]")
     cgroup = _build(CgroupConfig, data.pop("cgroup", {}), f"{where} [cgroup]")
     mail = _build(MailConfig, data.pop("mail", {}), f"{where} [mail]")
+    restd = _build(RestdConfig, data.pop("restd", {}), f"{where} [restd]")
     partitions = [
         _build(Partition, p, f"{where} [[partition]]") for p in data.pop("partition", [])
     ]
@@ -487,7 +511,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     cfg = _build(
         Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
         partitions=partitions, licenses=licenses, accounting=accounting, cgroup=cgroup,
-        mail=mail,
+        mail=mail, restd=restd,
     )
     return cfg
 

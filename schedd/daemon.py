@@ -33,7 +33,7 @@ from kiln.identity import Caller, set_admin_lookup
 from kiln.logs import setup_logging
 from kiln.wire import operations, protocol
 from kiln.wire.localsock import LocalServer, Reply, Stream, Work
-from schedd import leader, offload, slicing, statedir
+from schedd import leader, offload, restrelay, slicing, statedir
 from schedd.collector import Collector
 from schedd.domain.steps import StepTable
 from schedd.ledger.records import SchemaError
@@ -278,9 +278,24 @@ class Daemon:
             self.relays.answer(route, msg_id, node, answer)
         return None
 
+    def _act_for(self, msg_id: Any, body: dict[str, Any], relay: Caller, nested: bool) -> Any:
+        """kiln restd's request for one of its HTTP callers: the identity only as
+        ``restrelay.caller`` allows (a verified token, or a listed relay's local peer); the
+        inner request is dispatched as a local one of that caller, never act_for again."""
+        if nested:
+            return protocol.reply_error(msg_id, protocol.E_BAD_REQUEST,
+                                        "act_for may not be nested")
+        try:
+            caller = restrelay.caller(self.cfg, relay, body, self.now())
+        except restrelay.ActForError as exc:
+            return protocol.reply_error(msg_id, exc.code, exc.message)
+        inner = body["request"].encode("utf-8", "surrogateescape")
+        return self._dispatch(inner, operations.CLIENT_OPS, CLIENT_HANDLERS, caller,
+                              nested=True)
+
     def _dispatch(self, frame: bytes, ops: dict, handlers: dict, caller: Any,
                   denied: str = "caller identity unknown",
-                  route: list[bytes] | None = None) -> Any:
+                  route: list[bytes] | None = None, nested: bool = False) -> Any:
         try:  # decoded once: its id goes on a refusal's error reply too
             msg: dict[str, Any] | None = protocol.decode(frame)
         except protocol.ProtocolError as exc:
@@ -294,6 +309,8 @@ class Daemon:
             msg_id, op, body = protocol.check_request(msg, ops)
             if route is not None and op in RELAY_OPS:
                 return self._relay(route, msg_id, op, body, caller)
+            if op == "act_for" and handlers is CLIENT_HANDLERS:
+                return self._act_for(msg_id, body, caller, nested)
             if op not in handlers:  # in the wire contract, not (yet) served by this schedd
                 raise protocol.ProtocolError(protocol.E_UNKNOWN_OP,
                                              f"operation {op!r} is not supported by this schedd")

@@ -24,6 +24,7 @@ from schedd.handlers import (
     salloc,
     srun,
     submit,
+    tokens,
 )
 from schedd.lifecycle.context import Context
 
@@ -73,6 +74,7 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "cancel_reboot": nodeadmin.cancel_reboot,
     "fake_gpu": gpus.fake_gpu,
     "node_events": gpus.node_events,
+    "auth_token": tokens.auth_token,
 }
 
 AGENT_HANDLERS: dict[str, Handler] = {

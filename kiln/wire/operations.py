@@ -255,6 +255,15 @@ CLIENT_OPS: dict[str, Schema] = {
     "cancel_reboot": {"names": List(NAME, size=MAX_LIST, required=True)},
     # kiln events: the nodes' audit history (GPU faults, drains, resumes)
     "node_events": {"names": _NAMES, "limit": Int(1, 10_000)},
+    # scontrol token [lifespan=S] [username=U]: an auth/jwt token (kiln/tokens.py); another
+    # user's only for operators
+    "auth_token": {"lifespan": Int(1, INT32), "username": Str(256)},
+    # kiln restd (docs/rest.md, "Who is asking"): `request` (a client frame, as text) answered
+    # as the user a token names (`token` and `user`: the X-SLURM-USER-* headers; schedd
+    # verifies it), or as the uid/gid of a peer of restd's unix socket (`uid`, `gid`): taken
+    # only from a caller listed in [schedd] rest_relays. Never nested.
+    "act_for": {"token": Str(4096), "user": Str(256), "uid": Int(0, 2**32 - 1),
+                "gid": Int(0, 2**32 - 1), "request": Str(MAX_MESSAGE_BYTES, required=True)},
 }
 
 _GPU = Obj({"index": Int(0, 4096, required=True), "uuid": Str(128, required=True),

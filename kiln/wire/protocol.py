@@ -43,6 +43,7 @@ E_PERMISSION = "permission_denied"
 E_INVALID_JOB = "invalid_job_id"
 E_INVALID = "invalid"
 E_INTERNAL = "internal"
+E_AUTH = "auth_invalid"  # a token refused (forged, expired, another user's): HTTP 401
 E_AGAIN = "again"  # Slurm's EAGAIN: not now (MaxJobCount), the same request may succeed later
 
 
