@@ -19,7 +19,7 @@ from heapq import nsmallest
 from operator import attrgetter
 
 from kiln.model import NodeAllocation
-from schedd.scheduler import shares
+from schedd.scheduler import shares, topology
 from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline
 from schedd.scheduler.snapshot import NodeView, PendingJob
 
@@ -290,7 +290,8 @@ def _place_now_indexed(
     are the best fit, so a job on a big cluster looks at few nodes."""
     d = Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
     need = job.num_nodes
-    if job.nodelist:
+    topo = topology.applies(job, cands.nodes)
+    if job.nodelist or topo:
         need = len(cands.nodes)  # gather all: the -w nodes must be among the chosen
     fitting: list[NodeTimeline] = []
     timelines = free.timelines
@@ -310,7 +311,7 @@ def _place_now_indexed(
             break
     if len(fitting) < job.num_nodes:
         return None
-    if job.nodelist:
+    if job.nodelist or topo:
         return _choose(job, fitting, now)
     # found in (free GPUs, free CPUs, node) order: already the best fit
     return fitting[:need]
@@ -403,6 +404,8 @@ def _choose(job: PendingJob, fitting: list[NodeTimeline], t: float) -> list[Node
         required, rest = [], fitting
     need = job.num_nodes - len(required)
     rest.sort(key=lambda tl: _leftover(tl, demand_on(job, tl.view), t))
+    if topology.applies(job, rest):  # the network decides among the best fits
+        return topology.choose(job, rest, t)
     return required + rest[:need]
 
 
@@ -439,7 +442,9 @@ def earliest_start(
             return None
         opened = [by_index[e[2]] for e in events if e[0] <= t]
         chosen = _choose(job, opened, t)
-        return (t, chosen) if chosen is not None else None
+        if chosen is not None or not topology.applies(job, opened):
+            return (t, chosen) if chosen is not None else None
+        # the network's rule wants other nodes, or a later instant: the full sweep finds it
     if not events:
         return None
     events.sort()
