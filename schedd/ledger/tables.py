@@ -91,6 +91,10 @@ class JobRow(Base):
     gpu_type: Mapped[str] = mapped_column(String, default="")
     shards_per_node: Mapped[int] = mapped_column(Integer, default=0)  # --gres=shard:N
     exclusive: Mapped[bool] = mapped_column(Boolean, default=False)
+    switches: Mapped[int] = mapped_column(Integer, default=0)  # --switches=N
+    switch_wait: Mapped[int | None] = mapped_column(Integer)  # its @max-time, seconds
+    segment: Mapped[int] = mapped_column(Integer, default=0)  # --segment=N
+    exclusive_topo: Mapped[bool] = mapped_column(Boolean, default=False)  # --exclusive=topo
     constraint: Mapped[str] = mapped_column(String, default="")
     nodelist: Mapped[str] = mapped_column(String, default="")
     exclude: Mapped[str] = mapped_column(String, default="")

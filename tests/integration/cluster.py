@@ -52,6 +52,7 @@ class Cluster:
     # turns it on, with both outside /tmp)
     job_tmp: bool = False
     config_extra: str = ""  # more tables at the end of kiln.toml (a [[partition]], ...)
+    up_args: list[str] = field(default_factory=list)  # more `kiln up` options (--topology-...)
     # what the daemons may log and do without failing the test (expect_log, expect_exit)
     allowed_logs: list[re.Pattern[str]] = field(default_factory=list)
     expected_exits: set[str] = field(default_factory=set)
@@ -171,7 +172,7 @@ max_time = 3600
             port = s.getsockname()[1]
         self.write_config(port)
         res = self.run("kiln", "up", "--nodes", str(self.nodes), "--fake-gpus", self.fake_gpus,
-                       *(["--cpus", str(self.cpus)] if self.cpus else []))
+                       *(["--cpus", str(self.cpus)] if self.cpus else []), *self.up_args)
         assert res.returncode == 0, res.stderr + res.stdout
         if self not in Cluster.live:
             Cluster.live.append(self)
