@@ -63,7 +63,7 @@ SHOW_ENTITIES: tuple[tuple[str | None, tuple[str, ...], int], ...] = (
     ("license", ("licenses", "licensename"), 2), ("node", ("nodes", "nodename"), 1),
     ("partition", ("partitions", "partitionname"), 2),
     ("reservation", ("reservations", "reservationname"), 1), (None, ("slurmd",), 2),
-    (None, ("steps",), 2), (None, ("topology",), 1),
+    (None, ("steps",), 2), ("topology", ("topology",), 1),
 )
 
 
@@ -138,6 +138,8 @@ def show(args: list[str], oneliner: bool, details: bool = False) -> int:
         fail(f"invalid entity:{args[0]} for keyword:show")
     if entity == "hostnames":
         return show_hostnames(target)
+    if entity == "topology":
+        return show_topology(target)
     if entity in ("hostlist", "hostlistsorted"):
         if not target:
             fail("invalid hostlist: (null)")
@@ -158,6 +160,25 @@ def show(args: list[str], oneliner: bool, details: bool = False) -> int:
 
             return scontrol_resv.show(client, target, oneliner)
         return show_config(client)
+
+
+def show_topology(target: str | None) -> int:
+    """``scontrol show topology [NAME]``: the cluster's [topology] (kiln.toml, as schedd reads
+    it) in Slurm's lines; NAME a node (the switches or block holding it) or a switch/block."""
+    from kiln.config import load
+
+    topo = load().topology
+    if topo is None:
+        print("No topology information available")
+        return 0
+    lines = topo.show(target or "")
+    if target and not lines:
+        named = [line for line in topo.show() if line.split()[0].split("=", 1)[1] == target]
+        if not named:
+            fail(f"Topology information contains no switch or node named {target}")
+        lines = named
+    print("\n".join(lines))
+    return 0
 
 
 def _expand(expr: str) -> list[str]:

@@ -166,11 +166,24 @@ def _array(settings: "Settings", value: "str | None") -> None:
 
 def _exclusive(settings: "Settings", value: "str | None") -> None:
     mode = (value or "exclusive").lower()
-    if mode not in ("exclusive", "oversubscribe", "user", "mcs"):
+    if mode not in ("exclusive", "oversubscribe", "user", "mcs", "topo"):
         raise OptionError("Invalid --exclusive specification")
     settings["exclusive"] = mode != "oversubscribe"
+    settings["exclusive_topo"] = mode == "topo"  # its blocks to itself (scheduler/topology)
     if mode in ("user", "mcs"):
         settings["exclusive_mode"] = mode
+
+
+def _switches(settings: "Settings", value: "str | None") -> None:
+    """--switches=count[@max-time]: at most ``count`` leaf switches (or blocks), waited for up
+    to max-time (Slurm's time format: ``@10`` is ten minutes, ``@0:10`` ten seconds)."""
+    count, _, wait = (value or "").partition("@")
+    if not count.strip().isdigit():
+        raise OptionError("Invalid --switches specification")
+    settings["switches"] = int(count)
+    if wait:
+        seconds = 0 if wait.strip() == "0" else parse_time_limit(wait, "--switches")
+        settings["switch_wait"] = seconds if seconds is not None else 2**31 - 1
 
 
 def _nice(settings: "Settings", value: "str | None") -> None:
@@ -290,6 +303,8 @@ SBATCH_HANDLERS: "dict[str, Handler]" = {
     "cpus-per-gpu": _count("_cpus_per_gpu", "--cpus-per-gpu"),
     "oversubscribe": _flag("exclusive", False),
     "wckey": _store("wckey"),
+    "switches": _switches,
+    "segment": _count("segment", "--segment"),
     "restart-cost": lambda s, v: s.__setitem__("restart_cost", parse_restart_cost(v or "")),
 }
 
@@ -320,7 +335,7 @@ SBATCH_IGNORED: "dict[str, str]" = {
     "cpu-freq": "no CPU frequency control", "gpu-freq": "no GPU frequency control",
     "power": "no power management", "reboot": "nodes are not rebooted for jobs",
     "delay-boot": "nodes are not rebooted for jobs",
-    "switches": "no network topology", "network": "no network options",
+    "network": "no network options",
     "mcs-label": "no MCS labels", "profile": "no HDF5 profiling (see seff and sacct)",
 "tmp": "temporary disk is not scheduled",
     "deadline": "recorded, not enforced", "get-user-env": "the submit environment is used",
@@ -332,7 +347,6 @@ SBATCH_IGNORED: "dict[str, str]" = {
     "tres-bind": "tasks see the job's GPUs (CUDA_VISIBLE_DEVICES)",
     "external-launcher": "kiln's srun launches every step itself",
     "stepmgr": "schedd manages every step",
-    "segment": "no network topology",
     "spread-job": "nodes are chosen by the placement policy",
     "use-min-nodes": "nodes are chosen by the placement policy",
     "wait-all-nodes": "the batch script starts when its nodes are allocated",

@@ -133,6 +133,39 @@ def write_config(where: Install, db_url: str, fake_gpus: str, fake_mig: str = ""
     return where.conf
 
 
+def topology_text(names: list[str], plugin: str, count: int) -> str:
+    """``--topology-blocks N`` / ``--topology-switches N``: the nodes in order in N groups, as
+    kiln.toml's [topology] table (kiln/slurm/topology.grouped)."""
+    from kiln.slurm.topology import grouped
+
+    table = grouped(names, plugin, count)
+    key = "blocks" if plugin == "block" else "switches"
+    rows = []
+    for entry in table[key]:
+        members = f'nodes = {_toml_value(entry["nodes"])}' if "nodes" in entry \
+            else f'switches = {_toml_value(entry["switches"])}'
+        rows.append(f'  {{name = {_toml_value(entry["name"])}, {members}}},')
+    return "\n".join(["", "[topology]", f"plugin = {_toml_value(table['plugin'])}",
+                      f"{key} = [", *rows, "]", ""])
+
+
+def add_topology(conf: Path, names: list[str], plugin: str, count: int) -> None:
+    """Append the grouped [topology] to kiln.toml, unless it already says the same."""
+    from kiln.slurm.topology import TopologyError
+
+    try:
+        text = topology_text(names, plugin, count)
+        cfg = kconfig.load(conf)
+    except (TopologyError, kconfig.ConfigError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if cfg.topology is not None:
+        if text.strip() in conf.read_text():
+            return  # kiln up again with the same grouping
+        raise click.ClickException(f"{conf} already has a [topology]: edit it there")
+    with open(conf, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def _make_dirs(where: Install) -> None:
     """The cluster's directories with their modes: others traverse the home (kiln.toml, the
     socket, their scripts under spool/) but list nothing; the ledger, logs, pid files and keys
@@ -251,8 +284,13 @@ def _containment_reasons(cfg: kconfig.Config, names: list[str]) -> list[str]:
 @click.option("--mps-per-gpu", type=click.IntRange(0, 4096), default=None,
               help="gres/mps: MPS units each GPU offers to --gres=mps:N jobs, e.g. 100 "
                    "(default: kiln.toml's [agent] mps_per_gpu)")
+@click.option("--topology-blocks", type=click.IntRange(1, 512), default=None,
+              help="topology/block: the nodes in order in N blocks ([topology] in kiln.toml)")
+@click.option("--topology-switches", type=click.IntRange(1, 512), default=None,
+              help="topology/tree: the nodes in order under N leaf switches and a top one")
 def up(num_nodes: int | None, fake_gpus: str | None, fake_mig: str | None, cpus: int | None,
-       db_url: str, shards_per_gpu: int | None, mps_per_gpu: int | None) -> None:
+       db_url: str, shards_per_gpu: int | None, mps_per_gpu: int | None,
+       topology_blocks: int | None, topology_switches: int | None) -> None:
     """Start schedd and agents on this host (idempotent). As root: a system install that
     every user finds (/etc/kiln/kiln.toml); otherwise a personal cluster in $KILN_HOME."""
     where = install()
@@ -286,6 +324,12 @@ def up(num_nodes: int | None, fake_gpus: str | None, fake_mig: str | None, cpus:
         mps_per_gpu = layout.get("mps_per_gpu")
     layout_file.write_text(json.dumps({**shape, "shards_per_gpu": shards_per_gpu,
                                        "mps_per_gpu": mps_per_gpu}))
+    names = [f"node{i}" for i in range(1, num_nodes + 1)]
+    if topology_blocks and topology_switches:
+        raise click.ClickException("--topology-blocks and --topology-switches: one or the other")
+    if topology_blocks or topology_switches:
+        add_topology(conf_path, names, "block" if topology_blocks else "switch",
+                     topology_blocks or topology_switches or 0)
     try:
         cfg = kconfig.load(conf_path)
     except kconfig.ConfigError as exc:
@@ -297,7 +341,6 @@ def up(num_nodes: int | None, fake_gpus: str | None, fake_mig: str | None, cpus:
         upgrade(cfg.db_url)
     except Exception as exc:
         raise click.ClickException(f"cannot prepare the ledger: {exc}") from None
-    names = [f"node{i}" for i in range(1, num_nodes + 1)]
     if cfg.curve:
         keys.generate_cluster(cfg.keys_path, names)
     tokens.generate_key(cfg.keys_path)  # auth/jwt (scontrol token, kiln restd)

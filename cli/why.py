@@ -57,6 +57,8 @@ def explain_lines(reply: dict[str, Any], stats: dict[str, Any] | None) -> list[s
     lines = [f"{head}: {job['reason']}.", *requeued]
     limit = reply.get("limit")
     lines += _limit_lines(limit) if limit else [f"  Why: {reply['reason_text']}."]
+    if reply.get("topology"):  # what it waits for in the network ([topology])
+        lines.append(f"  Topology: it needs {reply['topology']}.")
     if reply.get("position"):
         lines.append(f"  Position: {reply['position']} of {reply['queue_length']} jobs the "
                      f"scheduler considers in partition {job['partition']} (priority "

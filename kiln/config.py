@@ -14,6 +14,8 @@ from typing import Any
 from kiln import paths
 from kiln.model import License, Partition
 from kiln.paths import ConfigError
+from kiln.slurm.topology import Topology, TopologyError
+from kiln.slurm.topology import parse as parse_topology
 
 # what a partition's jobs do when their node loses schedd (Partition.on_isolation)
 ISOLATION_MODES = ("kill", "keep")
@@ -120,6 +122,9 @@ class SchedulerConfig:
     burst_qos: str = "burst"  # jobs of this QOS may exceed their account's guarantee
     reclaims_per_cycle: int = 1  # preemptors per cycle that may reclaim burst jobs
     idle_gpu: IdleGPUConfig = field(default_factory=IdleGPUConfig)  # [scheduler.idle_gpu]
+    # SchedulerParameters=max_switch_wait: the longest a --switches job waits for its leaf
+    # switches (or blocks) before it takes what there is, seconds (scheduler/topology.py)
+    max_switch_wait: int = 300
 
 
 @dataclass(slots=True)
@@ -377,6 +382,8 @@ class Config:
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)
     mail: MailConfig = field(default_factory=MailConfig)
     restd: RestdConfig = field(default_factory=RestdConfig)
+    # [topology]: the network (kiln/slurm/topology.py); None = flat, no topology
+    topology: Topology | None = None
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
@@ -504,6 +511,10 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
         if not isinstance(lic.name, str) or not lic.name or not isinstance(lic.count, int) \
                 or lic.count < 0:
             raise ConfigError(f"{where} [[license]]: a name and a count >= 0, not {lic!r}")
+    try:
+        topology = parse_topology(data.pop("topology", None), f"{where} [topology]")
+    except TopologyError as exc:
+        raise ConfigError(str(exc)) from None
     schedd = data.pop("schedd", {})
     top = {**data, **schedd}
     if top.get("db_url_file") and not top.get("db_url"):
@@ -511,7 +522,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> Config:
     cfg = _build(
         Config, top, where, home=home, path=path, scheduler=scheduler, agent=agent,
         partitions=partitions, licenses=licenses, accounting=accounting, cgroup=cgroup,
-        mail=mail, restd=restd,
+        mail=mail, restd=restd, topology=topology,
     )
     return cfg
 

@@ -305,6 +305,13 @@ class Job:
     shards_per_node: int = 0  # --gres=shard:N: GPU shards on each node (schedd/scheduler/shares)
     mps_per_node: int = 0  # --gres=mps:N: MPS units on one GPU of each node (likewise)
     exclusive: bool = False
+    # network topology ([topology], schedd/scheduler/topology.py): --switches=N[@max-time]
+    # (switch_wait: the @max-time in seconds, None = the cluster's max_switch_wait),
+    # --segment=N, --exclusive=topo (exclusive is set too)
+    switches: int = 0
+    switch_wait: int | None = None
+    segment: int = 0
+    exclusive_topo: bool = False
     constraint: str = ""
     nodelist: str = ""  # -w, as given (hostlist expression)
     exclude: str = ""  # -x

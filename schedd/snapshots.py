@@ -15,6 +15,7 @@ from schedd.state import State
 
 def build(state: State, now: float) -> tuple[Snapshot, dict[int, str]]:
     """The core's input, plus the reasons of pending jobs it must not consider."""
+    places = state.cfg.topology.places if state.cfg.topology is not None else {}
     nodes = [
         NodeView(
             name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.healthy_gpus,
@@ -24,6 +25,7 @@ def build(state: State, now: float) -> tuple[Snapshot, dict[int, str]]:
             shards_per_gpu=state.shards_per_gpu(n), mps_per_gpu=state.mps_per_gpu(n),
             available=n.state == NodeState.IDLE and state.node_alive(n, now)
             and n.reboot != "issued",
+            topo=places.get(n.name),
         )
         for n in state.nodes.values()
     ]
@@ -73,5 +75,6 @@ def running_views(state: State, now: float) -> list[RunningJob]:
         end = job.start_time + (limit if limit is not None else default)
         out.append(RunningJob(job.id, job.allocation, job.start_time, max(end, now),
                               job.user, job.account, job.qos, job.partition,
-                              reservation=job.reservation, licenses=job_licenses(job)))
+                              reservation=job.reservation, licenses=job_licenses(job),
+                              exclusive_topo=job.exclusive_topo))
     return out

@@ -564,6 +564,7 @@ class State:
             time_limit=limit if limit is not None else self.cfg.scheduler.default_time_limit,
             partition_priority=part.priority_tier if part else 1,
             qos_priority=qos.priority if (qos := self.accounts.qos.get(job.qos)) else 0,
+            max_switch_wait=self.cfg.scheduler.max_switch_wait,
         )
 
 

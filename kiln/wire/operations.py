@@ -100,6 +100,9 @@ SUBMIT_SCHEMA: Schema = {
     "submit_host": NAME, "time_limit": LIMIT, "time_min": LIMIT, "workdir": Str(),
     "script_args": List(Str(), size=MAX_SCRIPT_ARGS), "alloc_sid": Int(0, INT32),
     "restart_cost": Int(0, INT32, nullable=True), "stdin": Str(), "wckey": NAME,
+    # network topology: --switches=N[@max-time], --segment=N, --exclusive=topo
+    "switches": Int(0, 1 << 16), "switch_wait": Int(0, INT32, nullable=True),
+    "segment": Int(0, 1 << 16), "exclusive_topo": Bool(),
     "licenses": Str(), "interactive": Bool(),  # salloc: an allocation without a batch script
 }
 

@@ -66,7 +66,7 @@ SUBMIT_FIELDS = frozenset({
     "num_nodes", "num_nodes_max", "num_tasks", "open_mode", "partition", "qos", "requeue",
     "reservation", "script", "shards_per_node", "mps_per_node", "signal", "stderr", "stdout", "submit_host", "time_limit", "time_min",
     "workdir", "script_args", "alloc_sid", "restart_cost", "stdin", "wckey", "licenses",
-    "interactive",
+    "interactive", "switches", "switch_wait", "segment", "exclusive_topo",
 })
 
 # --- envelope ------------------------------------------------------------------------------

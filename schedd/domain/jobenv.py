@@ -10,6 +10,17 @@ import os
 from kiln.model import Job, NodeAllocation
 from kiln.slurm.gres import thread_percentage
 from kiln.slurm.hostlist import compress
+from kiln.slurm.topology import Topology
+
+
+def topology_addr(topology: Topology | None, node: str) -> dict[str, str]:
+    """SLURM_TOPOLOGY_ADDR and SLURM_TOPOLOGY_ADDR_PATTERN of ``node``: its switches top down
+    and the node (``top.s1.n5``, ``switch.switch.node``), its block (``b2.n5``,
+    ``block.node``), or the node alone (``node``) where no [topology] places it."""
+    place = topology.places.get(node) if topology is not None else None
+    if place is None:
+        return {"SLURM_TOPOLOGY_ADDR": node, "SLURM_TOPOLOGY_ADDR_PATTERN": "node"}
+    return {"SLURM_TOPOLOGY_ADDR": place.addr, "SLURM_TOPOLOGY_ADDR_PATTERN": place.pattern}
 
 
 def expand_output_pattern(pattern: str, job: Job, node: str,
@@ -81,7 +92,7 @@ def tasks_per_node_text(counts: list[int]) -> str:
 def step_environment(base: dict[str, str], job: Job, step_id: int, node_index: int,
                      node: str, cpus: int, gpus: list[int], procids: list[int],
                      step_nodes: list[str], step_counts: list[int],
-                     cpus_per_task: int) -> dict[str, str]:
+                     cpus_per_task: int, topology: Topology | None = None) -> dict[str, str]:
     """The environment common to one node's tasks of an srun step: srun's own environment
     (which is the batch script's, SLURM_* included) with the step's view laid over it."""
     env = dict(base)
@@ -106,7 +117,7 @@ def step_environment(base: dict[str, str], job: Job, step_id: int, node_index: i
         "SLURM_CPUS_ON_NODE": str(cpus),
         "SLURM_CPUS_PER_TASK": str(cpus_per_task),
         "SLURMD_NODENAME": node,
-        "SLURM_TOPOLOGY_ADDR": node,
+        **topology_addr(topology, node),
         "SLURM_DISTRIBUTION": "block",
         "SLURM_GPUS_ON_NODE": str(len(gpus)),
         "SLURM_STEP_GPUS": visible,
@@ -140,7 +151,8 @@ def task_overlay(procid: int, localid: int) -> dict[str, str]:
 
 
 def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: str,
-                    array_ids: tuple[int, ...] = ()) -> dict[str, str]:
+                    array_ids: tuple[int, ...] = (), topology: Topology | None = None
+                    ) -> dict[str, str]:
     """The environment of the batch script on ``alloc.node`` (node_index 0 = batch host)."""
     env = dict(job.environment)
     nodes = [a.node for a in job.allocation]
@@ -176,7 +188,7 @@ def job_environment(job: Job, alloc: NodeAllocation, node_index: int, cluster: s
         "SLURM_PROCID": "0",
         "SLURM_LOCALID": "0",
         "SLURM_GTIDS": "0",
-        "SLURM_TOPOLOGY_ADDR": alloc.node,
+        **topology_addr(topology, alloc.node),
         "SLURMD_NODENAME": alloc.node,
         "SLURM_GPUS_ON_NODE": str(len(alloc.gpus)),
         "SLURM_JOB_GPUS": gpus,

@@ -80,6 +80,8 @@ def job_why(ctx: Context, caller: Caller,
     state = ctx.state
     reason = job.reason or "None"
     reply["reason_text"] = explain.reason_text(reason)
+    reply["topology"] = explain.topology_text(job, ctx.cfg.topology, now,
+                                              ctx.cfg.scheduler.max_switch_wait)
     reply["limit"] = _limit(ctx, job, now)
     running_per_array: dict[int, int] = {}
     for r in state.running():

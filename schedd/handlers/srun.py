@@ -83,7 +83,7 @@ def step_start(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str, 
     for share in shares:
         node_env = step_environment(env, job, step_id, share.index, share.node, share.cpus,
                                     list(share.gpus), list(share.procids), nodes, counts,
-                                    cpus_per_task)
+                                    cpus_per_task, ctx.cfg.topology)
         launch = {
             "job_id": job.id, "step_id": step_id, "user": job.user, "uid": job.uid,
             "gid": job.gid, "argv": argv, "cwd": cwd, "environment": node_env,

@@ -246,7 +246,8 @@ _DEFAULTS = {name: (None if f.default is dataclasses.MISSING and f.default_facto
                     dataclasses.MISSING else _default(name))
              for name, f in _JOB_DATACLASS_FIELDS.items()}
 _NULLABLE_INT = frozenset({"time_limit", "time_min", "array_job_id", "array_task_id",
-                           "cancelled_by", "admin_priority", "launched_limit", "restart_cost"})
+                           "cancelled_by", "admin_priority", "launched_limit", "restart_cost",
+                           "switch_wait"})
 
 
 def _is_int(value: Any) -> bool:

@@ -92,6 +92,10 @@ class JobRow(Base):
     shards_per_node: Mapped[int] = mapped_column(Integer, default=0)  # --gres=shard:N
     mps_per_node: Mapped[int] = mapped_column(Integer, default=0)  # --gres=mps:N
     exclusive: Mapped[bool] = mapped_column(Boolean, default=False)
+    switches: Mapped[int] = mapped_column(Integer, default=0)  # --switches=N
+    switch_wait: Mapped[int | None] = mapped_column(Integer)  # its @max-time, seconds
+    segment: Mapped[int] = mapped_column(Integer, default=0)  # --segment=N
+    exclusive_topo: Mapped[bool] = mapped_column(Boolean, default=False)  # --exclusive=topo
     constraint: Mapped[str] = mapped_column(String, default="")
     nodelist: Mapped[str] = mapped_column(String, default="")
     exclude: Mapped[str] = mapped_column(String, default="")

@@ -256,6 +256,7 @@ def check_shape(ctx: Context, job: Job) -> None:
                  "mem_per_gpu_mb", "ntasks_per_node"):
         if getattr(job, name) < 0:
             raise RequestError(NODE_CONFIG)
+    check_topology(ctx, job)
     view = ctx.state.pending_view(job)
     nodes = [n for n in ctx.state.nodes.values() if job.partition in n.partitions]
     if not nodes:
@@ -278,6 +279,25 @@ def check_shape(ctx: Context, job: Job) -> None:
     if len(fitting) < view.num_nodes:
         # Slurm's line first (scripts match it), then which resource does not fit
         raise RequestError(f"{NODE_CONFIG}\n{misfit(job.partition, nodes, view)}")
+
+
+def check_topology(ctx: Context, job: Job) -> None:
+    """--segment=S: the job's nodes must come in whole segments, each of which some block
+    (or leaf switch) can hold; --switches=N: N at least 1."""
+    if job.switches < 0 or job.segment < 0:
+        raise RequestError(NODE_CONFIG)
+    if not job.segment:
+        return
+    if job.num_nodes % job.segment:
+        raise RequestError(f"{NODE_CONFIG}\n--segment={job.segment} does not divide the "
+                           f"job's {job.num_nodes} nodes")
+    topo = ctx.cfg.topology
+    if topo is not None and topo.places:
+        largest = max(p.leaf_size for p in topo.places.values())
+        if job.segment > largest:
+            what = "block" if topo.plugin == "block" else "leaf switch"
+            raise RequestError(f"{NODE_CONFIG}\nno {what} holds a segment of {job.segment} "
+                               f"nodes (largest: {largest})")
 
 
 def _holds(node: Node, view: PendingJob) -> bool:

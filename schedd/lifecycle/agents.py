@@ -93,7 +93,8 @@ class AgentRegistry:
 
     def _prolog_spec(self, job: Job, alloc: NodeAllocation, index: int,
                      array_ids: tuple[int, ...]) -> dict[str, Any]:
-        env = job_environment(job, alloc, index, self.cfg.cluster_name, array_ids)
+        env = job_environment(job, alloc, index, self.cfg.cluster_name, array_ids,
+                              topology=self.cfg.topology)
         return {"job_id": job.id, "generation": job.generation, "name": job.name,
                 "user": job.user, "uid": job.uid, "gid": job.gid, "gpus": alloc.devices,
                 "environment": {k: v for k, v in env.items() if k.startswith("SLURM_")}}
@@ -116,7 +117,8 @@ class AgentRegistry:
             "user": job.user, "uid": job.uid, "gid": job.gid, "script": job.script,
             "workdir": job.workdir, "stdout": stdout, "stderr": stderr,
             "open_mode": job.open_mode,
-            "environment": job_environment(job, alloc, 0, self.cfg.cluster_name, array_ids),
+            "environment": job_environment(job, alloc, 0, self.cfg.cluster_name, array_ids,
+                                           topology=self.cfg.topology),
             "gpus": alloc.devices, "cpus": alloc.cpus, "cpu_ids": list(alloc.cpu_ids),
             "memory_mb": alloc.memory_mb, "time_limit": job.launched_limit,
             "kill_wait": self.cfg.kill_wait, "signal": job.signal, "start_time": job.start_time,

@@ -14,6 +14,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from kiln.config import SchedulerConfig
+from kiln.model import Job
+from kiln.slurm.topology import Topology
 from schedd.scheduler import priority
 from schedd.scheduler.snapshot import AssocKey, NodeView, PendingJob
 
@@ -53,6 +55,36 @@ REASONS: dict[str, str] = {
 
 _WEIGHTS = {"age": "weight_age", "fairshare": "weight_fairshare", "job_size": "weight_job_size",
             "partition": "weight_partition", "qos": "weight_qos", "assoc": "weight_assoc"}
+
+
+def topology_text(job: Job, topology: Topology | None, now: float,
+                  max_switch_wait: int) -> str:
+    """What a pending job waits for in the network ([topology], scheduler/topology.py), in
+    words; "" for a one-node job or a cluster without a topology."""
+    if topology is None or not (job.num_nodes > 1 or job.exclusive_topo or job.segment):
+        return ""
+    group = "blocks" if topology.plugin == "block" else "leaf switches"
+    one = "block" if topology.plugin == "block" else "leaf switch"
+    parts = []
+    if job.switches:
+        wait = min(job.switch_wait if job.switch_wait is not None else max_switch_wait,
+                   max_switch_wait)
+        left = job.submit_time + wait - now
+        if left > 0:
+            parts.append(f"at most {job.switches} {one if job.switches == 1 else group} "
+                         f"(--switches={job.switches}), waited for {int(left + 0.999)} s more; "
+                         f"then it takes the nodes there are")
+        else:
+            parts.append(f"its wait for {job.switches} {one if job.switches == 1 else group} "
+                         f"(--switches) is over: it takes the nodes there are")
+    if job.segment:
+        parts.append(f"{job.num_nodes // job.segment} segment(s) of {job.segment} nodes "
+                     f"(--segment={job.segment}), each inside one {one}")
+    if job.exclusive_topo:
+        parts.append(f"whole {group} to itself (--exclusive=topo)")
+    if not parts:
+        parts.append(f"its {job.num_nodes} nodes in as few {group} as hold them")
+    return "; ".join(parts)
 
 
 def reason_text(reason: str) -> str:

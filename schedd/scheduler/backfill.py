@@ -37,14 +37,15 @@ from operator import attrgetter, ge, le, or_
 
 from kiln.config import SchedulerConfig
 from kiln.model import NodeAllocation
-from schedd.scheduler import placement
+from schedd.scheduler import placement, topology
 from schedd.scheduler.profile import Demand, NodeTimeline, round_up
 from schedd.scheduler.snapshot import PendingJob
 
 FILL_RULES = ("priority", "area", "short_area", "hole_area")
 _JOB_ID = attrgetter("job_id")
 # the filters a job's candidate nodes depend on, besides its size (``FitBounds``)
-_FILTER_NAMES = ("partition", "features", "gpu_type", "exclude", "exclusive")
+_FILTER_NAMES = ("partition", "features", "gpu_type", "exclude", "exclusive", "segment",
+                 "exclusive_topo", "switches")
 _FILTERS = attrgetter(*_FILTER_NAMES)
 _CPUS = attrgetter("cpus_per_node")
 _EXCLUSIVE = attrgetter("exclusive")
@@ -70,7 +71,8 @@ def check_config(config: SchedulerConfig) -> None:
 
 
 _NON_NEGATIVE_NAMES = ("bf_max_reservations", "bf_max_job_test", "bf_resolution", "bf_window",
-                       "bf_short_job", "bf_due_wait", "bf_overtake", "max_age")
+                       "bf_short_job", "bf_due_wait", "bf_overtake", "max_age",
+                       "max_switch_wait")
 _NON_NEGATIVE = attrgetter(*_NON_NEGATIVE_NAMES)
 
 
@@ -257,7 +259,8 @@ class Walk:
             plain = gathers and not job.nodelist and job.job_id not in promised \
                 and job.job_id not in promised_nodes \
                 and not (due_wait and now - job.submit_time >= due_wait) \
-                and not (owed and job.job_id in owed)  # as ``due``
+                and not (owed and job.job_id in owed) \
+                and not job.switches  # its bound ends with its own wait (topology.bound)
             if plain:
                 cands = unfit.get(shape)
                 if cands is None:
@@ -378,6 +381,11 @@ class Walk:
         allocation = placement.allocate(job, chosen, self.now, end)
         for tl in chosen:
             self.free.after_change(tl)
+        if job.exclusive_topo:  # --exclusive=topo: the rest of its blocks held for it too
+            for tl in topology.peers(chosen, self.timelines):
+                self.free.before_change(tl)
+                topology.hold_free(tl, self.now, end)
+                self.free.after_change(tl)
         self.plan.starts.append((job.job_id, allocation))
         if self.held is not None:
             self.began.append((job.job_id, end, allocation))
@@ -399,9 +407,12 @@ class Walk:
         demands = [placement.demand_on(job, tl.view) for tl in chosen]
         for tl, demand in zip(chosen, demands, strict=True):
             tl.hold(demand, t, end)
+        on = [(tl.index, demand) for tl, demand in zip(chosen, demands, strict=True)]
+        if job.exclusive_topo:  # --exclusive=topo: the rest of its blocks held for it too
+            on += [(tl.index, topology.hold_free(tl, t, end))
+                   for tl in topology.peers(chosen, self.timelines)]
         if self.held is not None:
-            self.held[job.job_id] = Held(job, t, end, tuple(
-                (tl.index, demand) for tl, demand in zip(chosen, demands, strict=True)))
+            self.held[job.job_id] = Held(job, t, end, tuple(on))
         if not self.due(job):  # a due (or owed) job's is on top: the head keeps its own
             self.reservations += 1
         self.planned_all = self.reservations >= self.config.bf_max_reservations

@@ -38,6 +38,7 @@ from schedd.scheduler import (
     priority,
     profile,
     replan,
+    topology,
 )
 from schedd.scheduler import reserved as reservations
 from schedd.scheduler.backfill import Walk, check_config, planned
@@ -61,6 +62,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
         config.predict_runtime,
     )
     resv.block(timelines)
+    topology.hold_running(timelines, snapshot.running, snapshot.now)  # --exclusive=topo
     # only a job naming a reservation needs the split (checked in C: the queue can be long;
     # not at all when the caller vouches that no job names one)
     named = not snapshot.plain_arrivals and any(map(_RESERVATION, order))

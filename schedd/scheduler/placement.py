@@ -19,7 +19,7 @@ from heapq import nsmallest
 from operator import attrgetter
 
 from kiln.model import NodeAllocation
-from schedd.scheduler import shares
+from schedd.scheduler import shares, topology
 from schedd.scheduler.fragment import Scorer
 from schedd.scheduler.profile import INFINITY, Demand, NodeTimeline
 from schedd.scheduler.snapshot import NodeView, PendingJob
@@ -308,7 +308,8 @@ def _place_now_indexed(
     (``fragment.Scorer.key_order``), so the first nodes found are the least fragmenting."""
     d = Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
     need = job.num_nodes
-    if job.nodelist:
+    topo = topology.applies(job, cands.nodes)
+    if job.nodelist or topo:
         need = len(cands.nodes)  # gather all: the -w nodes must be among the chosen
     fitting: list[NodeTimeline] = []
     timelines = free.timelines
@@ -335,7 +336,7 @@ def _place_now_indexed(
             break
     if len(fitting) < job.num_nodes:
         return None
-    if job.nodelist:
+    if job.nodelist or topo:
         return _choose(job, fitting, now)
     # found in (free GPUs, free CPUs, node) order: already the best fit
     return fitting[:need]
@@ -471,6 +472,8 @@ def _choose(job: PendingJob, fitting: list[NodeTimeline], t: float,
         rest.sort(key=lambda tl: key(tl.index))
     else:
         rest.sort(key=lambda tl: _leftover(tl, demand_on(job, tl.view), t))
+    if topology.applies(job, rest):  # the network decides among the best fits
+        return topology.choose(job, rest, t)
     return required + rest[:need]
 
 
@@ -507,7 +510,9 @@ def earliest_start(
             return None
         opened = [by_index[e[2]] for e in events if e[0] <= t]
         chosen = _choose(job, opened, t)
-        return (t, chosen) if chosen is not None else None
+        if chosen is not None or not topology.applies(job, opened):
+            return (t, chosen) if chosen is not None else None
+        # the network's rule wants other nodes, or a later instant: the full sweep finds it
     if not events:
         return None
     events.sort()

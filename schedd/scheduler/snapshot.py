@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from kiln.model import GPU, Job, NodeAllocation
 from kiln.slurm import licenses
+from kiln.slurm.topology import Place
 from schedd.scheduler.gpushare import Task
 
 
@@ -31,6 +32,8 @@ class NodeView:
     failed_gpus: int = 0
     shards_per_gpu: int = 0  # gres/shard: shards each GPU offers (scheduler/shares.py); 0 none
     mps_per_gpu: int = 0  # gres/mps: MPS units each GPU offers (likewise); 0 none
+    # where it sits in the network ([topology], kiln/slurm/topology.Place); None: flat
+    topo: Place | None = None
 
 
 @dataclass(slots=True)
@@ -65,6 +68,14 @@ class PendingJob:
     predicted_runtime: int | None = None  # seconds, used for planning when predict_runtime is on
     reservation: str = ""  # --reservation: runs only inside that advance reservation
     licenses: tuple[tuple[str, int], ...] = ()  # -L: (name, count) pairs (scheduler/licenses)
+    # network topology (scheduler/topology.py): --switches=N (at most N leaf switches or
+    # blocks, 0 = no bound) for up to switch_wait seconds after its submission (resolved:
+    # @max-time capped by max_switch_wait); --segment=N; --exclusive=topo (whole nodes and its
+    # blocks to itself: ``exclusive`` is set too)
+    switches: int = 0
+    switch_wait: int = 0
+    segment: int = 0
+    exclusive_topo: bool = False
 
     @property
     def total_gpus(self) -> int:
@@ -89,6 +100,7 @@ class RunningJob:
     preempting: bool = False
     reservation: str = ""  # the advance reservation it runs in, "" = none
     licenses: tuple[tuple[str, int], ...] = ()  # the licenses it holds while it runs
+    exclusive_topo: bool = False  # --exclusive=topo: its blocks are its own (topology.py)
 
 
 @dataclass(slots=True)
@@ -335,8 +347,10 @@ def job_licenses(job: Job) -> tuple[tuple[str, int], ...]:
 
 
 def pending_from_job(job: Job, time_limit: int, qos_priority: int = 0,
-                     partition_priority: int = 1) -> PendingJob:
-    """The core's view of a pending Job; ``time_limit`` already resolved by the caller."""
+                     partition_priority: int = 1, max_switch_wait: int = 300) -> PendingJob:
+    """The core's view of a pending Job; ``time_limit`` already resolved by the caller, a
+    ``--switches`` wait capped by the cluster's ``max_switch_wait`` (Slurm's)."""
+    wait = job.switch_wait if job.switch_wait is not None else max_switch_wait
     return PendingJob(
         job_id=job.id,
         name=job.name,
@@ -350,7 +364,11 @@ def pending_from_job(job: Job, time_limit: int, qos_priority: int = 0,
         gpus_per_node=gpus_per_node(job),
         gpu_type=job.gpu_type,
         shards_per_node=job.shards_per_node, mps_per_node=job.mps_per_node,
-        exclusive=job.exclusive,
+        exclusive=job.exclusive or job.exclusive_topo,
+        switches=job.switches,
+        switch_wait=min(wait, max_switch_wait) if job.switches else 0,
+        segment=job.segment,
+        exclusive_topo=job.exclusive_topo,
         features=frozenset(f for f in job.constraint.replace("|", "&").split("&") if f),
         nodelist=split_names(job.nodelist),
         exclude=split_names(job.exclude),

@@ -52,7 +52,7 @@ class Cluster:
     # turns it on, with both outside /tmp)
     job_tmp: bool = False
     config_extra: str = ""  # more tables at the end of kiln.toml (a [[partition]], ...)
-    up_args: list[str] = field(default_factory=list)  # more kiln up options (--mps-per-gpu)
+    up_args: list[str] = field(default_factory=list)  # more `kiln up` options
     # what the daemons may log and do without failing the test (expect_log, expect_exit)
     allowed_logs: list[re.Pattern[str]] = field(default_factory=list)
     expected_exits: set[str] = field(default_factory=set)

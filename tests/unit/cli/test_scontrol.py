@@ -219,10 +219,11 @@ def test_show_node_and_partition(fake_schedd, capsys) -> None:
     ("part", "partition"), ("r", "reservation"), ("res", "reservation"), ("c", "config"),
     ("conf", "config"), ("li", "license"), ("lic", "license"), ("hostn", "hostnames"),
     ("hostname", "hostnames"), ("hostl", "hostlist"), ("hostlists", "hostlistsorted"),
+    ("t", "topology"), ("topo", "topology"),
     # too short, too long, or an entity of Slurm's that kiln does not show (Slurm's order:
     # "ca" is its cache, "st" its steps, "s" nothing)
     ("p", None), ("l", None), ("host", None), ("jobsx", None), ("ca", None), ("st", None),
-    ("s", None), ("t", None),
+    ("s", None),
 ])
 def test_show_takes_slurms_abbreviations(word: str, entity: str | None) -> None:
     assert scontrol.show_entity(word) == entity

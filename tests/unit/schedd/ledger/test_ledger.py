@@ -101,7 +101,7 @@ def full_job(job_id: int = 42) -> Job:
         gpus_per_node=8,
         gpus_per_task=1,
         gpu_type="a100", shards_per_node=2, mps_per_node=50,
-        exclusive=True,
+        exclusive=True, switches=2, switch_wait=120, segment=2, exclusive_topo=True,
         constraint="nvlink&ib",
         nodelist="node[01-02]",
         exclude="node03",
