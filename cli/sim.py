@@ -1,6 +1,6 @@
 """``kiln sim``: replay a Standard Workload Format trace through kiln's scheduler core.
 
-    kiln sim TRACE.swf[.gz] [--policy fcfs|easy|conservative|kiln]
+    kiln sim TRACE.swf[.gz] [--policy fcfs|easy|conservative|kiln|slurm]
              [--nodes N] [--gpus-per-node G] [--config kiln.toml] [--out schedule.csv]
              [--by-user users.csv] [--from JOB|TIME] [--to JOB|TIME] [--forecasts]
 
@@ -10,6 +10,9 @@
 The second form (selected by ``--nodes-csv``) replays the Alibaba openb GPU-sharing trace in the
 protocol of Weng et al. (ATC'23): ``simulator/sharing.py``, placements of
 ``schedd/scheduler/gpushare.py``.
+
+``--policy slurm`` replays the trace through a model of Slurm 22.05's main and backfill
+schedulers (``simulator/slurm_backfill.py``) instead of kiln's core, for comparison.
 
 Prints the trace, the machine, the policy, the figures of ``simulator.metrics`` and how fast
 the replay ran (jobs/s, and the share of that time spent inside the scheduler core). Every bad
@@ -61,8 +64,9 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
 @click.command(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("trace", metavar="TRACE.swf[.gz]|PODS.csv[.gz]")
 @click.option("--policy", default="kiln", show_default=True,
-              type=click.Choice(["fcfs", "easy", "conservative", "kiln"]),
-              help="fcfs, easy/conservative backfill, or kiln's own configuration")
+              type=click.Choice(["fcfs", "easy", "conservative", "kiln", "slurm"]),
+              help="fcfs, easy/conservative backfill, kiln's own configuration, or a model of "
+                   "Slurm 22.05's backfill")
 @click.option("--nodes", type=int, default=None,
               help="replay on N GPU nodes instead of one pool of MaxProcs CPUs")
 @click.option("--gpus-per-node", type=int, default=None,
@@ -125,17 +129,25 @@ def sim(ctx: click.Context, trace: str, policy: str, nodes: int | None,
             _fail(ctx, f"{name} must be at least 1, not {value}")
     if config_file is not None and policy != "kiln":
         _fail(ctx, "--config only applies to --policy kiln")
+    if forecasts and policy == "slurm":
+        _fail(ctx, "--forecasts needs kiln's core, not --policy slurm")
     window = _slice(ctx, first, last)
     try:
-        config = policy_config(policy, config_file)
+        config = policy_config(policy, config_file) if policy != "slurm" else None
         data = read_swf(trace)
         if nodes is None and gpus_per_node is None:
             machine = machines.pool(data.max_procs)
         else:
             machine = machines.gpu_cluster(data.max_procs, nodes, gpus_per_node)
         with progress(f"replaying {len(data.jobs):,} jobs", len(data.jobs)) as update:
-            result = replay(data, machine, config, progress=lambda done, total: update(done),
-                            forecasts=forecasts, gpu_placement=gpu_placement)
+            if config is None:
+                from simulator.slurm_backfill import replay_slurm
+
+                result = replay_slurm(data, machine,
+                                      progress=lambda done, total: update(done)).replay
+            else:
+                result = replay(data, machine, config, progress=lambda done, total: update(done),
+                                forecasts=forecasts, gpu_placement=gpu_placement)
     except (SwfError, SimError, ConfigError) as exc:
         _fail(ctx, str(exc))
     if not result.records:
@@ -218,6 +230,9 @@ def _machine_line(data: Trace, machine: Machine, not_fitting: int) -> str:
 
 
 def _speed_line(result: Replay) -> str:
+    if result.model:  # not kiln's core: no core time to tell apart
+        return (f"{result.jobs_per_second:,.0f} jobs/s ({result.wall_seconds:.2f} s, "
+                f"{result.cycles:,} scheduling passes, {result.model})")
     share = result.core_seconds / result.wall_seconds if result.wall_seconds > 0 else 0.0
     return (f"{result.jobs_per_second:,.0f} jobs/s ({result.wall_seconds:.2f} s, "
             f"{result.cycles:,} cycles, {share:.0%} in the scheduler core)")

@@ -77,6 +77,7 @@ class Replay:
     not_fitting: int = 0  # trace jobs larger than the simulated cluster, dropped
     # job -> its p50 and p90 start, published when it arrived (``forecasts=True`` only)
     forecasts: dict[int, Forecast] = field(default_factory=dict)
+    model: str = ""  # not kiln's core: the scheduler model that made it (simulator/slurm_backfill.py)
 
     @property
     def jobs_per_second(self) -> float:
