@@ -519,6 +519,11 @@ class State:
     def array_task_ids(self, array_job_id: int) -> tuple[int, ...]:
         return tuple(sorted(self._arrays.get(array_job_id, {})))
 
+    def array_tasks(self, array_job_id: int) -> list[Job]:
+        """The array's tasks still in memory, in task order."""
+        tasks = self._arrays.get(array_job_id, {})
+        return [tasks[t] for t in sorted(tasks)]
+
     # --- the job as the core sees it (eligibility: schedd/eligibility.py; snapshots: schedd/snapshots.py) ------------------------------------------------------------
 
     def time_limit(self, job: Job) -> int | None:

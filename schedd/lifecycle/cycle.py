@@ -2,8 +2,9 @@
 
 ``run_cycle`` (from the daemon's loop, when ``Pace`` says one is due): 1. charge usage;
 2. the snapshot (``planner``); 3. the pure core; 4. apply its decisions — reasons, priorities,
-published starts, reserved nodes, then the starts (``transitions.start_runs``, which sends the
-launches through ``agents``) and the preemptions (``preemption.start``). A core that raises
+published starts, reserved nodes, then the preemptions' marks (``preemption.choose``) and the
+starts, committed together by ``transitions.start_runs``, which sends the launches and the
+victims' notices through ``agents``. A core that raises
 sets its culprits aside (``set_aside_culprits``) and the next cycle runs.
 
 ``publish_quantiles`` (a timer of the loop): each waiting job's p50/p90 start, planned off the
@@ -17,6 +18,7 @@ import time
 
 from kiln.slurm.hostlist import compress
 from schedd import offload
+from schedd.domain.steps import placed
 from schedd.lifecycle import preemption, transitions
 from schedd.lifecycle.context import Context, RequestError
 from schedd.reports import forecast
@@ -52,14 +54,14 @@ def run_cycle(ctx: Context, now: float) -> Decisions:
         log.info("cycle: %d pending, %d running, %d started in %.3f s", len(snapshot.pending),
                  len(snapshot.running), len(decisions.starts), elapsed)
     apply(ctx, decisions, blocked, now)
-    if decisions.preemptions:
-        preemption.start(ctx, ctx.preemption, decisions.preemptions, now)
     return decisions
 
 
 def apply(ctx: Context, decisions: Decisions, blocked: dict[int, str], now: float) -> None:
     """The cycle's decisions into state: reasons, priorities, published starts, reserved
-    nodes, then the starts (committed, then launched by ``transitions.start_runs``)."""
+    nodes; then the preemptions' marks (``preemption.choose``) and the starts, each placed
+    (batch host first, its node list compressed once: ``steps.placed``), committed together
+    and sent to the agents by ``transitions.start_runs``."""
     jobs = ctx.state.jobs
     for job_id, reason in blocked.items():
         jobs[job_id].reason = reason
@@ -75,8 +77,9 @@ def apply(ctx: Context, decisions: Decisions, blocked: dict[int, str], now: floa
     for job_id, nodes in decisions.reserved_nodes.items():
         if job_id in jobs:
             jobs[job_id].sched_nodes = compress(nodes)
-    starts = [(jobs[s.job_id], s.allocation) for s in decisions.starts]
-    for job in transitions.start_runs(ctx, starts, now):
+    marks = preemption.choose(ctx, ctx.preemption, decisions.preemptions, now)
+    starts = [(jobs[s.job_id], *placed(s.allocation)) for s in decisions.starts]
+    for job in transitions.start_runs(ctx, starts, now, marks):
         if ctx.metrics is not None:
             ctx.metrics.job_started(job, now)
 

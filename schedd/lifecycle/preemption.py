@@ -5,7 +5,8 @@ A victim's life, once chosen:
 1. **Notice, at once** (unlike Slurm 22.05, which stays silent until GraceTime ends): its
    ``--signal`` (``B:`` = the batch shell only), else SIGTERM, goes to its process group so it
    can checkpoint. The mark (``Job.preempt``: preemptor, deadline, mode, stamped with the
-   run's generation) is committed, so a restarted schedd carries on.
+   run's generation; ``choose``) is committed with the cycle's starts, so a restarted schedd
+   carries on, and the notice is sent after that commit (``transitions.start_runs``).
 2. **After GraceTime** (of the *victim's* QOS, as in Slurm): schedd tells its agent to terminate
    it as PREEMPTED: the usual SIGTERM, SIGKILL after KillWait, and the ``DUE TO PREEMPTION``
    banner. The agent is kept simple: schedd keeps the grace time itself.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import logging
 
 from kiln.model import Job, JobState, PreemptMark
-from kiln.slurm.signals import notice_signal
 from schedd.lifecycle.context import Context
 from schedd.lifecycle.transitions import RunEnd, Verdict
 from schedd.lifecycle.victims import CANCEL, REQUEUE, RESEND, Tracker, mode_of
@@ -37,9 +37,13 @@ log = logging.getLogger("schedd.preemption")
 # --- acting ------------------------------------------------------------------------------------
 
 
-def start(ctx: Context, tracker: Tracker, preemptions: list[Preemption], now: float) -> None:
-    """Mark the victims, send each its notice, and terminate at once those without grace."""
-    changes = []
+def choose(ctx: Context, tracker: Tracker, preemptions: list[Preemption],
+           now: float) -> list[tuple[Job, PreemptMark]]:
+    """The victims' marks for the cycle's preemptions (each its mode and GraceTime, stamped
+    with its run's generation), tracked from now on. ``transitions.start_runs`` commits them
+    with the cycle's starts and sends each victim its notice; ``tick`` terminates it when its
+    grace time is over (at once for none: ``tick`` runs every turn of the loop)."""
+    marks = []
     for p in preemptions:
         for victim_id in p.victims:
             job = ctx.state.jobs.get(victim_id)
@@ -51,17 +55,11 @@ def start(ctx: Context, tracker: Tracker, preemptions: list[Preemption], now: fl
             if mode != REQUEUE or not job.requeue:
                 mode = CANCEL
             mark = PreemptMark(job.generation, p.job_id, now, now + grace, mode, p.cause)
-            changes.append((job, {"preempt": mark}))
+            marks.append((job, mark))
             tracker.victims[victim_id] = mark
             log.info("preempted JobId=%d (%s, GraceTime %d s) to reclaim resources for "
                      "JobId=%d (%s)", victim_id, mode, grace, p.job_id, p.cause)
-    ctx.state.commit(changes)
-    for job, _ in changes:
-        signum, batch_only = notice_signal(job.signal)
-        # the notice reaches the whole job (the batch shell's group and its steps), or with
-        # --signal=B: the batch shell alone
-        ctx.agents.signal(job, signum, batch_only, full=not batch_only)
-    tick(ctx, tracker, now)
+    return marks
 
 
 def tick(ctx: Context, tracker: Tracker, now: float) -> None:

@@ -29,8 +29,8 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.model import LAUNCH_FAILED_HELD, Job, JobState, NodeAllocation, StopMark
-from schedd.domain.steps import placed
+from kiln.model import LAUNCH_FAILED_HELD, Job, JobState, NodeAllocation, PreemptMark, StopMark
+from kiln.slurm.signals import notice_signal
 from schedd.ledger.records import JobEvent, StepRecord
 from schedd.lifecycle.context import Context
 from schedd.state import RUNNING_STATES
@@ -94,13 +94,28 @@ def hooks() -> tuple[list[str], list[str]]:
 # --- starting ---------------------------------------------------------------------------------
 
 
-def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
-               now: float) -> list[Job]:
+# A start as the cycle applies it: the job, its allocation with the batch host first, and that
+# allocation's node list compressed once (``steps.placed``).
+Start = tuple[Job, list[NodeAllocation], str]
+
+
+def start_runs(ctx: Context, starts: Iterable[Start], now: float,
+               marks: Iterable[tuple[Job, PreemptMark]] = ()) -> list[Job]:
     """Commit the starts the cycle decided (state, allocation, a new generation, the limit the
-    agent will enforce, the ``.batch`` row), then tell the agents."""
-    changes, events, rows = [], [], []
-    for job, allocation in starts:
-        allocation, nodes = placed(allocation)  # batch host first
+    agent will enforce, the ``.batch`` row) and the preemption marks it set, in one commit;
+    then tell the agents: each start's launch, each victim's notice (its ``--signal``, else
+    SIGTERM; ``B:`` the batch shell only); then the BEGIN mails.
+
+    Written so that a start visits each module once, in order (this one, the signals'
+    vocabulary, the write door, the agents, mail): the rows first, then the notices, then
+    what the write door knows."""
+    starts, marks = list(starts), list(marks)
+    rows = [_first_step(job, allocation, nodes, "RUNNING", now)
+            for job, allocation, nodes in starts]
+    notices = [(job, *notice_signal(job.signal)) for job, _ in marks]
+    changes: list[tuple[Job, dict[str, Any]]] = []
+    events, launches, mails = [], [], []
+    for job, allocation, nodes in starts:
         changes.append((job, {
             "state": JobState.RUNNING, "reason": "None", "start_time": now,
             "allocation": allocation, "batch_host": allocation[0].node, "node_list": nodes,
@@ -113,21 +128,26 @@ def start_runs(ctx: Context, starts: Iterable[tuple[Job, list[NodeAllocation]]],
             "forecast_band": job.forecast_band,
         }))
         events.append(JobEvent(job.id, now, JobState.RUNNING.value, detail=nodes))
-        rows.append(_first_step(job, allocation, nodes, "RUNNING", now))
+        array = job.array_job_id
+        launches.append((job, ctx.state.array_task_ids(array) if array is not None else ()))
+        if job.mail_type:  # --mail-type BEGIN (lifecycle/mail.py), with the array's tasks
+            mails.append((job, ctx.state.array_tasks(array) if array is not None else []))
+    changes.extend((job, {"preempt": mark}) for job, mark in marks)
     ctx.state.commit(changes, events, rows)
-    started = [job for job, _ in changes]
-    for job in started:
-        ctx.agents.launch(job, _array_ids(ctx, job))
-        if job.mail_type:  # --mail-type BEGIN (lifecycle/mail.py)
-            ctx.mail.began(job, _siblings(ctx, job))
-    return started
+    for job, array_ids in launches:
+        ctx.agents.launch(job, array_ids)
+    for job, signum, batch_only in notices:
+        # the notice reaches the whole job (the batch shell's group and its steps), or with
+        # --signal=B: the batch shell alone
+        ctx.agents.signal(job, signum, batch_only, full=not batch_only)
+    for job, siblings in mails:
+        ctx.mail.began(job, siblings)
+    return [job for job, _, _ in starts]
 
 
 def _siblings(ctx: Context, job: Job) -> list[Job]:
     """The other tasks of the job's array still in memory (none for a plain job)."""
-    if job.array_job_id is None:
-        return []
-    return [j for j in ctx.state.jobs.values() if j.array_job_id == job.array_job_id]
+    return ctx.state.array_tasks(job.array_job_id) if job.array_job_id is not None else []
 
 
 def _array_ids(ctx: Context, job: Job) -> tuple[int, ...]:

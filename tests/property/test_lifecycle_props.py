@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from kiln.config import Config
 from kiln.identity import Caller
 from kiln.model import Job, JobState, Node, NodeAllocation, PreemptMark
-from schedd.domain.steps import StepTable
+from schedd.domain.steps import StepTable, placed
 from schedd.handlers import jobcontrol
 from schedd.ledger.migrate import upgrade
 from schedd.ledger.store import Store
@@ -285,7 +285,7 @@ def apply(ctx: Ctx, models: list[Model], step: tuple[Any, ...]) -> None:
             return  # the scheduler starts only pending, released jobs
         assert not m.cancelled, "a cancelled job is pending again"
         gen = job.generation
-        transitions.start_runs(ctx, [(job, [NodeAllocation("n1", 1, 0, [])])], now)
+        transitions.start_runs(ctx, [(job, *placed([NodeAllocation("n1", 1, 0, [])]))], now)
         assert job.state == JobState.RUNNING and job.generation == gen + 1
         assert job.launched_limit == job.time_limit
         assert ctx.agents.calls[-1] == ("launch", job.id, gen + 1, job.time_limit)
@@ -440,13 +440,13 @@ def test_requeue_then_node_silence_then_a_completed_run() -> None:
         ctx = make_world(Path(tmp), [True], [600])
         try:
             job = ctx.state.jobs[1]
-            transitions.start_runs(ctx, [(job, [NodeAllocation("n1", 1, 0, [])])], ctx.clock)
+            transitions.start_runs(ctx, [(job, *placed([NodeAllocation("n1", 1, 0, [])]))], ctx.clock)
             assert jobcontrol.requeue(ctx, ROOT, {"job_ids": ["1"]}) == {"errors": []}
             ctx.clock += 5
             health.fail_run(ctx, job, ctx.clock, "node n1 not responding")
             assert (job.state, job.restart_count, job.stop) == (JobState.PENDING, 1, None)
             ctx.clock += 5
-            transitions.start_runs(ctx, [(job, [NodeAllocation("n1", 1, 0, [])])], ctx.clock)
+            transitions.start_runs(ctx, [(job, *placed([NodeAllocation("n1", 1, 0, [])]))], ctx.clock)
             ctx.clock += 5
             assert transitions.end_run(ctx, job, RunEnd(job.generation, "COMPLETED", ctx.clock))
             assert job.state == JobState.COMPLETED and job.restart_count == 1
@@ -468,7 +468,7 @@ def test_whatever_an_agent_reports_the_job_is_not_left_in_limbo(reported: str) -
         ctx = make_world(Path(tmp), [True], [600])
         try:
             job = ctx.state.jobs[1]
-            transitions.start_runs(ctx, [(job, [NodeAllocation("n1", 1, 0, [])])], ctx.clock)
+            transitions.start_runs(ctx, [(job, *placed([NodeAllocation("n1", 1, 0, [])]))], ctx.clock)
             assert transitions.end_run(ctx, job, RunEnd(job.generation, reported,
                                                         ctx.clock + 5))
             assert job.state.finished or job.state == JobState.PENDING, job.state

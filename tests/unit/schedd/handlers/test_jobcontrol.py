@@ -10,6 +10,7 @@ import pytest
 
 from kiln.identity import Caller
 from kiln.model import Job, JobState, Node, NodeAllocation
+from schedd.domain.steps import placed
 from schedd.handlers import jobcontrol
 from schedd.lifecycle import enforcement, health, transitions
 from tests.builders import handler_context
@@ -96,7 +97,7 @@ def test_requeue_mark_does_not_survive_a_node_failure(ctx) -> None:
     health.check_nodes(ctx, NOW + 40)
     assert (job.state, job.restart_count, job.stop) == (JobState.PENDING, 1, None)
     ctx.state.save_node(Node("n1", 8, 1000, last_heartbeat=NOW + 50))  # back, and a new run
-    started = transitions.start_runs(ctx, [(job, [NodeAllocation("n1", 1, 100, [])])], NOW + 60)
+    started = transitions.start_runs(ctx, [(job, *placed([NodeAllocation("n1", 1, 100, [])]))], NOW + 60)
     assert started == [job] and job.generation == 2
     # the silent agent's stale report of the first run changes nothing
     assert not transitions.end_run(ctx, job, transitions.RunEnd(1, "REQUEUED", NOW + 61))
@@ -108,7 +109,7 @@ def test_requeue_mark_does_not_survive_a_node_failure(ctx) -> None:
 def test_the_agent_enforces_the_admitted_limit(ctx) -> None:
     job = Job(id=6, user="root", uid=0, time_limit=5)
     ctx.state.add_jobs([job], [])
-    transitions.start_runs(ctx, [(job, [NodeAllocation("n1", 1, 100, [])])], NOW)
+    transitions.start_runs(ctx, [(job, *placed([NodeAllocation("n1", 1, 100, [])]))], NOW)
     assert job.launched_limit == 5
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from kiln.config import Config
 from kiln.model import Job, JobState
+from schedd.domain.steps import placed
 from schedd.ledger.store import Store
 from schedd.lifecycle.mail import Outbox
 from schedd.state import State
@@ -88,7 +89,7 @@ def test_a_new_run_gets_its_notices_again(url: str, tmp_path: Path) -> None:
     state.add_jobs([job], [])
     ctx = HandlerContext(state, state.cfg, [START], agents=SimpleNamespace(launch=lambda *a: None),
                          mail=outbox)
-    transitions.start_runs(ctx, [(job, [NodeAllocation("node1", 1, 0, [])])], START)
+    transitions.start_runs(ctx, [(job, *placed([NodeAllocation("node1", 1, 0, [])]))], START)
     assert state.jobs[6].mail_sent == ""
     outbox.tick(state, START + 50)
     assert outbox.subjects == ["Slurm Job_id=6 Name=again Reached 50% of time limit, "

@@ -12,6 +12,7 @@ from cli.core.options import OptionError
 from cli.submit import parse_restart_cost
 from kiln.config import Config
 from kiln.model import Job, JobState, NodeAllocation, PreemptMark
+from kiln.slurm.signals import notice_signal
 from schedd.domain.accounts import QOS, Accounts, Association
 from schedd.handlers.sacct import earlier_runs
 from schedd.ledger.records import JobEvent
@@ -23,12 +24,12 @@ NOW = 5_000_000.0
 
 
 def test_notice_signal_is_the_jobs_signal_else_sigterm() -> None:
-    assert preemption.notice_signal("") == (signal.SIGTERM, False)
-    assert preemption.notice_signal("B:USR1@120") == (signal.SIGUSR1, True)
-    assert preemption.notice_signal("USR2@90") == (signal.SIGUSR2, False)
-    assert preemption.notice_signal("SIGINT") == (signal.SIGINT, False)
-    assert preemption.notice_signal("10") == (10, False)
-    assert preemption.notice_signal("NOSUCH") == (signal.SIGTERM, False)
+    assert notice_signal("") == (signal.SIGTERM, False)
+    assert notice_signal("B:USR1@120") == (signal.SIGUSR1, True)
+    assert notice_signal("USR2@90") == (signal.SIGUSR2, False)
+    assert notice_signal("SIGINT") == (signal.SIGINT, False)
+    assert notice_signal("10") == (10, False)
+    assert notice_signal("NOSUCH") == (signal.SIGTERM, False)
 
 
 def test_preempt_mode_of_the_victims_qos() -> None:
