@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import pwd
+from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,9 @@ def version_of(value: str | None) -> str:
     return text
 
 
+@lru_cache(maxsize=16)
 def schema(version: str, name: str) -> dict[str, Any]:
+    """One command's resolved schema, read once (callers only read it)."""
     with open(_DIR / f"{version}.json", encoding="utf-8") as fh:
         return json.load(fh)[name]
 
@@ -64,41 +68,141 @@ def _is_no_val(node: dict[str, Any]) -> bool:
     return set(node.get("properties") or {}) == {"set", "infinite", "number"}
 
 
+# A schema's conformer is built once (per schema object, kept alive here so its id is never
+# reused) and reused for every value: a closure per node of the schema, and each skeleton a
+# compiled dict display, so fitting a value walks the value, not the schema.
+_CONFORMERS: dict[int, tuple[dict[str, Any], Callable[[Any], Any]]] = {}
+
+
 def conform(node: dict[str, Any], value: Any) -> Any:
     """``value`` fitted to the schema ``node`` (see the module's docstring)."""
+    return conformer(node)(value)
+
+
+def conformer(node: dict[str, Any]) -> Callable[[Any], Any]:
+    """The function that fits a value to the schema ``node``, built on first use."""
+    held = _CONFORMERS.get(id(node))
+    if held is None or held[0] is not node:
+        if len(_CONFORMERS) >= 512:  # schemas built per call by a caller: kept bounded
+            _CONFORMERS.clear()
+        held = _CONFORMERS[id(node)] = (node, _build(node))
+    return held[1]
+
+
+def _literal(value: Any) -> str:
+    """Python source for a skeleton (dicts, empty lists, str, int, bool, None)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[]"
+    return repr(value)
+
+
+def _skeleton_maker(node: dict[str, Any]) -> Callable[[], Any]:
+    """A function returning a fresh ``skeleton(node)`` each call."""
+    shape = skeleton(node)
+    if not isinstance(shape, (dict, list)):
+        return lambda: shape
+    return eval("lambda: " + _literal(shape), {})  # noqa: S307 (built from the schema's keys)
+
+
+def _scalar(value: Any) -> Any:
+    """A flagged number or an exit code where a plain one is due."""
+    value = value.get("number", value.get("return_code", 0))
+    return value.get("number", 0) if isinstance(value, dict) else value
+
+
+def _build(node: dict[str, Any]) -> Callable[[Any], Any]:
     kind = node.get("type")
     if kind == "object":
-        if _is_no_val(node) and isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = no_val(value)
-        if not isinstance(value, dict):
-            return skeleton(node)
-        props = node.get("properties") or {}
-        if not props:
-            return value
-        out = skeleton(node)
-        for key, sub in value.items():
-            if key in props:
-                out[key] = conform(props[key], sub)
-        return out
+        return _build_object(node)
     if kind == "array":
-        if not isinstance(value, list):
-            value = [] if value in (None, "") else [value]
-        return [conform(node.get("items") or {}, v) for v in value]
+        items = node.get("items") or {}
+        item = _build(items)
+        same = _SCALARS.get(items.get("type"))  # a scalar of the right type is kept as is
+
+        def fit_array(value: Any) -> Any:
+            if not isinstance(value, list):
+                value = [] if value in (None, "") else [value]
+            if same is not None:
+                return [v if type(v) is same else item(v) for v in value]
+            return [item(v) for v in value]
+        return fit_array
     if kind is None:  # the schema leaves it open (v0.0.40's job_res_nodes items)
-        return value
-    if isinstance(value, dict):  # a flagged number or an exit code where a plain one is due
-        value = value.get("number", value.get("return_code", 0))
-        value = value.get("number", 0) if isinstance(value, dict) else value
+        return _identity
     if kind == "string":
-        return "" if value is None else str(value)
+        def fit_string(value: Any) -> Any:
+            if type(value) is str:
+                return value
+            if isinstance(value, dict):
+                value = _scalar(value)
+            return "" if value is None else str(value)
+        return fit_string
     if kind in ("integer", "number"):
-        try:
-            return int(value) if kind == "integer" else float(value)
-        except (TypeError, ValueError):
-            return 0
+        cast = int if kind == "integer" else float
+
+        def fit_number(value: Any) -> Any:
+            if type(value) is cast:
+                return value
+            if isinstance(value, dict):
+                value = _scalar(value)
+            try:
+                return cast(value)
+            except (TypeError, ValueError):
+                return 0
+        return fit_number
     if kind == "boolean":
-        return bool(value)
+        def fit_boolean(value: Any) -> Any:
+            if isinstance(value, dict):
+                value = _scalar(value)
+            return bool(value)
+        return fit_boolean
+
+    def fit_other(value: Any) -> Any:
+        return _scalar(value) if isinstance(value, dict) else value
+    return fit_other
+
+
+def _identity(value: Any) -> Any:
     return value
+
+
+_MISSING = object()
+_SCALARS = {"string": str, "integer": int, "number": float, "boolean": bool}
+
+
+def _build_object(node: dict[str, Any]) -> Callable[[Any], Any]:
+    """A function compiled for this object schema: one dict display with every property in
+    the schema's order, each the value's own fitted (a plain scalar of the right type as it
+    is) or the property's skeleton where the value lacks it; the value's other keys left out.
+    The same output as walking the schema per value, key for key and in the same order."""
+    props = node.get("properties") or {}
+    empty = _literal(skeleton(node))
+    flagged = _is_no_val(node)
+    if not props:
+        return eval(f"lambda value: value if isinstance(value, dict) else {empty}", {})  # noqa: S307
+    names: dict[str, Any] = {"M": _MISSING, "no_val": no_val}
+    parts = []
+    for i, (key, sub) in enumerate(props.items()):
+        kind = sub.get("type")
+        names[f"c{i}"] = _build(sub)
+        get = f"(v := g({key!r}, M))"
+        if kind in _SCALARS:
+            names[f"t{i}"] = _SCALARS[kind]
+            parts.append(f"{key!r}: (v if type({get}) is t{i} else "
+                         f"({_literal(skeleton(sub))} if v is M else c{i}(v)))")
+        elif kind is None:
+            parts.append(f"{key!r}: (v if {get} is not M else None)")
+        else:
+            parts.append(f"{key!r}: ({_literal(skeleton(sub))} if {get} is M else c{i}(v))")
+    head = ("    if flagged and isinstance(value, (int, float)) and not isinstance(value, bool):\n"
+            "        value = no_val(value)\n") if flagged else ""
+    source = (f"def fit(value):\n{head}"
+              f"    if not isinstance(value, dict):\n        return {empty}\n"
+              f"    g = value.get\n    return {{{', '.join(parts)}}}\n")
+    names["flagged"] = flagged
+    exec(compile(source, "<data_parser conformer>", "exec"), names)  # noqa: S102 (the schema's keys, repr'd)
+    return names["fit"]
 
 
 def meta(version: str, command: list[str], cluster: str) -> dict[str, Any]:

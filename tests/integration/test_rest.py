@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +23,7 @@ from tests.integration.cluster import (
     until,
     world_tempdir,
 )
-from tests.integration.restclient import RestD
+from tests.integration.restclient import DOCS, RestD
 
 SCRIPT = "#!/bin/sh\nsleep 300\n"
 ENV = ["PATH=/usr/bin:/bin"]
@@ -392,3 +394,53 @@ def test_the_docs_examples_run_as_written(rest: RestD) -> None:
     assert rest.cluster.wait(job_id, {"CANCELLED"})["state"] == "CANCELLED"
     assert '"name":"node1"' in res.stdout and f"[{job_id}]" in lines
     assert lines[-2:] == ["401", 'Invalid numeric value "many" for --ntasks.']
+
+
+# --- a client generated from Slurm's published document -----------------------------------
+
+
+def test_a_client_generated_from_slurms_document(rest: RestD, other_user: str,
+                                                tmp_path: Path) -> None:
+    """openapi-python-client (PyPI, the test extra) generates a client from the vendored
+    v0.0.41 document as published, with no warning; it submits, lists and cancels a job,
+    parsing each answer into the document's models (docs/rest.md says why not v0.0.40)."""
+    conf = tmp_path / "gen.yaml"
+    conf.write_text("post_hooks: []\n")  # no formatter run on the generated code
+    res = subprocess.run([str(BIN / "openapi-python-client"), "generate", "--path",
+                          str(DOCS / f"{V41}.json"), "--output-path",
+                          str(tmp_path / "slurm_client"), "--meta", "none", "--config",
+                          str(conf)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "Warning" not in res.stdout + res.stderr, res
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from slurm_client import AuthenticatedClient  # type: ignore[import-not-found]
+        from slurm_client.api.slurm import (  # type: ignore[import-not-found]
+            slurm_v0041_delete_job,
+            slurm_v0041_get_jobs,
+            slurm_v0041_post_job_submit,
+        )
+        from slurm_client.models import (  # type: ignore[import-not-found]
+            V0041JobDescMsg,
+            V0041JobSubmitReq,
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+    client = AuthenticatedClient(base_url=f"http://127.0.0.1:{rest.port}",
+                                 token=rest.token(other_user), prefix="",
+                                 auth_header_name="X-SLURM-USER-TOKEN",
+                                 headers={"X-SLURM-USER-NAME": other_user})
+    body = V0041JobSubmitReq(script=SCRIPT, job=V0041JobDescMsg(
+        name="generated", environment=ENV,
+        current_working_directory=str(rest.cluster.home / "work")))
+    submitted = slurm_v0041_post_job_submit.sync_detailed(client=client, body=body)
+    assert submitted.status_code == 200 and not submitted.parsed.errors, submitted.content
+    job_id = submitted.parsed.job_id
+    assert rest.cluster.wait(job_id, {"RUNNING", "PENDING"})["name"] == "generated"
+    listed = slurm_v0041_get_jobs.sync_detailed(client=client)
+    assert listed.status_code == 200, listed.content
+    (job,) = [j for j in listed.parsed.jobs if j.job_id == job_id]
+    assert job.name == "generated" and job.user_name == other_user
+    assert [s.value for s in job.job_state] in (["RUNNING"], ["PENDING"])
+    cancelled = slurm_v0041_delete_job.sync_detailed(str(job_id), client=client)
+    assert cancelled.status_code == 200 and not cancelled.parsed.errors, cancelled.content
+    assert rest.cluster.wait(job_id, {"CANCELLED"})["state"] == "CANCELLED"
