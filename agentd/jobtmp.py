@@ -64,18 +64,31 @@ def _own_namespace() -> Callable[..., None]:
 
 def enter(paths: dict[str, str]) -> None:
     """In the job's child, as root: a mount namespace of its own, its mounts slaves of the
-    host's, with the job's directories bound on /tmp and /dev/shm."""
+    host's, with the job's directories bound on /tmp and /dev/shm. A ``keep`` directory (the
+    agent's spool, with the job's script, when the node keeps it under /tmp: a personal
+    cluster's home in /tmp) is bound back at its own path inside them, so the job reaches
+    what it reached before and nothing more."""
     bind = _own_namespace()
     # the sources held open (in the new namespace: a bind takes no mount of another) before
     # the first bind: a base under /tmp is out of reach once /tmp is bound
     fds = [(os.open(paths[name], os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW), paths[name],
             target) for name, target in DIRS]
+    keep = paths.get("keep", "")
+    if keep and hidden(keep):
+        fds.append((os.open(keep, os.O_PATH | os.O_DIRECTORY), keep, keep))
     try:
         for fd, source, target in fds:
+            if source == target:  # kept: its path made inside the job's own /tmp first
+                os.makedirs(target, mode=0o755, exist_ok=True)
             bind(f"/proc/self/fd/{fd}".encode(), target.encode(), f"bind {source} on {target}")
     finally:
         for fd, _, _ in fds:
             os.close(fd)
+
+
+def hidden(path: str) -> bool:
+    """Whether a job's own /tmp or /dev/shm would hide ``path``."""
+    return any(path == target or path.startswith(target + "/") for _, target in DIRS)
 
 
 def probe() -> str:

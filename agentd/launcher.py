@@ -396,9 +396,11 @@ class Launcher:
         if self.job_tmp is None:
             return None
         try:
-            return self.job_tmp.ensure(job_id)
+            paths = self.job_tmp.ensure(job_id)
         except JobTmpError as exc:
             raise LaunchError(str(exc.strerror or exc)) from None
+        paths["keep"] = str(self.spool.root)  # the script's directory, under /tmp or not
+        return paths
 
     def _credentials(self, ident: Identity) -> dict[str, Any]:
         if os.geteuid() != 0:

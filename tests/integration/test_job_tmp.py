@@ -82,3 +82,24 @@ def test_a_batch_script_and_its_steps_share_it_and_the_nodes_tmp_is_hidden(
               "the job's private /tmp removed")
     finally:
         host_file.unlink()
+
+
+def test_a_cluster_whose_home_is_under_tmp_still_runs_its_jobs(workdir: Path) -> None:
+    """A personal cluster's home in /tmp (the agent's spool, with each job's script, under
+    it): the spool stays reachable inside the job's own /tmp, the node's /tmp stays hidden
+    (before, every job failed: ``execve(): bad interpreter(/bin/sh)``, its script hidden)."""
+    home = world_tempdir("kiln-it-", under="/tmp")
+    host_file = Path(f"/tmp/kiln-host-{os.getpid()}-home")
+    host_file.write_text("the node's own\n")
+    try:
+        with sqlite_cluster(home, nodes=1, fake_gpus="", job_tmp=True) as c:
+            job_id = c.sbatch("--wrap", f"test -e {host_file} && echo host-visible || "
+                                        f"echo host-hidden; echo private > /tmp/mine; "
+                                        f"cat /tmp/mine", cwd=workdir)
+            assert c.wait(job_id, FINISHED)["state"] == "COMPLETED"
+            out = (workdir / f"slurm-{job_id}.out").read_text()
+            assert out.split() == ["host-hidden", "private"], out
+            assert not Path("/tmp/mine").exists()
+    finally:
+        host_file.unlink()
+        cleanup(home)
