@@ -96,9 +96,13 @@ def node_gres_drain(node: dict[str, Any]) -> str:
     failed = [int(g["index"]) for g in node.get("gpus") or [] if g.get("fault")]
     if not failed:
         return ""
-    gtype = gres_type(str(node["gpus"][0].get("model", "")))
-    kind = f"gpu:{gtype}" if gtype else "gpu"
-    return f"{kind}:{len(failed)}(IDX:{format_cpu_list(failed)})"
+    items = []
+    for gtype, typed in gpu_types(node).items():  # one item per type (a mixed MIG layout)
+        ids = [int(g["index"]) for g in typed if g.get("fault")]
+        if ids:
+            kind = f"gpu:{gtype}" if gtype else "gpu"
+            items.append(f"{kind}:{len(ids)}(IDX:{format_cpu_list(ids)})")
+    return ",".join(items)
 
 
 def node_gres_used(node: dict[str, Any]) -> str:
