@@ -19,7 +19,9 @@ across the node like whole GPUs. The agent keeps what only it needs: the parent 
 (its device node, its health) and the ``/dev/nvidia-caps`` minors of the instance's GPU and
 compute instance access (``/proc/driver/nvidia-caps/mig-minors``, ``parse_mig_minors``): the
 job's device cgroup opens the parent and those caps, nothing else. Fake GPUs are partitioned
-by ``--fake-mig 3g.40gb:2`` (``fake_mig``), every fake GPU alike, with stable fake UUIDs.
+by ``--fake-mig 3g.40gb:1,2g.20gb:1,1g.10gb:2`` (``fake_mig``): mixed profiles on a GPU as
+real layouts have them, checked against MIG's slices and placements; one layout for every
+fake GPU or one per GPU ('3g.40gb:2/1g.10gb:7'), with stable fake UUIDs.
 
 A node without NVIDIA's driver (no ``libnvidia-ml``) simply has no GPUs: ``discover()`` returns
 ``[]``. Every other NVML failure (driver loaded but broken, a device that stops answering) raises
@@ -40,7 +42,6 @@ import psutil
 
 from kiln.model import GPU
 from kiln.slurm.cpulist import parse_cpu_list
-from kiln.slurm.gres import gres_type
 
 DEFAULT_FAKE_MODEL = "H100-80GB"
 DEFAULT_FAKE_MEMORY_MB = 81920
@@ -181,21 +182,53 @@ def _fake_uuid(seed: str, index: int) -> str:
 
 # --- fake MIG ------------------------------------------------------------------------------
 
-# MIG's GPU instance profiles by the GPU's memory (GB): profile -> (compute slices, GB). A100
-# 40GB; A100 80GB and H100 80GB. Seven compute slices per GPU, and the memory it has.
-MIG_PROFILES: dict[int, dict[str, tuple[int, int]]] = {
-    40: {"1g.5gb": (1, 5), "1g.10gb": (1, 10), "2g.10gb": (2, 10), "3g.20gb": (3, 20),
-         "4g.20gb": (4, 20), "7g.40gb": (7, 40)},
-    80: {"1g.10gb": (1, 10), "1g.20gb": (1, 20), "2g.20gb": (2, 20), "3g.40gb": (3, 40),
-         "4g.40gb": (4, 40), "7g.80gb": (7, 80)},
+# MIG's GPU instance profiles by the GPU's memory (GB): profile -> (compute slices, memory
+# slices, the memory slices it may start at). A100 40GB; A100 80GB and H100 80GB. A GPU has 7
+# compute slices and 8 memory slices, and an instance takes a run of memory slices from one of
+# its profile's start positions (NVIDIA's MIG user guide, "A100/H100 MIG profiles" and their
+# placements): so 4g.40gb + 3g.40gb fits, as 4g at 0-3 and 3g at 4-7.
+MIG_PROFILES: dict[int, dict[str, tuple[int, int, tuple[int, ...]]]] = {
+    40: {"1g.5gb": (1, 1, (0, 1, 2, 3, 4, 5, 6)), "1g.10gb": (1, 2, (0, 2, 4, 6)),
+         "2g.10gb": (2, 2, (0, 2, 4)), "3g.20gb": (3, 4, (0, 4)), "4g.20gb": (4, 4, (0,)),
+         "7g.40gb": (7, 8, (0,))},
+    80: {"1g.10gb": (1, 1, (0, 1, 2, 3, 4, 5, 6)), "1g.20gb": (1, 2, (0, 2, 4, 6)),
+         "2g.20gb": (2, 2, (0, 2, 4)), "3g.40gb": (3, 4, (0, 4)), "4g.40gb": (4, 4, (0,)),
+         "7g.80gb": (7, 8, (0,))},
 }
 MIG_SLICES = 7
+MIG_MEMORY_SLICES = 8
 _MIG_ITEM = re.compile(r"^(?P<profile>\d+g\.\d+gb)(?::(?P<count>\d+))?$", re.IGNORECASE)
 
 
+def mig_placement(profiles: Sequence[str], size: int) -> list[int] | None:
+    """Where each instance's memory slices start on a GPU of ``size`` GB (in ``profiles``'
+    order), or None when no placement holds them all: a search over the start positions,
+    largest instances first; at most 7 instances, so it is small."""
+    table = MIG_PROFILES[size]
+    if sum(table[p][0] for p in profiles) > MIG_SLICES:
+        return None
+    order = sorted(range(len(profiles)), key=lambda i: -table[profiles[i]][1])
+    starts = [0] * len(profiles)
+
+    def place(k: int, used: int) -> bool:
+        if k == len(order):
+            return True
+        _c, width, at = table[profiles[order[k]]]
+        for start in at:
+            mask = ((1 << width) - 1) << start
+            if start + width <= MIG_MEMORY_SLICES and not used & mask:
+                starts[order[k]] = start
+                if place(k + 1, used | mask):
+                    return True
+        return False
+
+    return starts if place(0, 0) else None
+
+
 def parse_fake_mig(spec: str, memory_mb: int) -> list[str]:
-    """'3g.40gb:2' or '3g.40gb:1,2g.20gb:2' -> the profiles of one GPU's instances, checked to
-    fit a GPU of ``memory_mb`` (its 7 compute slices and its memory); ValueError (one line)."""
+    """'3g.40gb:2' or '3g.40gb:1,2g.20gb:1,1g.10gb:2' -> the profiles of one GPU's instances,
+    checked to fit a GPU of ``memory_mb`` as real MIG places them (7 compute slices, 8 memory
+    slices, each profile at its own start positions); ValueError (one line)."""
     size = round(memory_mb / 1024)
     table = MIG_PROFILES.get(size)
     if table is None:
@@ -206,7 +239,7 @@ def parse_fake_mig(spec: str, memory_mb: int) -> list[str]:
         match = _MIG_ITEM.match(item.strip())
         if not match:
             raise ValueError(f"invalid --fake-mig {spec!r} (expected PROFILE[:COUNT],..., "
-                             "e.g. 3g.40gb:2 or 1g.10gb:7)")
+                             "e.g. 3g.40gb:2 or 3g.40gb:1,2g.20gb:1,1g.10gb:2)")
         profile = match["profile"].lower()
         if profile not in table:
             raise ValueError(f"invalid --fake-mig {spec!r}: no MIG profile {profile} on a "
@@ -216,25 +249,35 @@ def parse_fake_mig(spec: str, memory_mb: int) -> list[str]:
             raise ValueError(f"invalid --fake-mig {spec!r}: {count} instances of {profile} "
                              f"(1 to {MIG_SLICES})")
         profiles += [profile] * count
-    slices = sum(table[p][0] for p in profiles)
-    memory = sum(table[p][1] for p in profiles)
-    if slices > MIG_SLICES or memory > size:
-        raise ValueError(f"invalid --fake-mig {spec!r}: {slices} compute slices and {memory}GB "
-                         f"do not fit a GPU of {size}GB ({MIG_SLICES} slices)")
-    if len(set(profiles)) > 1:
-        raise ValueError(f"invalid --fake-mig {spec!r}: one MIG profile per node (kiln "
-                         "schedules one GPU type per node)")
+    if mig_placement(profiles, size) is None:
+        slices = sum(table[p][0] for p in profiles)
+        memory = sum(table[p][1] for p in profiles)
+        raise ValueError(f"invalid --fake-mig {spec!r}: {slices} compute slices and {memory} "
+                         f"memory slices do not fit a {size}GB GPU as MIG places them "
+                         f"({MIG_SLICES} compute slices, {MIG_MEMORY_SLICES} memory slices)")
     return profiles
+
+
+def fake_layouts(spec: str, count: int) -> list[str]:
+    """``--fake-mig``: one layout for every GPU, or one per GPU separated by '/'
+    ('3g.40gb:2/1g.10gb:7' on a 2-GPU node)."""
+    layouts = [part.strip() for part in spec.split("/")]
+    if len(layouts) == 1:
+        return layouts * count
+    if len(layouts) != count:
+        raise ValueError(f"invalid --fake-mig {spec!r}: {len(layouts)} layouts for {count} "
+                         "GPUs (give one for all, or one per GPU separated by '/')")
+    return layouts
 
 
 def fake_mig_gpus(gpus: Sequence[GPU], spec: str, seed: str) -> list[GPU]:
     """Every fake GPU partitioned as ``spec`` says: its instances, numbered across the node,
     each with a UUID from the node name, the GPU's index and the instance's."""
     out: list[GPU] = []
-    for gpu in gpus:
-        for k, profile in enumerate(parse_fake_mig(spec, gpu.memory_mb)):
+    for gpu, layout in zip(gpus, fake_layouts(spec, len(gpus)), strict=True):
+        for k, profile in enumerate(parse_fake_mig(layout, gpu.memory_mb)):
             gi = k + 1
-            size = MIG_PROFILES[round(gpu.memory_mb / 1024)][profile][1]
+            size = int(profile.split(".")[1][:-2])
             out.append(MigGPU(
                 index=len(out), uuid=_fake_mig_uuid(seed, gpu.index, k),
                 model=f"{gpu.model} MIG {profile}", memory_mb=size * 1024, island=gpu.island,
@@ -310,18 +353,14 @@ def nvml_gpus(pynvml=None, minors_path: str = MIG_MINORS) -> list[GPU]:
         if not all(migs):
             raise GPUDiscoveryError(
                 f"GPUs {_indices(gpus, migs, True)} are in MIG mode and "
-                f"{_indices(gpus, migs, False)} not: kiln schedules one GPU type per node "
+                f"{_indices(gpus, migs, False)} not: kiln hands out a node's MIG instances or "
+                f"its whole GPUs, not both "
                 "(put all of the node's GPUs in MIG mode, or none)")
         minors = read_mig_minors(minors_path)
         out: list[GPU] = []
         for gpu, handle in zip(gpus, handles, strict=True):
             out += _instances(pynvml, gpu, handle, minors, len(out))
-        types = sorted({gres_type(g.model) for g in out})
-        if len(types) > 1:
-            raise GPUDiscoveryError(
-                f"MIG instances of several profiles ({', '.join(types)}): kiln schedules one "
-                "GPU type per node (make the node's instances of one profile)")
-        return out
+        return out  # of one profile or several: each instance is a GPU of its profile's type
     except pynvml.NVMLError as exc:
         raise GPUDiscoveryError(f"NVML device query failed: {_text(exc)}") from None
     finally:

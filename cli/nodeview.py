@@ -37,17 +37,28 @@ def node_state(node: dict[str, Any], long: bool = False) -> str:
     return names[1 if long else 0] + ("*" if star else "") + REBOOT_FLAGS.get(flag, "")
 
 
+def gpu_types(node: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The node's GPUs by type, types in name order: one type for most nodes; a MIG GPU of
+    mixed profiles is several (``1g.10gb``, ``3g.40gb``), as Slurm lists typed gres."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for g in node.get("gpus") or []:
+        out.setdefault(gres_type(str(g.get("model", ""))), []).append(g)
+    return dict(sorted(out.items()))
+
+
 def node_gres(node: dict[str, Any]) -> str:
     """The node's GRES as Slurm spells it (sinfo's %G, scontrol's ``Gres=``): ``gpu:h100:8``,
-    and ``gpu:h100:8(S:0-1)`` where the GPUs' CPU affinity is known (``gpu_sockets``)."""
+    and ``gpu:h100:8(S:0-1)`` where the GPUs' CPU affinity is known (``gpu_sockets``); GPUs of
+    several types one item each, ``gpu:1g.10gb:2,gpu:3g.40gb:1``."""
     gpus = node.get("gpus") or []
     if not gpus:
         return "(null)"
-    gtype = gres_type(str(gpus[0].get("model", "")))
-    gres = f"gpu:{gtype}:{len(gpus)}" if gtype else f"gpu:{len(gpus)}"
-    sockets = gpu_sockets(node)
-    gres = f"{gres}(S:{sockets})" if sockets else gres
-    return ",".join([gres, *(f"{kind}:{total}" for kind, total, _used in node_shares(node))])
+    items = []
+    for gtype, typed in gpu_types(node).items():
+        gres = f"gpu:{gtype}:{len(typed)}" if gtype else f"gpu:{len(typed)}"
+        sockets = gpu_sockets({"cpus": node.get("cpus"), "gpus": typed})
+        items.append(f"{gres}(S:{sockets})" if sockets else gres)
+    return ",".join([*items, *(f"{kind}:{total}" for kind, total, _used in node_shares(node))])
 
 
 def node_shards(node: dict[str, Any]) -> int:
@@ -85,19 +96,29 @@ def node_gres_drain(node: dict[str, Any]) -> str:
     failed = [int(g["index"]) for g in node.get("gpus") or [] if g.get("fault")]
     if not failed:
         return ""
-    gtype = gres_type(str(node["gpus"][0].get("model", "")))
-    kind = f"gpu:{gtype}" if gtype else "gpu"
-    return f"{kind}:{len(failed)}(IDX:{format_cpu_list(failed)})"
+    items = []
+    for gtype, typed in gpu_types(node).items():  # one item per type (a mixed MIG layout)
+        ids = [int(g["index"]) for g in typed if g.get("fault")]
+        if ids:
+            kind = f"gpu:{gtype}" if gtype else "gpu"
+            items.append(f"{kind}:{len(ids)}(IDX:{format_cpu_list(ids)})")
+    return ",".join(items)
 
 
 def node_gres_used(node: dict[str, Any]) -> str:
     gpus = node.get("gpus") or []
     if not gpus:
         return "gpu:0"
-    gtype = gres_type(str(gpus[0].get("model", "")))
-    used = int(node.get("alloc_gpus") or 0)
-    gres = f"gpu:{gtype}:{used}" if gtype else f"gpu:{used}"
-    return ",".join([gres, *(f"{kind}:{used}" for kind, _total, used in node_shares(node))])
+    types = gpu_types(node)
+    if len(types) > 1:  # several types: each one's in use, by the GPU indices held
+        held = set(node.get("alloc_gpu_ids") or [])
+        items = [f"gpu:{t}:{sum(1 for g in typed if g.get('index') in held)}"
+                 for t, typed in types.items()]
+    else:
+        gtype = next(iter(types))
+        used = int(node.get("alloc_gpus") or 0)
+        items = [f"gpu:{gtype}:{used}" if gtype else f"gpu:{used}"]
+    return ",".join([*items, *(f"{kind}:{used}" for kind, _total, used in node_shares(node))])
 
 
 def partition_nodes(part: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -110,6 +110,10 @@ class SchedulerConfig:
         default_factory=lambda: {"cpu": 1.0, "mem": 0.0, "gres/gpu": 1.0}
     )
     billing_max_tres: bool = False  # PriorityFlags=MAX_TRES: dominant resource (DRF)
+    # AccountingStorageTRES's typed GPUs (["gres/gpu:1g.10gb", "gres/gpu:3g.40gb"]): sacct's
+    # AllocTRES/ReqTRES name gres/gpu:<type>=N beside gres/gpu=N for the types listed, as
+    # Slurm 22.05 does only for the TRES it stores (limits count every type regardless)
+    accounting_storage_tres: list[str] = field(default_factory=list)
     favor_small: bool = False  # PriorityFavorSmall: the job-size factor favours small jobs
     size_relative_to_time: bool = False  # PriorityFlags=SMALL_RELATIVE_TO_TIME
     # preemption (scheduler/preempt.py, docs/preemption.md)

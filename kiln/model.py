@@ -89,6 +89,12 @@ class Node:
         """The node's GPU type in Slurm's gres spelling (``a100``), or '' without GPUs."""
         return gres_type(self.gpus[0].model) if self.gpus else ""
 
+    def gpu_count(self, gpu_type: str = "") -> int:
+        """How many of its GPUs are of ``gpu_type`` (all of them for '')."""
+        if not gpu_type:
+            return len(self.gpus)
+        return sum(1 for g in self.gpus if gres_type(g.model) == gpu_type)
+
 
 @dataclass(slots=True)
 class NodeAllocation:

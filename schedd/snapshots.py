@@ -8,6 +8,7 @@ preemption and the last cycle's promises.
 from __future__ import annotations
 
 from kiln.model import Job, NodeState
+from kiln.slurm.gres import kinds_of
 from schedd.eligibility import ineligible_reason
 from schedd.scheduler.snapshot import NodeView, PendingJob, RunningJob, Snapshot, job_licenses
 from schedd.state import State
@@ -19,7 +20,8 @@ def build(state: State, now: float) -> tuple[Snapshot, dict[int, str]]:
     nodes = [
         NodeView(
             name=n.name, cpus=n.cpus, memory_mb=n.memory_mb, gpus=n.healthy_gpus,
-            gpu_type=n.gpu_model, features=frozenset(n.features),
+            gpu_type="" if kinds_of(n.healthy_gpus) else n.gpu_model,
+            gpu_kinds=kinds_of(n.healthy_gpus), features=frozenset(n.features),
             partitions=frozenset(n.partitions),
             failed_gpus=len(n.gpus) - len(n.healthy_gpus),
             shards_per_gpu=state.shards_per_gpu(n), mps_per_gpu=state.mps_per_gpu(n),

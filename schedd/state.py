@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.config import Config
@@ -31,6 +31,7 @@ from kiln.model import (
     Partition,
 )
 from kiln.slurm import dependency
+from kiln.slurm.gres import GpuTypes, kinds_of
 from schedd.domain.accounts import Accounts
 from schedd.domain.dependents import Dependents
 from schedd.domain.reservation import Reservation
@@ -62,12 +63,14 @@ class NodeUse:
     jobs: int = 0
     shards: int = 0  # gres/shard in use
     mps: int = 0  # gres/mps units in use
+    gpu_ids: list[int] = field(default_factory=list)  # the GPU indices in use (GresUsed by type)
 
     def add(self, a: Allocation) -> None:
         """One job's allocation on the node."""
         self.cpus += a.cpus
         self.memory_mb += a.memory_mb
         self.gpus += len(a.gpus)
+        self.gpu_ids.extend(a.gpus)
         if a.share_kind == "mps":
             self.mps += a.shard_count
         else:
@@ -179,9 +182,12 @@ class State:
         if job.forecast_band and job.start_time:
             self.leads.started(job.id, job.start_time)
 
-    def gpu_types(self) -> dict[str, str]:
-        """Node -> its GPU model, for the typed TRES (``gres/gpu:<type>``) of allocations."""
-        return {name: node.gpu_model for name, node in self.nodes.items() if node.gpus}
+    def gpu_types(self) -> GpuTypes:
+        """Node -> its GPU model, for the typed TRES (``gres/gpu:<type>``) of allocations; a
+        node of several types (a mixed MIG layout) by GPU index (``GpuTypes.kinds``)."""
+        kinds = {name: k for name, node in self.nodes.items() if (k := kinds_of(node.gpus))}
+        return GpuTypes({name: "" if name in kinds else node.gpu_model
+                         for name, node in self.nodes.items() if node.gpus}, kinds)
 
     def accrue_usage(self, now: float) -> None:
         """Charge running (and just ended) jobs' use to their associations (schedd/domain/usage.py)."""

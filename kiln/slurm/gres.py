@@ -19,6 +19,47 @@ def gres_type(model: str) -> str:
     return word.lower()
 
 
+def type_counts(gpus) -> dict[str, int]:
+    """GPUs (anything with ``.model``) -> {type: count}, types in the order first seen: a MIG
+    GPU of mixed profiles is several typed GPUs on one node (``gpu:3g.40gb:1``, ...)."""
+    out: dict[str, int] = {}
+    for g in gpus:
+        kind = gres_type(g.model)
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def kinds_of(gpus) -> dict[int, str]:
+    """GPU index -> type for GPUs of several types (a mixed MIG layout); {} when they are all
+    one type (the placement core's fast path: the node's one ``gpu_type`` says it all)."""
+    kinds = {g.index: gres_type(g.model) for g in gpus}
+    return kinds if len(set(kinds.values())) > 1 else {}
+
+
+class GpuTypes(dict):
+    """Node -> its GPU type ('' for a node of several), for the typed TRES of allocations
+    (``gres/gpu:<type>``); ``kinds``: node -> {GPU index: type} for the nodes of several."""
+
+    def __init__(self, uniform=(), kinds=None) -> None:
+        super().__init__(uniform)
+        self.kinds: dict[str, dict[int, str]] = dict(kinds or {})
+
+
+def allocation_types(node: str, gpus, gpu_types) -> dict[str, int]:
+    """{type: count} of the GPU indices ``gpus`` a job holds on ``node``; {} where the type is
+    not known. ``gpu_types``: a ``GpuTypes`` or a plain node -> type mapping."""
+    kinds = getattr(gpu_types, "kinds", {}).get(node)
+    out: dict[str, int] = {}
+    if kinds:
+        for i in gpus:
+            kind = kinds.get(i, "")
+            if kind:
+                out[kind] = out.get(kind, 0) + 1
+        return out
+    kind = gpu_types.get(node, "")
+    return {kind: len(gpus)} if kind and gpus else {}
+
+
 # GPU shares a job may ask for with --gres=NAME:N, beside gpu (scheduler/shares.py): shard
 # (Slurm 22.05's gres/shard: N of a GPU's shards) and mps (gres/mps: N units, of the
 # node's mps_per_gpu, on one GPU: CUDA MPS's thread percentage).

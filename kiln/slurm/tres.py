@@ -74,8 +74,9 @@ def to_string(tres: Mapping[str, int | float], units: bool = True,
               by_name: bool = False) -> str:
     """{'gres/gpu': 2, 'cpu': 1} -> 'cpu=1,gres/gpu=2'; memory as 4G/500M with ``units``.
 
-    sacctmgr orders TRES by Slurm's TRES id; sacct (``by_name``) sorts them by name and prints
-    no memory of 0 as '0'."""
+    sacctmgr orders TRES by Slurm's TRES id; sacct (``by_name``) sorts the 'name=value' items
+    as strings (slurmdb_make_tres_string_from_simple's char list, slurm_char_list_to_xstr:
+    so 'gres/gpu:1g.10gb=1' comes before 'gres/gpu=1') and prints no memory of 0 as '0'."""
     parts = []
     for name in (sorted(tres) if by_name else sorted(tres, key=sort_key)):
         value = int(tres[name])
@@ -83,7 +84,7 @@ def to_string(tres: Mapping[str, int | float], units: bool = True,
             parts.append(f"mem={unit_text(value) if by_name else format_mem(value)}")
         else:
             parts.append(f"{name}={value}")
-    return ",".join(parts)
+    return ",".join(sorted(parts) if by_name else parts)
 
 
 def unit_text(value: int, units: str = "MGTP") -> str:

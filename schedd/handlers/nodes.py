@@ -34,6 +34,7 @@ def query_nodes(ctx: Context, caller: Caller, body: dict[str, Any]) -> dict[str,
         d["reason_user"] = _user_name(node.reason_uid)
         u = use[node.name]
         d.update(alloc_cpus=u.cpus, alloc_mem_mb=u.memory_mb, alloc_gpus=u.gpus,
+                 alloc_gpu_ids=sorted(u.gpu_ids),
                  shards_per_gpu=ctx.state.shards_per_gpu(node), alloc_shards=u.shards,
                  mps_per_gpu=ctx.state.mps_per_gpu(node), alloc_mps=u.mps,
                  state_display=ctx.state.node_display_state(node, u, now))

@@ -34,7 +34,8 @@ ROW_IDENTITY = frozenset({"kind", "job_id", "job_id_raw", "step"})  # always sen
 
 def _policy(ctx: Context) -> accounting.BillingPolicy:
     sched = ctx.cfg.scheduler
-    return accounting.BillingPolicy(dict(sched.tres_billing_weights), sched.billing_max_tres)
+    return accounting.BillingPolicy(dict(sched.tres_billing_weights), sched.billing_max_tres,
+                                    frozenset(t.lower() for t in sched.accounting_storage_tres))
 
 
 def _user_names(users: list[Any]) -> list[str]:

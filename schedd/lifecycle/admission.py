@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kiln.identity import Caller, is_operator
 from kiln.model import Job, JobState, Node
 from kiln.slurm import arrayspec, dependency, licenses, mailuser
+from kiln.slurm.gres import gres_type
 from kiln.slurm.hostlist import HostlistError, compress, expand
 from kiln.slurm.text import has_control
 from kiln.wire import protocol
@@ -302,8 +303,8 @@ def check_topology(ctx: Context, job: Job) -> None:
 
 def _holds(node: Node, view: PendingJob) -> bool:
     return (node.cpus >= view.cpus_per_node and node.memory_mb >= view.mem_per_node_mb
-            and len(node.gpus) >= view.gpus_per_node
-            and (not view.gpu_type or node.gpu_model == view.gpu_type.lower())
+            and node.gpu_count(view.gpu_type.lower()) >= view.gpus_per_node
+            and (not view.gpu_type or node.gpu_count(view.gpu_type.lower()) > 0)
             and view.features <= set(node.features))
 
 
@@ -319,13 +320,13 @@ def misfit(partition: str, nodes: list[Node], view: PendingJob) -> str:
         return (f"{view.num_nodes} nodes requested, partition {partition} has "
                 f"{len(nodes)} ({compress(sorted(n.name for n in nodes))})")
     gpu_type = view.gpu_type.lower()
-    typed = [n for n in nodes if n.gpu_model == gpu_type] if gpu_type else nodes
+    typed = [n for n in nodes if n.gpu_count(gpu_type)] if gpu_type else nodes
     if not typed:
-        types = sorted({n.gpu_model for n in nodes if n.gpus})
+        types = sorted({gres_type(g.model) for n in nodes for g in n.gpus})
         here = f"types here: {', '.join(types)}" if types else "no node here has GPUs"
         return f"no node has GPUs of type {gpu_type} ({here})"
-    if view.gpus_per_node and all(len(n.gpus) < view.gpus_per_node for n in typed):
-        most, name = _largest(typed, lambda n: len(n.gpus))
+    if view.gpus_per_node and all(n.gpu_count(gpu_type) < view.gpus_per_node for n in typed):
+        most, name = _largest(typed, lambda n: n.gpu_count(gpu_type))
         kind = f"{gpu_type} GPUs" if gpu_type else "GPUs"
         return f"no node has {view.gpus_per_node} {kind} (largest: {most}, {name})"
     if all(n.memory_mb < view.mem_per_node_mb for n in nodes):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.model import Job, JobState
+from kiln.slurm.gres import allocation_types, type_counts
 from kiln.slurm.hostlist import HostlistError, expand
 from kiln.slurm.stats import (
     STAT_CPU_SYSTEM,
@@ -53,6 +54,9 @@ class BillingPolicy:
 
     weights: Mapping[str, float] = field(default_factory=lambda: {"cpu": 1.0, "gres/gpu": 1.0})
     max_tres: bool = False
+    # AccountingStorageTRES's typed GPUs (``accounting_storage_tres``): the gres/gpu:<type>
+    # that AllocTRES and ReqTRES name beside gres/gpu
+    typed: frozenset[str] = frozenset()
 
 
 # --- elementary figures ------------------------------------------------------------------------
@@ -119,6 +123,13 @@ def gpu_type_of(job: Job, node: str, gpu_types: Mapping[str, str]) -> str:
     return gpu_types.get(node) or job.gpu_type or UNKNOWN_GPU_TYPE
 
 
+def alloc_types(job: Job, a: Any, gpu_types: Mapping[str, str]) -> dict[str, int]:
+    """{GPU type: count} of one node's allocation: by the node's GPUs (several types on a
+    mixed MIG layout), else what the job asked for."""
+    return allocation_types(a.node, a.gpus, gpu_types) or (
+        {gpu_type_of(job, a.node, gpu_types): len(a.gpus)} if a.gpus else {})
+
+
 def alloc_tres(job: Job, policy: BillingPolicy, gpu_types: Mapping[str, str],
                bill: float | None = None) -> dict[str, int]:
     """The allocation as TRES counts (none when the job never ran); ``bill``: its billing
@@ -132,6 +143,11 @@ def alloc_tres(job: Job, policy: BillingPolicy, gpu_types: Mapping[str, str],
     gpus = alloc_gpus(job)
     if gpus:
         tres["gres/gpu"] = gpus
+    if gpus and policy.typed:  # gres/gpu:<type> where AccountingStorageTRES stores it
+        for a in job.allocation:
+            for kind, n in allocation_types(a.node, a.gpus, gpu_types).items():
+                if f"gres/gpu:{kind}" in policy.typed:
+                    tres[f"gres/gpu:{kind}"] = tres.get(f"gres/gpu:{kind}", 0) + n
     for a in job.allocation:  # gres/shard or gres/mps
         if a.shards:
             key = f"gres/{a.share_kind}"
@@ -151,6 +167,8 @@ def req_tres(job: Job, policy: BillingPolicy) -> dict[str, int]:
     if gpus:
         tres["gres/gpu"] = gpus
         weighted[f"gres/gpu:{job.gpu_type}" if job.gpu_type else "gres/gpu"] = gpus
+        if job.gpu_type and f"gres/gpu:{job.gpu_type.lower()}" in policy.typed:
+            tres[f"gres/gpu:{job.gpu_type.lower()}"] = gpus
     if job.shards_per_node:
         tres["gres/shard"] = job.shards_per_node * job.num_nodes
     if job.mps_per_node:
@@ -170,9 +188,8 @@ def billing_of(job: Job, policy: BillingPolicy, gpu_types: Mapping[str, str]) ->
     tres: dict[str, float] = {"cpu": float(alloc_cpus(job)),
                               "mem": float(sum(a.memory_mb for a in job.allocation))}
     for a in job.allocation:
-        if a.gpus:
-            key = f"gres/gpu:{gpu_type_of(job, a.node, gpu_types)}"
-            tres[key] = tres.get(key, 0.0) + len(a.gpus)
+        for kind, n in alloc_types(job, a, gpu_types).items():
+            tres[f"gres/gpu:{kind}"] = tres.get(f"gres/gpu:{kind}", 0.0) + n
     parts = {k: v for k, v in tres.items() if not k.startswith("gres/gpu:")}
     typed = {k: v for k, v in tres.items() if k.startswith("gres/gpu:")}
     if policy.max_tres:
@@ -461,9 +478,9 @@ def usage_tres(job: Job, policy: BillingPolicy, gpu_types: Mapping[str, str]) ->
     if "billing" in tres:
         tres["billing"] = billing_of(job, policy, gpu_types)
     for a in job.allocation:
-        if a.gpus:
-            key = f"gres/gpu:{gpu_type_of(job, a.node, gpu_types)}"
-            tres[key] = tres.get(key, 0.0) + len(a.gpus)
+        for kind, n in alloc_types(job, a, gpu_types).items():
+            if f"gres/gpu:{kind}" not in policy.typed:  # alloc_tres counted those already
+                tres[f"gres/gpu:{kind}"] = tres.get(f"gres/gpu:{kind}", 0.0) + n
     return tres
 
 
@@ -524,8 +541,10 @@ def capacity_tres(nodes: Iterable[Any], gpu_types: Mapping[str, str]) -> dict[st
         cap["node"] += 1
         if n.gpus:
             cap["gres/gpu"] += len(n.gpus)
-            key = f"gres/gpu:{gpu_types.get(n.name) or UNKNOWN_GPU_TYPE}"
-            cap[key] = cap.get(key, 0.0) + len(n.gpus)
+            counts = type_counts(n.gpus) if getattr(gpu_types, "kinds", {}).get(n.name) else {
+                gpu_types.get(n.name) or UNKNOWN_GPU_TYPE: len(n.gpus)}
+            for kind, count in counts.items():
+                cap[f"gres/gpu:{kind}"] = cap.get(f"gres/gpu:{kind}", 0.0) + count
     cap["billing"] = cap["cpu"]
     return cap
 
@@ -552,9 +571,9 @@ def usage_report(jobs: Iterable[Job], nodes: Iterable[Any], window: Window, now:
             assoc[name] = assoc.get(name, 0.0) + count * secs
             report.allocated[name] = report.allocated.get(name, 0.0) + count * secs
         for a in job.allocation:
-            if a.gpus:
-                key = (job.account, gpu_type_of(job, a.node, gpu_types))
-                report.gpu_seconds[key] = report.gpu_seconds.get(key, 0.0) + len(a.gpus) * secs
+            for kind, n in alloc_types(job, a, gpu_types).items():
+                key = (job.account, kind)
+                report.gpu_seconds[key] = report.gpu_seconds.get(key, 0.0) + n * secs
     for name, value in planned.items():  # never more than the idle time left
         room = report.capacity.get(name, 0.0) - report.allocated.get(name, 0.0)
         report.planned[name] = max(min(value, room), 0.0)

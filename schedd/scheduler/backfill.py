@@ -399,6 +399,10 @@ class Walk:
         if found is None:
             return
         t, chosen = found
+        if t <= self.now and not all(placement.typed_free(job, tl) for tl in chosen):
+            # the plan counts GPUs, not types: on a node of several types (a mixed MIG
+            # layout) the count fits now and the type does not; no start to promise
+            return
         self.plan.expected_start[job.job_id] = t
         self.plan.reserved_nodes[job.job_id] = sorted(tl.view.name for tl in chosen)
         if not self.config.backfill:

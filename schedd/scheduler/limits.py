@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from kiln.model import NodeAllocation
 from kiln.slurm import tres as t
+from kiln.slurm.gres import GpuTypes, allocation_types
 from schedd.scheduler.snapshot import (
     AssocKey,
     Limits,
@@ -67,9 +68,8 @@ def allocation_tres(allocation: Iterable[NodeAllocation],
         out["node"] += 1
         if a.gpus:
             out["gres/gpu"] = out.get("gres/gpu", 0) + len(a.gpus)
-            kind = gpu_types.get(a.node, "")
-            if kind:
-                out[f"gres/gpu:{kind}"] = out.get(f"gres/gpu:{kind}", 0) + len(a.gpus)
+            for kind, n in allocation_types(a.node, a.gpus, gpu_types).items():
+                out[f"gres/gpu:{kind}"] = out.get(f"gres/gpu:{kind}", 0) + n
         if a.shards:  # gres/shard or gres/mps
             key = f"gres/{a.share_kind}"
             out[key] = out.get(key, 0) + a.shard_count
@@ -151,7 +151,9 @@ class Enforcer:
                  nodes: Iterable[NodeView], now: float) -> None:
         self.table = table
         self.now = now
-        self.gpu_types = {n.name: n.gpu_type for n in nodes}
+        nodes = list(nodes)
+        self.gpu_types = GpuTypes({n.name: n.gpu_type for n in nodes},
+                                  {n.name: n.gpu_kinds for n in nodes if n.gpu_kinds})
         self.subtree: dict[AssocKey, _Tally] = {}  # Grp: every job below an association
         self.own: dict[AssocKey, _Tally] = {}  # Max: the association's own jobs
         self.qos: dict[str, _Tally] = {}

@@ -322,8 +322,9 @@ class NodeTimeline:
         """The step function as it stands (for ``adopt`` in the next cycle; not copied)."""
         return self.times, self.cpus, self.mem, self.gpus, self.monotone
 
-    def pick_gpus(self, count: int) -> list[int]:
-        """Choose ``count`` free GPU indices now, keeping NVLink islands whole.
+    def pick_gpus(self, count: int, gpu_type: str = "") -> list[int]:
+        """Choose ``count`` free GPU indices now, keeping NVLink islands whole; on a node of
+        several GPU types (``NodeView.gpu_kinds``) only GPUs of ``gpu_type`` when given.
 
         Best fit by island: the island with the fewest free GPUs that still holds the whole
         request; a request no island holds takes the emptiest islands whole, then the remainder
@@ -334,7 +335,10 @@ class NodeTimeline:
         if self.islands is None:
             self.islands = {g.index: g.island for g in self.view.gpus}
         by_island: dict[int, list[int]] = {}
+        kinds = self.view.gpu_kinds
         for i in self.gpus_free:
+            if gpu_type and kinds and kinds.get(i) != gpu_type:
+                continue
             by_island.setdefault(self.islands.get(i, 0), []).append(i)
         chosen: list[int] = []
         need = count

@@ -96,8 +96,8 @@ def eligible(snapshot: Snapshot, config: SchedulerConfig) -> bool:
 
 def fingerprint(nodes: Sequence[NodeView]) -> tuple:
     """What of the nodes the plan depends on, to see that none changed in place."""
-    return tuple((n.name, n.cpus, n.memory_mb, len(n.gpus), n.gpu_type, n.features,
-                  n.partitions, n.available) for n in nodes)
+    return tuple((n.name, n.cpus, n.memory_mb, len(n.gpus), n.gpu_type, tuple(n.gpu_kinds.items()),
+                  n.features, n.partitions, n.available) for n in nodes)
 
 
 class Replan:

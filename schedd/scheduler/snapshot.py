@@ -23,7 +23,10 @@ class NodeView:
     cpus: int
     memory_mb: int
     gpus: list[GPU] = field(default_factory=list)
-    gpu_type: str = ""  # gres spelling, e.g. "a100"
+    gpu_type: str = ""  # gres spelling, e.g. "a100"; "" for GPUs of several types:
+    # GPU index -> type when the node's GPUs are of several types (a MIG GPU of mixed profiles,
+    # kiln.slurm.gres.kinds_of); {} when all are ``gpu_type``
+    gpu_kinds: dict[int, str] = field(default_factory=dict)
     features: frozenset[str] = frozenset()
     partitions: frozenset[str] = frozenset()
     available: bool = True  # False when DOWN or DRAIN: runs what it has, takes nothing new

@@ -120,10 +120,10 @@ def test_kiln_up_refuses_instances_that_do_not_fit(mig: Cluster) -> None:
     res = mig.run("kiln", "up", "--fake-gpus", "1xA100-80GB", "--fake-mig", "3g.40gb:3")
     assert res.returncode != 0
     assert res.stderr.strip().splitlines() == [
-        "Error: invalid --fake-mig '3g.40gb:3': 9 compute slices and 120GB do not fit a GPU "
-        "of 80GB (7 slices)"], res.stderr
+        "Error: invalid --fake-mig '3g.40gb:3': 9 compute slices and 12 memory slices do not "
+        "fit a 80GB GPU as MIG places them (7 compute slices, 8 memory slices)"], res.stderr
     res = mig.run("kiln", "up", "--fake-gpus", "1xA100-40GB", "--fake-mig", "1g.10gb:7")
-    assert res.returncode != 0 and "do not fit a GPU of 40GB" in res.stderr, res.stderr
+    assert res.returncode != 0 and "do not fit a 40GB GPU" in res.stderr, res.stderr
     assert time.monotonic() - began < 30
     # the running node keeps its partition: kiln up says what it runs as and does not reshape
     res = mig.run("kiln", "up", "--fake-gpus", "1xA100-80GB", "--fake-mig", "3g.40gb:2")

@@ -322,14 +322,15 @@ def test_fake_mig_partitions_every_gpu_alike():
 
 
 @pytest.mark.parametrize("gpu,spec,says", [
-    ("1xA100-80GB", "3g.40gb:3", "9 compute slices and 120GB do not fit a GPU of 80GB"),
+    ("1xA100-80GB", "3g.40gb:3", "9 compute slices and 12 memory slices do not fit a 80GB GPU"),
     ("1xA100-80GB", "1g.10gb:8", "8 instances of 1g.10gb (1 to 7)"),
-    ("1xA100-40GB", "1g.10gb:7", "7 compute slices and 70GB do not fit a GPU of 40GB"),
+    ("1xA100-40GB", "1g.10gb:7", "7 compute slices and 14 memory slices do not fit a 40GB"),
+    ("1xA100-80GB", "3g.40gb:2,1g.10gb:1", "7 compute slices and 9 memory slices"),
+    ("2xA100-80GB", "7g.80gb/1g.10gb:7/1g.10gb", "3 layouts for 2 GPUs"),
     ("1xA100-80GB", "4g.40gb,4g.40gb", "8 compute slices"),
     ("1xA100-80GB", "1g.5gb", "no MIG profile 1g.5gb on a GPU of 80GB"),
     ("1xL4-24GB", "1g.10gb", "MIG needs a 40GB or 80GB GPU"),
     ("1xA100-80GB", "big", "expected PROFILE[:COUNT]"),
-    ("1xA100-80GB", "3g.40gb:1,1g.10gb:2", "one MIG profile per node"),
 ])
 def test_bad_fake_mig_is_a_one_line_value_error(gpu, spec, says):
     with pytest.raises(ValueError) as info:
@@ -409,11 +410,31 @@ def test_nvml_mixed_mig_and_whole_gpus_or_profiles_are_refused_in_one_line(monke
     _install_mig_nvml(monkeypatch, modes=(1, 0))
     with pytest.raises(GPUDiscoveryError) as info:
         gpus.nvml_gpus(pynvml, minors_path=str(MINORS))
-    assert str(info.value) == ("GPUs 0 are in MIG mode and 1 not: kiln schedules one GPU type "
-                               "per node (put all of the node's GPUs in MIG mode, or none)")
+    assert str(info.value) == ("GPUs 0 are in MIG mode and 1 not: kiln hands out a node's MIG "
+                               "instances or its whole GPUs, not both (put all of the node's "
+                               "GPUs in MIG mode, or none)")
+
+
+def test_nvml_mixed_profiles_are_typed_gpus_each(monkeypatch):
     _install_mig_nvml(monkeypatch, profiles=("1g.10gb", "3g.40gb"))
-    with pytest.raises(GPUDiscoveryError, match=r"several profiles \(1g.10gb, 3g.40gb\)"):
-        gpus.nvml_gpus(pynvml, minors_path=str(MINORS))
+    found = gpus.nvml_gpus(pynvml, minors_path=str(MINORS))
+    assert {gres_type(g.model) for g in found} == {"1g.10gb", "3g.40gb"}
+    assert all(isinstance(g, gpus.MigGPU) and g.uuid.startswith("MIG-") for g in found)
+
+
+def test_fake_mig_mixed_layouts_as_real_gpus_hold_them():
+    found = discover("2xA100-80GB", seed="n", fake_mig="3g.40gb:1,2g.20gb:1,1g.10gb:2")
+    assert [gres_type(g.model) for g in found] == ["3g.40gb", "2g.20gb", "1g.10gb",
+                                                   "1g.10gb"] * 2
+    assert [g.parent for g in found] == [0] * 4 + [1] * 4
+    assert [g.memory_mb for g in found[:4]] == [40960, 20480, 10240, 10240]
+    assert len({g.uuid for g in found}) == 8
+    per_gpu = discover("2xA100-80GB", seed="n", fake_mig="4g.40gb,3g.40gb/1g.10gb:7")
+    assert [gres_type(g.model) for g in per_gpu] == ["4g.40gb", "3g.40gb"] + ["1g.10gb"] * 7
+    # placements, not only sums: 1g.20gb:4 takes every even memory slice pair
+    assert len(discover("1xH100-80GB", seed="n", fake_mig="1g.20gb:4")) == 4
+    assert gpus.mig_placement(["3g.40gb", "2g.20gb", "2g.20gb"], 80) == [4, 0, 2]
+    assert gpus.mig_placement(["1g.20gb"] * 4 + ["1g.10gb"], 80) is None
 
 
 def test_nvml_mig_pending_is_not_mig(monkeypatch):

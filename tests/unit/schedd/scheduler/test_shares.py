@@ -165,3 +165,50 @@ def test_preemption_never_counts_a_shared_gpu_as_free() -> None:
 
     runs = [running_shards(9, {0: 1}), running_shards(8, {0: 2})]
     assert free_now([node(gpus=2)], runs)["a"][2] == 1  # GPU 1; GPU 0 is shared
+
+
+def test_a_share_job_does_not_hold_a_shared_gpu_on_into_a_later_promise() -> None:
+    """Hypothesis's example (tests/property/test_shares_props.py, seed 59 of a 400-seed run):
+    job 7 (6 shards) started on n1 put one shard on GPU 2, shared until 7200, and opened two
+    fresh GPUs: three GPUs held on to 7230 where the plan counted two, so job 5's promise at
+    7200 (two GPUs on each node) was broken. Two fresh GPUs hold all 6 shards alone."""
+    import heapq
+
+    def node(i: int, gpus: int) -> NodeView:
+        return NodeView(f"n{i}", 4, 1000, [GPU(k, f"n{i}-{k}", "A100", 1) for k in range(gpus)],
+                        "a100", shards_per_gpu=4)
+
+    nodes = [node(0, 2), node(1, 4), node(2, 2)]
+    config = SchedulerConfig(backfill=True, bf_max_reservations=3, bf_resolution=1,
+                             fill="priority")
+    shapes = [(0, 1, 1, 0, 0), (0, 1, 3, 0, 0), (30, 2, 1, 2, 0), (30, 2, 1, 0, 3),
+              (30, 3, 1, 2, 0), (30, 1, 1, 0, 0), (30, 1, 1, 0, 6)]
+    specs = {j: PendingJob(j, f"j{j}", num_nodes=n, cpus_per_node=c, gpus_per_node=g,
+                           shards_per_node=s, time_limit=3600, submit_time=t)
+             for j, (t, n, c, g, s) in enumerate(shapes, 1)}
+    events = [(job.submit_time, 1, j) for j, job in specs.items()]
+    heapq.heapify(events)
+    pending: dict[int, PendingJob] = {}
+    running: dict[int, RunningJob] = {}
+    promised: dict[int, float] = {}
+    promised_nodes: dict[int, list[str]] = {}
+    first: dict[int, float] = {}
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _t, kind, j = heapq.heappop(events)
+            if kind:
+                pending[j] = specs[j]
+            else:
+                del running[j]
+        out = schedule(Snapshot(now, nodes, list(running.values()), list(pending.values()),
+                                promised=promised, promised_nodes=promised_nodes), config)
+        for start in out.starts:
+            pending.pop(start.job_id)
+            assert now <= first.get(start.job_id, now), f"job {start.job_id}'s promise broken"
+            running[start.job_id] = RunningJob(start.job_id, start.allocation, now, now + 3600)
+            heapq.heappush(events, (now + 3600, 0, start.job_id))
+        for j, at in out.expected_start.items():
+            first.setdefault(j, at)
+        promised, promised_nodes = out.expected_start, out.reserved_nodes
+    assert not pending and first[5] == 7200
