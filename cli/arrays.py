@@ -4,7 +4,9 @@ fold kiln's per-task records of them into one."""
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing costs every command a few ms to import: for checkers only
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def fold_pending_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

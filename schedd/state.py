@@ -37,7 +37,7 @@ from schedd.domain.dependents import Dependents
 from schedd.domain.reservation import Reservation
 from schedd.domain.usage import UsageMeter
 from schedd.ledger.records import AccountingChange, JobEvent, LedgerError, StepRecord
-from schedd.ledger.store import Store
+from schedd.ledger.store import PreparedInsert, Store
 from schedd.scheduler.runtimes import LeadCalibration, RuntimeHistory, shape_of
 from schedd.scheduler.snapshot import (
     PendingJob,
@@ -53,6 +53,21 @@ RUN_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT,
                       JobState.CANCELLED, JobState.OUT_OF_MEMORY})
 RUNS_LOADED = 20_000  # recent runs read into the run-time history at start-up
 LEADS_LOADED = 2_000  # recent starts with a published band, to calibrate the next ones
+
+
+@dataclass(slots=True)
+class Submitting:
+    """A big array submission between its admission and its commit (``State.submitting``):
+    its tasks' association and QOS, how many, and the dependency edges they will hold."""
+
+    account: str
+    user: str
+    qos: str
+    count: int
+    edges: int
+
+    def reserved_edges(self, user: str) -> int:
+        return self.edges if self.user == user else 0
 
 
 @dataclass(slots=True)
@@ -116,6 +131,11 @@ class State:
         self._edges: dict[int, tuple[str, int]] = {}
         self._edge_exprs: dict[int, str] = {}
         self.user_edges: Counter[str] = Counter()
+        # big array submissions admitted and not yet committed (handlers/submit.py makes their
+        # rows a slice at a time): what they will add, counted meanwhile by admission's checks
+        # (MaxJobCount, the submit limits, the dependency edges), so that no submission
+        # between their slices is admitted past a limit that the two together break
+        self.submitting: list[Submitting] = []
         # --dependency=singleton: (user, name) -> (a job of theirs runs, lowest pending id);
         # rebuilt after a change, not once per singleton job
         self._singletons: dict[tuple[str, str], tuple[bool, float]] | None = None
@@ -294,8 +314,14 @@ class State:
             if self.user_edges[known[0]] <= 0:
                 del self.user_edges[known[0]]
 
-    def add_jobs(self, jobs: list[Job], events: list[JobEvent]) -> None:
-        self.store.insert_jobs(jobs, events)
+    def add_jobs(self, jobs: list[Job], events: list[JobEvent],
+                 prepared: list[PreparedInsert] | None = None) -> None:
+        """Store new jobs with their events (one transaction), then keep them here;
+        ``prepared``: their rows already bound (``Store.prepare_insert``), ``events`` in them."""
+        if prepared is None:
+            self.store.insert_jobs(jobs, events)
+        else:
+            self.store.insert_prepared(prepared)
         self.state_counts["submitted"] += len(jobs)
         memo: dict[str, int] = {}  # an array's tasks share one expression: counted once
         for job in jobs:

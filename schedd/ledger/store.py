@@ -153,20 +153,24 @@ def _insert_many(conn: Connection, table: Table, keys: tuple[str, ...],
                  rows: list[Any]) -> None:
     """``INSERT`` of many rows given as plain tuples in ``keys``' order: SQLAlchemy's
     executemany of dicts, less its per-row work (building each row's parameters from the
-    compiled statement). Each column's bind processor (JSON, and Boolean and Float on
+    compiled statement); ``_bind_rows``, then ``_execute_bound``."""
+    if rows:
+        _execute_bound(conn, table, *_bind_rows(conn.dialect, table, keys, rows))
+
+
+def _bind_rows(dialect: Dialect, table: Table, keys: tuple[str, ...],
+               rows: list[Any]) -> tuple[str | None, list[Any]]:
+    """The statement and the driver's parameters of ``rows`` (plain tuples in ``keys``'
+    order), no database touched. Each column's bind processor (JSON, and Boolean and Float on
     SQLite) is applied as SQLAlchemy applies it, a column at a time; a JSON column's once per
     distinct object in it (an array's tasks share their environment, stats, ...) or empty
-    list or dict of its (each task's own ``[]``). A
-    paramstyle other than positional ones goes the usual way."""
-    if not rows:
-        return
-    dialect = conn.dialect
+    list or dict of its (each task's own ``[]``). A paramstyle other than positional ones:
+    no statement (None), the rows as dicts, for SQLAlchemy's own executemany."""
     marker = _MARKERS.get(dialect.paramstyle)
     if marker is None:
-        conn.execute(insert(table), [dict(zip(keys, row, strict=True)) for row in rows])
-        return
+        return None, [dict(zip(keys, row, strict=True)) for row in rows]
     sql, procs = _insert_statement(dialect, table, keys, marker)
-    if procs:
+    if procs and rows:
         columns: list[Any] = list(zip(*rows, strict=True))
         for i, proc, shared in procs:
             if not shared:
@@ -182,7 +186,27 @@ def _insert_many(conn: Connection, table: Table, keys: tuple[str, ...],
                 out.append(done)
             columns[i] = out
         rows = list(zip(*columns, strict=True))
-    conn.exec_driver_sql(sql, rows)
+    return sql, rows
+
+
+def _execute_bound(conn: Connection, table: Table, sql: str | None, rows: list[Any]) -> None:
+    if not rows:
+        return
+    if sql is None:
+        conn.execute(insert(table), rows)
+    else:
+        conn.exec_driver_sql(sql, rows)
+
+
+@dataclasses.dataclass(slots=True)
+class PreparedInsert:
+    """New jobs and their events as the driver takes them (``Store.prepare_insert``): what a
+    big array's submission makes a slice at a time before its one transaction."""
+
+    job_sql: str | None
+    job_rows: list[Any]
+    event_sql: str | None
+    event_rows: list[Any]
 
 
 def _insert_statement(dialect: Dialect, table: Table, keys: tuple[str, ...],
@@ -458,11 +482,32 @@ class Store:
 
     def insert_jobs(self, jobs: list[Job], events: list[JobEvent] | None = None) -> None:
         """Store new jobs (a whole array in one call) and their first events, atomically."""
-        rows = [job_to_tuple(j) for j in jobs]
-        with self._write(f"inserting {len(rows)} job(s)") as conn:
-            _insert_many(conn, t.jobs, JOB_FIELDS, rows)
-            if events:
-                _insert_many(conn, t.job_events, EVENT_FIELDS, list(map(_EVENT_TUPLE, events)))
+        self.insert_prepared([self.prepare_insert(jobs, events)])
+
+    def prepare_insert(self, jobs: list[Job],
+                       events: list[JobEvent] | None = None) -> PreparedInsert:
+        """``insert_jobs``' rows, bound but not written: the Python half of its work, so that
+        a big array's can be made a slice at a time (``insert_prepared`` writes them)."""
+        dialect = self.engine.dialect
+        try:
+            job_sql, job_rows = _bind_rows(dialect, t.jobs, JOB_FIELDS,
+                                           [job_to_tuple(j) for j in jobs])
+            event_sql, event_rows = _bind_rows(dialect, t.job_events, EVENT_FIELDS,
+                                               list(map(_EVENT_TUPLE, events or ())))
+        except (SQLAlchemyError, TypeError, ValueError) as exc:  # as ``_write`` says it
+            raise LedgerError(f"ledger: inserting {len(jobs)} job(s) failed: "
+                              f"{one_line(exc)}") from exc
+        return PreparedInsert(job_sql, job_rows, event_sql, event_rows)
+
+    def insert_prepared(self, parts: list[PreparedInsert]) -> None:
+        """Store the jobs and events of ``parts`` (``prepare_insert``) in one transaction."""
+        count = sum(len(p.job_rows) for p in parts)
+        with self._write(f"inserting {count} job(s)") as conn:
+            for sql, rows, table in (
+                    ("job_sql", "job_rows", t.jobs), ("event_sql", "event_rows", t.job_events)):
+                bound = [row for p in parts for row in getattr(p, rows)]
+                if bound:
+                    _execute_bound(conn, table, getattr(parts[0], sql), bound)
 
     def update_jobs(
         self, changes: list[tuple[int, dict[str, Any]]], events: list[JobEvent] | None = None,

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from kiln.identity import Caller, is_operator
@@ -25,6 +26,7 @@ from kiln.wire import protocol
 from schedd.domain.accounts import POLICY, AccountsError, deny_on_limit_reason
 from schedd.domain.reservation import ACCESS_DENIED
 from schedd.lifecycle.context import Context, RequestError
+from schedd.state import Submitting
 
 if TYPE_CHECKING:
     from schedd.scheduler.snapshot import PendingJob
@@ -47,6 +49,7 @@ TEXT_FIELDS = {"name": "--job-name", "comment": "--comment", "account": "--accou
                "reservation": "--reservation", "constraint": "--constraint",
                "licenses": "--licenses", "gpu_type": "--gres", "submit_host": "submit host"}
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job) if f.init)  # __init__'s order
+_FIELD_AT = {name: i for i, name in enumerate(_JOB_FIELDS)}
 _FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
 
 
@@ -64,10 +67,36 @@ def admit(ctx: Context, caller: Caller, body: dict[str, Any], now: float) -> lis
     if body.get("test_only"):
         return [template]
     jobs = expand_array(ctx, template)  # at most max_array_size
-    check_job_count(ctx, len(jobs))
-    check_submit_limits(ctx, template, len(jobs))
-    check_dependency_load(ctx, template, len(jobs))  # before anything is stored
+    check_new_jobs(ctx, template, len(jobs))
     return jobs
+
+
+def admit_array(ctx: Context, caller: Caller, body: dict[str, Any],
+                now: float) -> tuple[Job, ArrayTasks]:
+    """``admit`` of an array whose tasks are made later, a slice at a time
+    (``ArrayTasks.make``; handlers/submit.py): the same validation, the task ids given out
+    (``next_job_id`` moves past them) and what the tasks will add reserved in
+    ``State.submitting`` (its entry is the caller's to remove, committed or not)."""
+    template = build_job(ctx, caller, body["job"], now)
+    if body.get("priority") is not None:
+        if not is_operator(caller):
+            raise RequestError(DENIED, protocol.E_PERMISSION)
+        template.admin_priority = body["priority"]
+    tasks = array_tasks(ctx, template)
+    edges = check_new_jobs(ctx, template, tasks.count)
+    ctx.state.next_job_id = tasks.base + tasks.count
+    tasks.reservation = Submitting(template.account, template.user, template.qos,
+                                   tasks.count, edges)
+    ctx.state.submitting.append(tasks.reservation)
+    return template, tasks
+
+
+def check_new_jobs(ctx: Context, template: Job, count: int) -> int:
+    """MaxJobCount, the submit limits and the user's dependency load, for ``count`` new jobs
+    of ``template`` (an array's tasks): before anything is stored. Their dependency edges."""
+    check_job_count(ctx, count)
+    check_submit_limits(ctx, template, count)
+    return check_dependency_load(ctx, template, count)
 
 
 def build_job(ctx: Context, caller: Caller, spec: dict[str, Any], now: float) -> Job:
@@ -196,19 +225,27 @@ def _check_dependency(ctx: Context, expr: str) -> int:
     return edges
 
 
-def check_dependency_load(ctx: Context, job: Job, count: int, replacing: int = 0) -> None:
+def check_dependency_load(ctx: Context, job: Job, count: int, replacing: int = 0) -> int:
     """The user's pending jobs together may wait on at most ``[schedd]
     max_dependency_edges_per_user`` jobs (each of ``count`` new jobs, an array's tasks, counts
-    its dependency; ``replacing``: what a changed job's old one counted)."""
+    its dependency; ``replacing``: what a changed job's old one counted). The new jobs'
+    edges."""
     if not job.dependency:
-        return
+        return 0
     edges = _check_dependency(ctx, job.dependency) * count
-    total = ctx.state.user_edges.get(job.user, 0) - replacing + edges
+    total = _user_edges(ctx, job.user) - replacing + edges
     limit = ctx.cfg.max_dependency_edges_per_user
     if edges and total > limit:
         raise RequestError(f"Job dependency problem: your pending jobs would wait on {total} "
                            f"jobs in all (array tasks counted), over the limit of {limit} "
                            f"(max_dependency_edges_per_user)")
+    return edges
+
+
+def _user_edges(ctx: Context, user: str) -> int:
+    """The user's pending jobs' dependency edges, with those of submissions not yet stored."""
+    return ctx.state.user_edges.get(user, 0) + sum(
+        s.reserved_edges(user) for s in ctx.state.submitting)
 
 
 def check_dependency_change(ctx: Context, jobs: list[Job], expr: str) -> None:
@@ -223,7 +260,7 @@ def check_dependency_change(ctx: Context, jobs: list[Job], expr: str) -> None:
             owners.setdefault(job.user, []).append(job)
     limit = ctx.cfg.max_dependency_edges_per_user
     for user, theirs in owners.items():
-        total = (ctx.state.user_edges.get(user, 0) + edges * len(theirs)
+        total = (_user_edges(ctx, user) + edges * len(theirs)
                  - sum(ctx.state.edges_of(job.id) for job in theirs))
         if edges and total > limit:
             raise RequestError(f"Job dependency problem: the pending jobs of {user} would wait "
@@ -366,24 +403,51 @@ def expand_array(ctx: Context, template: Job) -> list[Job]:
     if not template.array_spec:
         template.id = ctx.state.next_job_id
         return [template]
+    tasks = array_tasks(ctx, template)
+    return tasks.make(0, tasks.count)
+
+
+@dataclasses.dataclass(slots=True)
+class ArrayTasks:
+    """An array's tasks to be made (``make``): ids ``base + 1 ...`` in task order, the last
+    task keeping the array's own id ``base``, as in Slurm."""
+
+    template: Job
+    base: int
+    task_ids: list[int]
+    max_running: int
+    reservation: Submitting | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.task_ids)
+
+    def make(self, start: int, stop: int) -> list[Job]:
+        """Tasks ``start`` to ``stop`` (indices in task order) as Jobs."""
+        template, base, last = self.template, self.base, len(self.task_ids) - 1
+        # each task as dataclasses.replace would make it (a shallow copy, the task's own fields
+        # set), by positional arguments: replace's keyword dict of every field cost 31 ms of a
+        # 1,000-task array's 55 ms submission
+        values = [getattr(template, name) for name in _JOB_FIELDS]
+        at = _FIELD_AT
+        values[at["array_job_id"]], values[at["array_max_running"]] = base, self.max_running
+        jobs = []
+        for index in range(start, min(stop, len(self.task_ids))):
+            job_id = base if index == last else base + 1 + index
+            values[at["id"]], values[at["array_task_id"]] = job_id, self.task_ids[index]
+            values[at["script_args"]] = list(template.script_args)
+            jobs.append(Job(*values))
+        return jobs
+
+
+def array_tasks(ctx: Context, template: Job) -> ArrayTasks:
+    """The tasks of ``template``'s ``--array`` (at most max_array_size), ids from
+    ``next_job_id``; nothing made yet."""
     try:
         spec = arrayspec.parse(template.array_spec, ctx.cfg.max_array_size)
     except arrayspec.ArraySpecError as exc:
         raise RequestError(str(exc)) from None
-    base = ctx.state.next_job_id
-    ids = list(range(base + 1, base + len(spec.task_ids))) + [base]
-    # each task as dataclasses.replace would make it (a shallow copy, the task's own fields
-    # set), by positional arguments: replace's keyword dict of every field cost 31 ms of a
-    # 1,000-task array's 55 ms submission
-    values = [getattr(template, name) for name in _JOB_FIELDS]
-    at = {name: i for i, name in enumerate(_JOB_FIELDS)}
-    values[at["array_job_id"]], values[at["array_max_running"]] = base, spec.max_running
-    jobs = []
-    for job_id, task in zip(ids, spec.task_ids, strict=True):
-        values[at["id"]], values[at["array_task_id"]] = job_id, task
-        values[at["script_args"]] = list(template.script_args)
-        jobs.append(Job(*values))
-    return jobs
+    return ArrayTasks(template, ctx.state.next_job_id, list(spec.task_ids), spec.max_running)
 
 
 def settle_account(ctx: Context, job: Job, spec: dict[str, Any]) -> None:
@@ -409,6 +473,7 @@ def check_job_count(ctx: Context, new_jobs: int) -> None:
     beyond, Slurm's EAGAIN (sbatch waits and retries)."""
     limit = ctx.cfg.max_job_count
     jobs = ctx.state.jobs
+    new_jobs += sum(s.count for s in ctx.state.submitting)  # admitted, not yet stored
     if len(jobs) + new_jobs <= limit:  # finished jobs within MinJobAge count only here
         return
     active = sum(1 for j in jobs.values() if not j.state.finished)
@@ -424,9 +489,11 @@ def check_submit_limits(ctx: Context, job: Job, new_jobs: int) -> None:
     accounts = ctx.state.accounts
     if not accounts.has_limits():
         return
-    active = ((j.account, j.user, j.qos) for j in ctx.state.jobs.values()
-              if j.state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
-                             JobState.SUSPENDED))
+    active = chain(
+        ((j.account, j.user, j.qos) for j in ctx.state.jobs.values()
+         if j.state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING,
+                        JobState.SUSPENDED)),
+        ((s.account, s.user, s.qos) for s in ctx.state.submitting for _ in range(s.count)))
     reason = accounts.submit_violation(job.account, job.user, job.qos, new_jobs,
                                        accounts.count_jobs(active))
     if reason:

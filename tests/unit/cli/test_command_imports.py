@@ -22,6 +22,10 @@ ROOT = Path(__file__).parents[3]
                     "kiln.wire.operations", "__future__", "struct", "itertools"}),
     # cpulist's Iterable is for checkers: collections cost sinfo ~2 ms
     ("cli.sinfo", {"collections", "re", "json", "typing"}),
+    # the bystander's squeue (issue 31): cli.arrays' Any is for checkers; typing, with the re,
+    # enum, collections and contextlib it loads, was ~9 ms of CPU of every squeue's ~23
+    ("cli.squeue", {"collections", "re", "json", "typing", "enum", "contextlib",
+                    "kiln.wire.operations"}),
 ])
 def test_a_command_does_not_load_what_it_does_not_use(module: str, absent: set[str]) -> None:
     assert _loaded(module) & absent == set()

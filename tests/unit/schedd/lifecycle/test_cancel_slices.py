@@ -51,7 +51,7 @@ def daemon(tmp_path: Path):
                  agent_endpoint="tcp://127.0.0.1:*")
     d = Daemon(cfg, clock=lambda: T0)
     job = {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "array_spec": f"0-{TASKS - 1}"}
-    reply = json.loads(_call(d, "submit", {"job": job}, USER))
+    reply, _ = _finish(_call(d, "submit", {"job": job}, USER))  # a big array: in slices
     assert reply["ok"], reply
     d.array = reply["body"]["job_id"]
     yield d
@@ -96,7 +96,7 @@ def test_the_reply_is_the_one_a_cancel_in_one_go_gives(daemon, monkeypatch) -> N
     sliced, _ = _finish(_call(daemon, "cancel", body, USER))
     # the same request on a fresh array, in one go
     job = {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "array_spec": f"0-{TASKS - 1}"}
-    again = json.loads(_call(daemon, "submit", {"job": job}, USER))["body"]["job_id"]
+    again = _finish(_call(daemon, "submit", {"job": job}, USER))[0]["body"]["job_id"]
     monkeypatch.setattr(transitions, "CANCEL_SLICE", 10 * TASKS)
     body = {"job_ids": [str(again), "999999", f"{again}_0"]}
     whole = json.loads(_call(daemon, "cancel", body, USER))
