@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from heapq import nsmallest
 from itertools import chain, compress, count, repeat
 from operator import attrgetter, eq, ne
@@ -503,6 +504,8 @@ def earliest_start(
     Each node contributes intervals of feasible starts; a sweep over their ends finds the first
     instant covered by ``num_nodes`` of them.
     """
+    if memo is not None and len(nodes) < MEMO_MIN_NODES:
+        memo = None
     fixed = None if job.exclusive or job.shards_per_node or job.mps_per_node else Demand(job.cpus_per_node, job.mem_per_node_mb,
                                               job.gpus_per_node)
     if job.num_nodes == 1 and not job.nodelist:
@@ -511,8 +514,10 @@ def earliest_start(
             return memo.earliest_one(nodes, fixed, duration, after, horizon)
         return _earliest_one(job, nodes, after, duration, horizon, fixed)
     events: list[tuple[float, int, int]]  # (time, 0 open / 1 close after, node index)
+    rank = None  # _choose's best-fit key, through the memo where it has one
     if memo is not None and fixed is not None and not job.nodelist:
         events, bounded, by_index = memo.events(nodes, fixed, duration, after)
+        rank = memo.ranker(by_index, fixed)
     else:
         events, by_index = [], {}
         bounded = False  # any interval with an end: then only the full sweep will do
@@ -526,7 +531,7 @@ def earliest_start(
         if t > horizon:
             return None
         opened = [by_index[e[2]] for e in events if e[0] <= t]
-        chosen = _choose(job, opened, t)
+        chosen = _choose(job, opened, t, None if rank is None else partial(rank, t))
         if chosen is not None or not topology.applies(job, opened):
             return (t, chosen) if chosen is not None else None
         # the network's rule wants other nodes, or a later instant: the full sweep finds it
@@ -547,7 +552,8 @@ def earliest_start(
             open_nodes.add(events[j][2])
             j += 1
         if len(open_nodes) >= need:
-            chosen = _choose(job, [by_index[k] for k in sorted(open_nodes)], t)
+            chosen = _choose(job, [by_index[k] for k in sorted(open_nodes)], t,
+                             None if rank is None else partial(rank, t))
             if chosen is not None:
                 return t, chosen
         while j < n and events[j][0] == t:
@@ -599,6 +605,11 @@ _INDEX = attrgetter("index")
 _VERSION = attrgetter("version")
 
 
+# candidate lists shorter than this are asked node by node: on a few nodes the memo's
+# bookkeeping (stamps read, keys built) costs more than the questions it saves
+MEMO_MIN_NODES = 16
+
+
 class _OneEntry:
     """What ``EarliestMemo`` keeps of one question: per node (in ``nodes`` order) its stamp
     when asked, its earliest start (INFINITY: none), and the best-fit key at ``best``."""
@@ -640,11 +651,29 @@ class EarliestMemo:
     start, and among the nodes that have it the best fit (``_choose``'s ``_leftover``, which
     for one node and one demand is the least key, node index last)."""
 
-    __slots__ = ("_entries", "_gangs")
+    __slots__ = ("_entries", "_gangs", "_ranks")
 
     def __init__(self) -> None:
         self._entries: dict[tuple, _OneEntry] = {}
         self._gangs: dict[tuple, _GangEntry] = {}
+        # (node index, demand) -> (stamp, instant, _leftover there): a gang's best-fit keys
+        self._ranks: dict[tuple[int, Demand], tuple[int, float, tuple]] = {}
+
+    def ranker(self, by_index: dict[int, NodeTimeline], d: Demand,
+               ) -> Callable[[float, int], tuple]:
+        """``_choose``'s key for a gang of demand ``d`` at an instant, by node index: the
+        ``_leftover`` it computes, kept while the node's stamp and the instant stay."""
+        ranks = self._ranks
+
+        def rank(t: float, index: int) -> tuple:
+            tl = by_index[index]
+            known = ranks.get((index, d))
+            if known is not None and known[0] == tl.version and known[1] == t:
+                return known[2]
+            k = _leftover(tl, d, t)
+            ranks[index, d] = (tl.version, t, k)
+            return k
+        return rank
 
     def events(self, nodes: Sequence[NodeTimeline], d: Demand, duration: float, after: float,
                ) -> tuple[list[tuple[float, int, int]], bool, dict[int, NodeTimeline]]:
