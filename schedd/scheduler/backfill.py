@@ -179,6 +179,7 @@ class Walk:
         self.deferred: list[PendingJob] = []
         self.shadow: float | None = None  # the earliest reservation's start, once the fill asks
         self.candidates = placement.CandidateCache(timelines).get
+        self.earliest_memo = placement.EarliestMemo()  # one-node reservations' answers
         # with ``record``: every reservation and start as made, in walk order, for the next
         # cycle's re-plan (``replan.PlanMemo``)
         self.held: dict[int, Held] | None = {} if record else None  # job id -> its slot
@@ -426,7 +427,8 @@ class Walk:
         """The job's earliest start within ``bf_window`` on ``nodes``, and the nodes then."""
         duration = self.end_of(job, self.now) - self.now
         horizon = self.now + self.config.bf_window
-        return placement.earliest_start(job, nodes, self.now, duration, horizon)
+        return placement.earliest_start(job, nodes, self.now, duration, horizon,
+                                        self.earliest_memo)
 
     def fill_hole(self) -> None:
         """Start the gathered jobs that still fit, in the order of the fill rule."""

@@ -13,10 +13,12 @@ Multi-node jobs are gangs: all nodes at one start time, or none.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from heapq import nsmallest
-from operator import attrgetter
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, eq, ne
 
 from kiln.model import NodeAllocation
 from schedd.scheduler import shares, topology
@@ -505,17 +507,32 @@ def _choose(job: PendingJob, fitting: list[NodeTimeline], t: float,
         required, rest = [], fitting
     need = job.num_nodes - len(required)
     if key is not None:
-        rest.sort(key=lambda tl: key(tl.index))
+        rank: Callable[[NodeTimeline], tuple] = lambda tl: key(tl.index)  # noqa: E731
     else:
-        rest.sort(key=lambda tl: _leftover(tl, demand_on(job, tl.view), t))
+        rank = lambda tl: _leftover(tl, demand_on(job, tl.view), t)  # noqa: E731
+    if not _may_use_topology(job, rest):
+        # the best ``need`` of a key that is unique (it ends in the node index): what the
+        # sort's first ``need`` are, without sorting hundreds of tied earliest nodes
+        if need == 1 and rest:
+            return [*required, min(rest, key=rank)]
+        return required + nsmallest(need, rest, key=rank)
+    rest.sort(key=rank)
     if topology.applies(job, rest):  # the network decides among the best fits
         return topology.choose(job, rest, t)
     return required + rest[:need]
 
 
+def _may_use_topology(job: PendingJob, nodes: Sequence[NodeTimeline]) -> bool:
+    """False when ``topology.applies`` is false whatever the order of ``nodes``: a one-node
+    job that asks nothing of the network, a ``-w`` job, or nodes without places."""
+    if not (job.num_nodes > 1 or job.exclusive_topo or job.segment > 0) or job.nodelist:
+        return False
+    return any(tl.view.topo is not None for tl in nodes)
+
+
 def earliest_start(
     job: PendingJob, nodes: Sequence[NodeTimeline], after: float, duration: float,
-    horizon: float,
+    horizon: float, memo: EarliestMemo | None = None,
 ) -> tuple[float, list[NodeTimeline]] | None:
     """The earliest time (no later than ``horizon``) at which the whole gang fits for
     ``duration``, and the nodes it would use then; None if not within the horizon.
@@ -523,29 +540,34 @@ def earliest_start(
     Each node contributes intervals of feasible starts; a sweep over their ends finds the first
     instant covered by ``num_nodes`` of them.
     """
+    if memo is not None and len(nodes) < MEMO_MIN_NODES:
+        memo = None
     fixed = None if job.exclusive or job.shards_per_node or job.mps_per_node else Demand(job.cpus_per_node, job.mem_per_node_mb,
                                               job.gpus_per_node)
     if job.num_nodes == 1 and not job.nodelist:
+        if memo is not None and fixed is not None and not job.exclusive_topo \
+                and not job.segment:
+            return memo.earliest_one(nodes, fixed, duration, after, horizon)
         return _earliest_one(job, nodes, after, duration, horizon, fixed)
-    events: list[tuple[float, int, int]] = []  # (time, 0 open / 1 close after, node index)
-    by_index = {}
-    bounded = False  # any interval with an end: then only the full sweep will do
-    for tl in nodes:
-        by_index[tl.index] = tl
-        for lo, hi in tl.start_intervals(fixed or demand_on(job, tl.view), duration):
-            if hi < after:
-                continue
-            events.append((lo if lo > after else after, 0, tl.index))
-            if hi != INFINITY:
-                events.append((hi, 1, tl.index))
-                bounded = True
+    events: list[tuple[float, int, int]]  # (time, 0 open / 1 close after, node index)
+    rank = None  # _choose's best-fit key, through the memo where it has one
+    if memo is not None and fixed is not None and not job.nodelist:
+        events, bounded, by_index = memo.events(nodes, fixed, duration, after)
+        rank = memo.ranker(by_index, fixed)
+    else:
+        events, by_index = [], {}
+        bounded = False  # any interval with an end: then only the full sweep will do
+        for tl in nodes:
+            by_index[tl.index] = tl
+            bounded = _add_events(events, tl, fixed or demand_on(job, tl.view), duration,
+                                  after) or bounded
     if not bounded and not job.nodelist and len(events) >= job.num_nodes:
         # every interval runs to infinity: the gang starts at the num_nodes-th opening
         t = nsmallest(job.num_nodes, events)[-1][0]
         if t > horizon:
             return None
         opened = [by_index[e[2]] for e in events if e[0] <= t]
-        chosen = _choose(job, opened, t)
+        chosen = _choose(job, opened, t, None if rank is None else partial(rank, t))
         if chosen is not None or not topology.applies(job, opened):
             return (t, chosen) if chosen is not None else None
         # the network's rule wants other nodes, or a later instant: the full sweep finds it
@@ -566,7 +588,8 @@ def earliest_start(
             open_nodes.add(events[j][2])
             j += 1
         if len(open_nodes) >= need:
-            chosen = _choose(job, [by_index[k] for k in sorted(open_nodes)], t)
+            chosen = _choose(job, [by_index[k] for k in sorted(open_nodes)], t,
+                             None if rank is None else partial(rank, t))
             if chosen is not None:
                 return t, chosen
         while j < n and events[j][0] == t:
@@ -574,6 +597,21 @@ def earliest_start(
             j += 1
         i = j
     return None
+
+
+def _add_events(events: list[tuple[float, int, int]], tl: NodeTimeline, d: Demand,
+                duration: float, after: float) -> bool:
+    """``tl``'s opens and closes of feasible starts no sooner than ``after`` onto ``events``;
+    whether any interval has an end."""
+    bounded = False
+    for lo, hi in tl.start_intervals(d, duration):
+        if hi < after:
+            continue
+        events.append((lo if lo > after else after, 0, tl.index))
+        if hi != INFINITY:
+            events.append((hi, 1, tl.index))
+            bounded = True
+    return bounded
 
 
 def _earliest_one(job: PendingJob, nodes: Sequence[NodeTimeline], after: float,
@@ -600,6 +638,139 @@ def _earliest_one(job: PendingJob, nodes: Sequence[NodeTimeline], after: float,
 
 
 _INDEX = attrgetter("index")
+_VERSION = attrgetter("version")
+
+
+# candidate lists shorter than this are asked node by node: on a few nodes the memo's
+# bookkeeping (stamps read, keys built) costs more than the questions it saves
+MEMO_MIN_NODES = 16
+
+
+class _OneEntry:
+    """What ``EarliestMemo`` keeps of one question: per node (in ``nodes`` order) its stamp
+    when asked, its earliest start (INFINITY: none), and the best-fit key at ``best``."""
+
+    __slots__ = ("nodes", "versions", "starts", "best", "keys")
+
+    def __init__(self, nodes: Sequence[NodeTimeline]) -> None:
+        self.nodes = nodes
+        self.versions: list[int] = []
+        self.starts: list[float] = []
+        self.best = INFINITY
+        self.keys: dict[int, tuple[int, int, int, int]] = {}  # position -> _leftover at best
+
+
+class _GangEntry:
+    """What ``EarliestMemo`` keeps of a gang's question: per node (in ``nodes`` order) its
+    stamp when asked, its sweep events and whether one is a close."""
+
+    __slots__ = ("nodes", "versions", "events", "closes", "bounded", "by_index")
+
+    def __init__(self, nodes: Sequence[NodeTimeline]) -> None:
+        self.nodes = nodes
+        self.versions: list[int] = []
+        self.events: list[list[tuple[float, int, int]]] = [[] for _ in nodes]
+        self.closes: list[bool] = [False] * len(nodes)
+        self.bounded = 0  # nodes with a close among their events
+        self.by_index = {tl.index: tl for tl in nodes}
+
+
+class EarliestMemo:
+    """``earliest_start`` of one-node jobs of a fixed demand, across one walk's reservations.
+
+    A walk plans up to ``bf_max_reservations`` jobs, each asking every candidate node for its
+    earliest start (``NodeTimeline.first_start``); most ask one of a few shapes (demand and
+    length), and between two questions only the few nodes the last reservation (or start)
+    took from change. So the answers per node are kept per question (candidate list, demand,
+    length, after) with each node's ``version`` stamp when answered, and a repeated question
+    asks again only the nodes whose stamp moved. The answer is ``_earliest_one``'s: the least
+    start, and among the nodes that have it the best fit (``_choose``'s ``_leftover``, which
+    for one node and one demand is the least key, node index last)."""
+
+    __slots__ = ("_entries", "_gangs", "_ranks")
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, _OneEntry] = {}
+        self._gangs: dict[tuple, _GangEntry] = {}
+        # (node index, demand) -> (stamp, instant, _leftover there): a gang's best-fit keys
+        self._ranks: dict[tuple[int, Demand], tuple[int, float, tuple]] = {}
+
+    def ranker(self, by_index: dict[int, NodeTimeline], d: Demand,
+               ) -> Callable[[float, int], tuple]:
+        """``_choose``'s key for a gang of demand ``d`` at an instant, by node index: the
+        ``_leftover`` it computes, kept while the node's stamp and the instant stay."""
+        ranks = self._ranks
+
+        def rank(t: float, index: int) -> tuple:
+            tl = by_index[index]
+            known = ranks.get((index, d))
+            if known is not None and known[0] == tl.version and known[1] == t:
+                return known[2]
+            k = _leftover(tl, d, t)
+            ranks[index, d] = (tl.version, t, k)
+            return k
+        return rank
+
+    def events(self, nodes: Sequence[NodeTimeline], d: Demand, duration: float, after: float,
+               ) -> tuple[list[tuple[float, int, int]], bool, dict[int, NodeTimeline]]:
+        """``earliest_start``'s sweep events for a gang of demand ``d`` on each of ``nodes``
+        (the same multiset as asking every node; only the changed nodes are asked again),
+        whether any is a close, and the nodes by index. The list is the memo's: the caller
+        is the caller's."""
+        key = (id(nodes), d, duration, after)
+        entry = self._gangs.get(key)
+        versions = list(map(_VERSION, nodes))
+        if entry is None or entry.nodes is not nodes:
+            entry = self._gangs[key] = _GangEntry(nodes)
+            changed: Iterable[int] = range(len(nodes))
+        elif entry.versions == versions:
+            changed = ()
+        else:
+            changed = list(compress(count(), map(ne, entry.versions, versions)))
+        entry.versions = versions
+        per_node, closes = entry.events, entry.closes
+        for i in changed:
+            mine: list[tuple[float, int, int]] = []
+            bounded = _add_events(mine, nodes[i], d, duration, after)
+            per_node[i] = mine
+            entry.bounded += bounded - closes[i]
+            closes[i] = bounded
+        events = list(chain.from_iterable(per_node))
+        return events, entry.bounded > 0, entry.by_index
+
+    def earliest_one(self, nodes: Sequence[NodeTimeline], d: Demand, duration: float,
+                     after: float, horizon: float) -> tuple[float, list[NodeTimeline]] | None:
+        key = (id(nodes), d, duration, after)
+        entry = self._entries.get(key)
+        versions = list(map(_VERSION, nodes))
+        if entry is None or entry.nodes is not nodes:
+            entry = self._entries[key] = _OneEntry(nodes)
+            changed: Iterable[int] = range(len(nodes))
+            entry.starts = [INFINITY] * len(nodes)
+        elif entry.versions == versions:
+            changed = ()
+        else:
+            changed = list(compress(count(), map(ne, entry.versions, versions)))
+        entry.versions = versions
+        starts, keys = entry.starts, entry.keys
+        for i in changed:
+            t = nodes[i].first_start(d, duration, after)
+            starts[i] = INFINITY if t is None else t
+            keys.pop(i, None)
+        best = min(starts, default=INFINITY)
+        if best == INFINITY or best > horizon:
+            return None
+        if best != entry.best:
+            entry.best = best
+            keys.clear()
+        choice, at = None, -1
+        for i in compress(count(), map(eq, starts, repeat(best))):
+            k = keys.get(i)
+            if k is None:
+                k = keys[i] = _leftover(nodes[i], d, best)
+            if choice is None or k < choice:
+                choice, at = k, i
+        return best, [nodes[at]]
 
 
 def allocate(job: PendingJob, chosen: Sequence[NodeTimeline], now: float = 0.0,

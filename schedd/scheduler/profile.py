@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from itertools import filterfalse, islice
+from itertools import count, filterfalse, islice
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -29,6 +29,9 @@ from schedd.scheduler import shares
 from schedd.scheduler.snapshot import NodeView, RunningJob
 
 INFINITY = math.inf
+# stamps for ``NodeTimeline.version``: unique across all timelines, so a stamp names one
+# state of one node (a memo that kept it knows the node unchanged while it reads the same)
+_STAMPS = count(1)
 _GPU_INDEX = attrgetter("index")
 # a node's step function: breakpoints, free CPUs, memory and GPUs per segment, and monotone
 Steps = tuple[list[float], list[int], list[int], list[int], bool]
@@ -56,7 +59,7 @@ class NodeTimeline:
 
     __slots__ = (
         "index", "view", "times", "cpus", "mem", "gpus", "monotone", "gpus_free", "islands",
-        "cpus_held", "_memo", "_first", "shares", "share_until", "share_kind",
+        "cpus_held", "_memo", "_first", "shares", "share_until", "share_kind", "version",
     )
 
     def __init__(self, index: int, view: NodeView, now: float) -> None:
@@ -80,6 +83,8 @@ class NodeTimeline:
         self.shares: dict[int, int] = {}
         self.share_until: dict[int, float] = {}
         self.share_kind: dict[int, str] = {}  # and which kind of share (shares.KINDS) each is
+        # a fresh stamp at every change of the step function (placement.EarliestMemo)
+        self.version = next(_STAMPS)
 
     # --- building -------------------------------------------------------------------------
 
@@ -88,6 +93,7 @@ class NodeTimeline:
 
         Called once, after the running jobs' holdings were taken from the first segment.
         """
+        self.version = next(_STAMPS)
         releases.sort()
         c, m, g = self.cpus[0], self.mem[0], self.gpus[0]
         times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
@@ -106,6 +112,7 @@ class NodeTimeline:
         """A running job's holding: removed from the first segment (its release is added later).
 
         Returns how many of its GPU indices this node really has (the count to give back)."""
+        self.version = next(_STAMPS)
         self.cpus_held.update(cpu_ids)
         taken = 0
         if gpu_indices:  # set operations in C: a profile is built from every running job
@@ -122,6 +129,7 @@ class NodeTimeline:
                         kind: str = shares.SHARD) -> int:
         """A running job's GPU shares: each GPU newly in use by shares leaves the free GPUs
         now. Returns how many GPUs that took (``build`` plans them back at their last end)."""
+        self.version = next(_STAMPS)
         taken = 0
         for g, n in shards.items():
             if g not in self.shares:
@@ -149,6 +157,7 @@ class NodeTimeline:
                     end: float, kind: str = shares.SHARD) -> None:
         """Shares of a job started now: GPUs it opens are held whole ``[now, end)``; a shared
         GPU it outlives is held on until ``end``."""
+        self.version = next(_STAMPS)
         for g in opened:
             self.gpus_free.remove(g)
             self.shares[g] = 0
@@ -283,6 +292,7 @@ class NodeTimeline:
 
     def hold(self, d: Demand, start: float, end: float) -> None:
         """Take ``d`` during ``[start, end)``: a job started now or a reservation."""
+        self.version = next(_STAMPS)
         self._memo.clear()
         self._first.clear()
         if start > self.times[0]:
@@ -307,6 +317,7 @@ class NodeTimeline:
         """Take ``future`` from now on as this node's step function (``agrees`` first). Its
         ``monotone`` is kept: a node that carried a future reservation stays non-monotone,
         which every question answers alike, only slower. The lists are copied."""
+        self.version = next(_STAMPS)
         times, cpus, mem, gpus, monotone = future
         now = self.times[0]
         k = bisect_right(times, now) - 1
