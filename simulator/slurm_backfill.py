@@ -513,13 +513,16 @@ def replay_slurm(trace: Trace, machine: Machine, params: SlurmParams | None = No
     next_full = t0 + p.sched_interval  # last_full_sched_time + sched_interval
     next_calc = t0 + p.calc_period  # the decay thread's next priority update
     sched_request = False  # queue_job_scheduler was called (job_sched_cnt > 0)
+    requested = t0  # when it was first called since the last main pass
     steps = 0
     while i < n or sim.ends or sim.pending:
         t_arr = arrivals[i][0].submit if i < n else inf
         t_end = sim.ends[0][0] if sim.ends else inf
         timers = inf
         if sim.pending:  # the timers only matter while jobs wait
-            bg = last_bg + p.batch_sched_delay if sched_request else inf
+            # never before the request: after an idle spell last_bg is far behind, and the
+            # controller's loop runs the pass at its first look after the request
+            bg = max(last_bg + p.batch_sched_delay, requested) if sched_request else inf
             timers = min(next_bf, next_full, next_calc, bg)
         now = min(t_arr, t_end, timers)
         if now == inf:
@@ -540,6 +543,8 @@ def replay_slurm(trace: Trace, machine: Machine, params: SlurmParams | None = No
                     next_bf += math.ceil(now - next_bf)
             while i < n and arrivals[i][0].submit == now:
                 sim.submit(*arrivals[i], now)
+                if not sched_request:
+                    requested = now
                 sched_request = True
                 i += 1
         else:
@@ -552,7 +557,7 @@ def replay_slurm(trace: Trace, machine: Machine, params: SlurmParams | None = No
                 last_bg = tick
                 sched_request = False
                 next_full += p.sched_interval
-            elif sched_request and now >= last_bg + p.batch_sched_delay:
+            elif sched_request and now >= max(last_bg + p.batch_sched_delay, requested):
                 sim.main_pass(now, full=False)
                 last_bg = tick
                 sched_request = False
