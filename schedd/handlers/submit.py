@@ -7,11 +7,10 @@ from typing import Any
 
 from kiln.identity import Caller
 from kiln.model import Job
-from kiln.slurm import arrayspec
 from kiln.slurm.hostlist import compress
 from schedd import offload, slicing
 from schedd.ledger.records import JobEvent
-from schedd.lifecycle.admission import ArrayTasks, admit, admit_array
+from schedd.lifecycle.admission import ArrayTasks, admit
 from schedd.lifecycle.context import Context
 from schedd.reports import advisor
 
@@ -23,13 +22,12 @@ def submit(ctx: Context, caller: Caller,
     """sbatch. An array of more than ``SUBMIT_SLICE`` tasks is a long request
     (``_in_slices``)."""
     now = ctx.now()
-    if not body.get("test_only") and _tasks_asked(ctx, body) > SUBMIT_SLICE:
-        template, tasks = admit_array(ctx, caller, body, now)  # validated, reserved
-        return _in_slices(ctx, caller, template, tasks, now)
-    jobs = admit(ctx, caller, body, now)  # the whole validation, top to bottom
+    admitted = admit(ctx, caller, body, now, slice_above=SUBMIT_SLICE)  # top to bottom
     if body.get("test_only"):
-        return test_only(ctx, caller, jobs[0], now)
-    template = jobs[0]  # its tasks share the submission's fields (held, array_spec)
+        return test_only(ctx, caller, admitted.template, now)
+    template, jobs = admitted.template, admitted.jobs
+    if admitted.tasks is not None:  # validated, its ids and limits reserved
+        return _in_slices(ctx, caller, template, admitted.tasks, now)
     events = [JobEvent(job_id=j.id, time=now, state="PENDING", actor_uid=caller.uid,
                        detail="submitted") for j in jobs]
     ctx.state.add_jobs(jobs, events)
@@ -40,19 +38,6 @@ def submit(ctx: Context, caller: Caller,
     first = jobs[0].array_job_id if template.array_spec else jobs[0].id
     return {"job_id": first, "array_task_ids": [j.array_task_id for j in jobs
                                                 if j.array_task_id is not None]}
-
-
-def _tasks_asked(ctx: Context, body: dict[str, Any]) -> int:
-    """How many tasks the submission's ``--array`` names (0: none, or not one that is valid:
-    ``admit`` says why)."""
-    job = body.get("job")
-    spec = job.get("array_spec") if isinstance(job, dict) else None
-    if not spec or not isinstance(spec, str):
-        return 0
-    try:
-        return len(arrayspec.parse(spec, ctx.cfg.max_array_size).task_ids)
-    except arrayspec.ArraySpecError:
-        return 0
 
 
 @slicing.light

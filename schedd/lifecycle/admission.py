@@ -53,42 +53,48 @@ _FIELD_AT = {name: i for i, name in enumerate(_JOB_FIELDS)}
 _FLOATS = frozenset(f.name for f in dataclasses.fields(Job) if isinstance(f.default, float))
 
 
-def admit(ctx: Context, caller: Caller, body: dict[str, Any], now: float) -> list[Job]:
+@dataclasses.dataclass(slots=True)
+class Admitted:
+    """What ``admit`` let in: the submission's ``template`` and its ``jobs`` to store now, or
+    for an array of more than ``slice_above`` tasks no jobs yet but its ``tasks``, made a
+    slice at a time by the caller (``ArrayTasks.make``; handlers/submit.py)."""
+
+    template: Job
+    jobs: list[Job]
+    tasks: ArrayTasks | None = None
+
+
+def admit(ctx: Context, caller: Caller, body: dict[str, Any], now: float,
+          slice_above: int = 0) -> Admitted:
     """A submission (the ``submit`` request's body), validated top to bottom: the job and what
     schedd fills in, its ``--priority`` (an operator's), then — unless it is ``--test-only``,
     whose job alone is returned — its array's tasks (at most max_array_size), MaxJobCount, the
     submit limits and the user's dependency load. The jobs to store, ids given; nothing is
-    stored here."""
+    stored here.
+
+    An array of more than ``slice_above`` tasks (when given) is admitted with its tasks still
+    to make: their ids are given out (``next_job_id`` moves past them) and what they will add
+    is reserved in ``State.submitting`` (the caller removes that entry, committed or not)."""
     template = build_job(ctx, caller, body["job"], now)
     if body.get("priority") is not None:  # sbatch --priority, as scontrol update Priority=
         if not is_operator(caller):
             raise RequestError(DENIED, protocol.E_PERMISSION)
         template.admin_priority = body["priority"]
     if body.get("test_only"):
-        return [template]
-    jobs = expand_array(ctx, template)  # at most max_array_size
-    check_new_jobs(ctx, template, len(jobs))
-    return jobs
-
-
-def admit_array(ctx: Context, caller: Caller, body: dict[str, Any],
-                now: float) -> tuple[Job, ArrayTasks]:
-    """``admit`` of an array whose tasks are made later, a slice at a time
-    (``ArrayTasks.make``; handlers/submit.py): the same validation, the task ids given out
-    (``next_job_id`` moves past them) and what the tasks will add reserved in
-    ``State.submitting`` (its entry is the caller's to remove, committed or not)."""
-    template = build_job(ctx, caller, body["job"], now)
-    if body.get("priority") is not None:
-        if not is_operator(caller):
-            raise RequestError(DENIED, protocol.E_PERMISSION)
-        template.admin_priority = body["priority"]
-    tasks = array_tasks(ctx, template)
+        return Admitted(template, [template])
+    if not template.array_spec:
+        template.id = ctx.state.next_job_id
+        check_new_jobs(ctx, template, 1)
+        return Admitted(template, [template])
+    tasks = array_tasks(ctx, template)  # at most max_array_size
     edges = check_new_jobs(ctx, template, tasks.count)
+    if not slice_above or tasks.count <= slice_above:
+        return Admitted(template, tasks.make(0, tasks.count))
     ctx.state.next_job_id = tasks.base + tasks.count
     tasks.reservation = Submitting(template.account, template.user, template.qos,
                                    tasks.count, edges)
     ctx.state.submitting.append(tasks.reservation)
-    return template, tasks
+    return Admitted(template, [], tasks)
 
 
 def check_new_jobs(ctx: Context, template: Job, count: int) -> int:
@@ -396,15 +402,6 @@ def _share(view: PendingJob) -> str:
     if view.features:
         parts.append("features " + ",".join(sorted(view.features)))
     return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-
-
-def expand_array(ctx: Context, template: Job) -> list[Job]:
-    """One Job per array task; the last task keeps the array's own id, as in Slurm."""
-    if not template.array_spec:
-        template.id = ctx.state.next_job_id
-        return [template]
-    tasks = array_tasks(ctx, template)
-    return tasks.make(0, tasks.count)
 
 
 @dataclasses.dataclass(slots=True)
