@@ -723,10 +723,8 @@ class EarliestMemo:
         if entry is None or entry.nodes is not nodes:
             entry = self._gangs[key] = _GangEntry(nodes)
             changed: Iterable[int] = range(len(nodes))
-        elif entry.versions == versions:
-            changed = ()
         else:
-            changed = list(compress(count(), map(ne, entry.versions, versions)))
+            changed = _changed(entry.versions, versions)
         entry.versions = versions
         per_node, closes = entry.events, entry.closes
         for i in changed:
@@ -747,10 +745,8 @@ class EarliestMemo:
             entry = self._entries[key] = _OneEntry(nodes)
             changed: Iterable[int] = range(len(nodes))
             entry.starts = [INFINITY] * len(nodes)
-        elif entry.versions == versions:
-            changed = ()
         else:
-            changed = list(compress(count(), map(ne, entry.versions, versions)))
+            changed = _changed(entry.versions, versions)
         entry.versions = versions
         starts, keys = entry.starts, entry.keys
         for i in changed:
@@ -797,3 +793,10 @@ def allocate(job: PendingJob, chosen: Sequence[NodeTimeline], now: float = 0.0,
         gpus = tl.pick_gpus(d.gpus, "" if job.exclusive else job.gpu_type)
         out.append(NodeAllocation(tl.view.name, d.cpus, d.mem, gpus, tl.pick_cpus(d.cpus, gpus)))
     return out
+
+
+def _changed(before: list[int], now: list[int]) -> Sequence[int]:
+    """The indices of the nodes whose timeline version moved since a memo's answer."""
+    if before == now:
+        return ()
+    return list(compress(count(), map(ne, before, now)))

@@ -218,6 +218,12 @@ max_time = 3600
         return subprocess.run(argv, input=input, capture_output=True, text=True,
                               env=full_env, cwd=str(cwd) if cwd else None, timeout=CLI_TIMEOUT)
 
+    def ok(self, *args: str) -> str:
+        """``run`` of a command that must succeed: what it printed on stdout."""
+        res = self.run(*args)
+        assert res.returncode == 0, f"{args}: {res.stderr}"
+        return res.stdout
+
     def sbatch(self, *args: str, user: str | None = None, input: str | None = None,
                cwd: str | Path | None = None) -> int:
         res = self.run("sbatch", "--parsable", *args, user=user, input=input, cwd=cwd)

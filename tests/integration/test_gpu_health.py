@@ -50,12 +50,6 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def _ok(cluster: Cluster, *args: str) -> str:
-    res = cluster.run(*args)
-    assert res.returncode == 0, f"{args}: {res.stderr}"
-    return res.stdout
-
-
 @pytest.mark.parametrize("fault", [("--xid", "79"), ("--ecc",), ("--lost",)],
                          ids=["xid79", "ecc", "lost"])
 def test_fatal_fault_drains_that_gpu_only(node: Cluster, wd: Path, fault: tuple[str, ...]
@@ -66,7 +60,7 @@ def test_fatal_fault_drains_that_gpu_only(node: Cluster, wd: Path, fault: tuple[
     until(lambda: _lines(wd / "runs"), "the job's first run started")
     bad = _gpus(node, job)[0]
     began = time.monotonic()
-    out = _ok(node, "kiln", "fake-gpu", "node1", str(bad), *fault)
+    out = node.ok("kiln", "fake-gpu", "node1", str(bad), *fault)
     assert "injected" in out
     until(lambda: str(job) in _lines(wd / "signalled"), "the job got its --signal")
     until(lambda: node.job(job)["restart_count"] == 1 and node.job(job)["state"] == "RUNNING"
@@ -75,19 +69,19 @@ def test_fatal_fault_drains_that_gpu_only(node: Cluster, wd: Path, fault: tuple[
     assert bad not in _gpus(node, job)  # restarted on the node's remaining GPUs
 
     # what an admin sees
-    reasons = _ok(node, "sinfo", "-R")
+    reasons = node.ok("sinfo", "-R")
     assert reasons.split("\n")[0].split() == ["REASON", "USER", "TIMESTAMP", "NODELIST"]
     assert re.search(rf"^GPU {bad}: .*node1$", reasons, re.M), reasons
-    shown = _ok(node, "scontrol", "show", "node", "node1")
+    shown = node.ok("scontrol", "show", "node", "node1")
     assert f"GresDrain=gpu:a100:1(IDX:{bad})" in shown
     assert re.search(rf"^\s*Reason=GPU {bad}: ", shown, re.M), shown
     assert "State=DRAIN" not in shown  # the node is not drained, one GPU is
-    assert "!gpu" in _ok(node, "kiln", "top", "--once")
-    events = _ok(node, "kiln", "events", "node1")
+    assert "!gpu" in node.ok("kiln", "top", "--once")
+    events = node.ok("kiln", "events", "node1")
     assert re.search(rf"gpu_fault\s+gpu={bad} ", events), events
-    why = _ok(node, "kiln", "why", str(job))
+    why = node.ok("kiln", "why", str(job))
     assert re.search(rf"Requeued once, last at .*: GPU {bad} of node1 failed", why), why
-    acct = _ok(node, "sacct", "-D", "-X", "-n", "-P", "-j", str(job), "-o", "State,Reason")
+    acct = node.ok("sacct", "-D", "-X", "-n", "-P", "-j", str(job), "-o", "State,Reason")
     assert re.search(rf"^NODE_FAIL\|GPU {bad} of node1 failed", acct, re.M), acct
 
     # the other three GPUs keep being scheduled; a 4-GPU job cannot start
@@ -106,11 +100,11 @@ def test_fatal_fault_drains_that_gpu_only(node: Cluster, wd: Path, fault: tuple[
     assert pending["reason"] == "ReqNodeNotAvail", pending["reason"]
 
     # back in service only by RESUME (after the admin has looked: here, cleared the fake)
-    _ok(node, "kiln", "fake-gpu", "node1", str(bad), "--clear")
-    _ok(node, "scontrol", "update", "NodeName=node1", "State=RESUME")
+    node.ok("kiln", "fake-gpu", "node1", str(bad), "--clear")
+    node.ok("scontrol", "update", "NodeName=node1", "State=RESUME")
     node.wait(four, {"RUNNING"}, timeout=20)
     assert len(_gpus(node, four)) == 4
-    assert "GresDrain" not in _ok(node, "scontrol", "show", "node", "node1")
+    assert "GresDrain" not in node.ok("scontrol", "show", "node", "node1")
     node.run("scancel", str(four))
     node.wait(four, {"CANCELLED"})
 
@@ -119,14 +113,14 @@ def test_application_xid_drains_nothing(node: Cluster, wd: Path) -> None:
     job = node.sbatch("--gres=gpu:2", "--wrap", "sleep 600", cwd=wd)
     node.wait(job, {"RUNNING"})
     gpu = _gpus(node, job)[0]
-    _ok(node, "kiln", "fake-gpu", "node1", str(gpu), "--xid", "13")
+    node.ok("kiln", "fake-gpu", "node1", str(gpu), "--xid", "13")
     until(lambda: re.search(rf"gpu_event\s+gpu={gpu} .*Xid 13",
-                            _ok(node, "kiln", "events", "node1")), "the Xid was audited")
+                            node.ok("kiln", "events", "node1")), "the Xid was audited")
     time.sleep(3)  # past the grace a fatal fault would have had
     after = node.job(job)
     assert after["state"] == "RUNNING" and after["restart_count"] == 0
-    assert "GresDrain" not in _ok(node, "scontrol", "show", "node", "node1")
-    assert "node1" not in _ok(node, "sinfo", "-R", "-h")
+    assert "GresDrain" not in node.ok("scontrol", "show", "node", "node1")
+    assert "node1" not in node.ok("sinfo", "-R", "-h")
     node.run("scancel", str(job))
     node.wait(job, {"CANCELLED"})
 

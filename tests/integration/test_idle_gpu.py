@@ -52,23 +52,17 @@ def requeue(request: pytest.FixtureRequest, where: Path) -> Iterator[Cluster]:
     yield from _idle_cluster(request, "requeue", where / "r")
 
 
-def _ok(cluster: Cluster, *args: str) -> str:
-    res = cluster.run(*args)
-    assert res.returncode == 0, f"{args}: {res.stderr}"
-    return res.stdout
-
-
 def _gpus(cluster: Cluster, job_id: int) -> list[int]:
     return [g for a in cluster.job(job_id)["allocation"] for g in a["gpus"]]
 
 
 def _set_util(cluster: Cluster, gpus: list[int], pct: str) -> None:
     for g in gpus:
-        _ok(cluster, "kiln", "fake-gpu", "node1", str(g), "--util", pct)
+        cluster.ok("kiln", "fake-gpu", "node1", str(g), "--util", pct)
 
 
 def _reason(cluster: Cluster, job_id: int) -> str:
-    return _ok(cluster, "squeue", "-h", "-j", str(job_id), "-o", "%T %r").strip()
+    return cluster.ok("squeue", "-h", "-j", str(job_id), "-o", "%T %r").strip()
 
 
 def test_idle_job_is_flagged_mailed_and_reported(notify: Cluster, where: Path) -> None:
@@ -82,7 +76,7 @@ def test_idle_job_is_flagged_mailed_and_reported(notify: Cluster, where: Path) -
     try:
         until(lambda: _reason(notify, job) == "RUNNING IdleGPU", "the job flagged IdleGPU",
               timeout=30)
-        why = _ok(notify, "kiln", "why", str(job))
+        why = notify.ok("kiln", "why", str(job))
         assert re.search(r"Idle GPUs: 2 GPUs below 10% since \S+ \(\d\d:\d\d:\d\d\), "
                          r"[\d.]+ idle GPU-hours", why), why
         mail = until(lambda: [m for m in (log.read_text().splitlines() if log.exists()
@@ -98,21 +92,21 @@ def test_idle_job_is_flagged_mailed_and_reported(notify: Cluster, where: Path) -
     finally:
         for g in gpus:
             notify.run("kiln", "fake-gpu", "node1", str(g), "--clear")
-    _ok(notify, "scancel", str(job))
+    notify.ok("scancel", str(job))
     notify.wait(job, {"CANCELLED"})
-    out = _ok(notify, "sacct", "-j", str(job), "-X", "-n", "-P", "-o", "JobID,IdleGPUHours")
+    out = notify.ok("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "JobID,IdleGPUHours")
     ((jid, hours),) = [line.split("|") for line in out.splitlines()]
     assert jid == str(job) and float(hours) > 0, out
-    seff = _ok(notify, "seff", str(job))
+    seff = notify.ok("seff", str(job))
     assert re.search(r"^GPU idle: [\d.]+ GPU-hours of [\d.]+$", seff, re.M), seff
     # Slurm's default sacct output is unchanged: no such column unless asked
-    assert "IdleGPU" not in _ok(notify, "sacct", "-j", str(job))
+    assert "IdleGPU" not in notify.ok("sacct", "-j", str(job))
 
 
 def test_busy_job_is_never_flagged(notify: Cluster, where: Path) -> None:
     job = notify.sbatch("--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 8", cwd=where)
     notify.wait(job, {"COMPLETED"}, timeout=60)
-    out = _ok(notify, "sacct", "-j", str(job), "-X", "-n", "-P", "-o", "IdleGPUHours")
+    out = notify.ok("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "IdleGPUHours")
     assert float(out.strip()) == 0.0, out
 
 
@@ -124,10 +118,10 @@ def test_idle_job_is_requeued(requeue: Cluster, where: Path) -> None:
     try:
         until(lambda: requeue.job(job)["restart_count"] >= 1, "the idle job requeued",
               timeout=40)
-        why = _ok(requeue, "kiln", "why", str(job))
+        why = requeue.ok("kiln", "why", str(job))
         assert "idle GPUs" in why, why
     finally:
         for g in range(4):
             requeue.run("kiln", "fake-gpu", "node1", str(g), "--clear")
     requeue.wait(job, {"RUNNING"}, timeout=60)
-    _ok(requeue, "scancel", str(job))
+    requeue.ok("scancel", str(job))

@@ -28,12 +28,6 @@ def mig() -> Iterator[Cluster]:
                         schedd_extra="gpu_fault_grace = 2.0", agent_extra='fake_mig = "1g.10gb:7"')
 
 
-def _ok(cluster: Cluster, *args: str) -> str:
-    res = cluster.run(*args)
-    assert res.returncode == 0, f"{args}: {res.stderr}"
-    return res.stdout
-
-
 def _seen(workdir: Path, job_id: int) -> list[str]:
     path = workdir / f"seen-{job_id}"
     until(lambda: path.exists() and path.read_text().endswith("\n"), f"job {job_id} wrote")
@@ -55,23 +49,23 @@ def test_seven_1g_jobs_run_at_once_with_seven_mig_uuids(mig: Cluster, workdir: P
     assert mig.job(eighth)["state"] == "PENDING"
 
     # what users see: the profile is the GPU type
-    assert _ok(mig, "sinfo", "-h", "-p", "gpu", "-o", "%G").split() == ["gpu:1g.10gb:7"]
-    node = _ok(mig, "scontrol", "show", "node", "node1")
+    assert mig.ok("sinfo", "-h", "-p", "gpu", "-o", "%G").split() == ["gpu:1g.10gb:7"]
+    node = mig.ok("scontrol", "show", "node", "node1")
     assert re.search(r"^\s*Gres=gpu:1g\.10gb:7$", node, re.M), node
-    assert _ok(mig, "squeue", "-h", "-j", str(jobs[0]), "-o", "%b").split() == [
+    assert mig.ok("squeue", "-h", "-j", str(jobs[0]), "-o", "%b").split() == [
         "gres:gpu:1g.10gb:1"]
-    shown = _ok(mig, "scontrol", "show", "job", str(jobs[0]))
+    shown = mig.ok("scontrol", "show", "job", str(jobs[0]))
     assert "TresPerNode=gres:gpu:1g.10gb:1" in shown, shown
-    acct = _ok(mig, "sacct", "-X", "-n", "-P", "-j", str(jobs[0]), "-o", "AllocTRES")
+    acct = mig.ok("sacct", "-X", "-n", "-P", "-j", str(jobs[0]), "-o", "AllocTRES")
     assert "gres/gpu=1" in acct.split("\n")[0].split(","), acct
 
     # a restarted job keeps seeing an instance by UUID, and the same node's UUIDs are stable
-    _ok(mig, "scancel", *map(str, jobs))
+    mig.ok("scancel", *map(str, jobs))
     mig.wait(eighth, {"COMPLETED"})
     again = mig.sbatch("--gres=gpu:1g.10gb:7", "--wrap", cmd, cwd=workdir)
     mig.wait(again, {"RUNNING"})
     assert sorted(_seen(workdir, again)[0].split(",")) == sorted(uuids)
-    _ok(mig, "scancel", str(again))
+    mig.ok("scancel", str(again))
     mig.wait(again, {"CANCELLED"})
 
 
@@ -100,18 +94,18 @@ def test_a_fault_of_the_gpu_fails_all_its_instances(mig: Cluster, workdir: Path)
     script = "#!/bin/bash\ntrap 'echo noticed' USR1\nwhile true; do sleep 0.1; done\n"
     job = mig.sbatch("--gres=gpu:1g.10gb:1", "--signal=B:USR1@30", input=script, cwd=workdir)
     mig.wait(job, {"RUNNING"})
-    _ok(mig, "kiln", "fake-gpu", "node1", "3", "--xid", "79")  # instance 3: its GPU fails
-    until(lambda: "GresDrain=gpu:1g.10gb:7(IDX:0-6)" in _ok(mig, "scontrol", "show", "node",
+    mig.ok("kiln", "fake-gpu", "node1", "3", "--xid", "79")  # instance 3: its GPU fails
+    until(lambda: "GresDrain=gpu:1g.10gb:7(IDX:0-6)" in mig.ok("scontrol", "show", "node",
                                                              "node1"),
           "every instance of the GPU failed", timeout=30)
     until(lambda: mig.job(job)["restart_count"] == 1 and mig.job(job)["state"] == "PENDING",
           "the job was requeued (NODE_FAIL), waiting for an instance", timeout=30)
-    _ok(mig, "kiln", "fake-gpu", "node1", "3", "--clear")
-    _ok(mig, "scontrol", "update", "NodeName=node1", "State=RESUME")
+    mig.ok("kiln", "fake-gpu", "node1", "3", "--clear")
+    mig.ok("scontrol", "update", "NodeName=node1", "State=RESUME")
     mig.wait(job, {"RUNNING"}, timeout=30)
-    until(lambda: "GresDrain" not in _ok(mig, "scontrol", "show", "node", "node1"),
+    until(lambda: "GresDrain" not in mig.ok("scontrol", "show", "node", "node1"),
           "the instances are back in service")
-    _ok(mig, "scancel", str(job))
+    mig.ok("scancel", str(job))
     mig.wait(job, {"CANCELLED"})
 
 
@@ -130,4 +124,4 @@ def test_kiln_up_refuses_instances_that_do_not_fit(mig: Cluster) -> None:
     assert res.returncode != 0
     assert "runs as 1 node(s), 1xA100-80GB, MIG 1g.10gb:7," in res.stderr, res.stderr
     assert "to 1 node(s), 1xA100-80GB, MIG 3g.40gb:2," in res.stderr, res.stderr
-    assert _ok(mig, "sinfo", "-h", "-p", "gpu", "-o", "%G").split() == ["gpu:1g.10gb:7"]
+    assert mig.ok("sinfo", "-h", "-p", "gpu", "-o", "%G").split() == ["gpu:1g.10gb:7"]

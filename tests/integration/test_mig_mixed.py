@@ -28,12 +28,6 @@ def mixed() -> Iterator[Cluster]:
                                         '"gres/gpu:3g.40gb"]')
 
 
-def _ok(cluster: Cluster, *args: str) -> str:
-    res = cluster.run(*args)
-    assert res.returncode == 0, f"{args}: {res.stderr}"
-    return res.stdout
-
-
 def _seen(workdir: Path, job_id: int) -> list[str]:
     path = workdir / f"seen-{job_id}"
     until(lambda: path.exists() and path.read_text().endswith("\n"), f"job {job_id} wrote")
@@ -41,9 +35,9 @@ def _seen(workdir: Path, job_id: int) -> list[str]:
 
 
 def test_a_3g_and_two_1g_jobs_share_one_gpu(mixed: Cluster, workdir: Path) -> None:
-    assert _ok(mixed, "sinfo", "-h", "-p", "gpu", "-o", "%G").split() == [
+    assert mixed.ok("sinfo", "-h", "-p", "gpu", "-o", "%G").split() == [
         "gpu:1g.10gb:2,gpu:2g.20gb:1,gpu:3g.40gb:1"]
-    node = _ok(mixed, "scontrol", "show", "node", "node1")
+    node = mixed.ok("scontrol", "show", "node", "node1")
     assert re.search(r"^\s*Gres=gpu:1g\.10gb:2,gpu:2g\.20gb:1,gpu:3g\.40gb:1$", node, re.M), node
 
     cmd = "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_GPUS > seen-$SLURM_JOB_ID; sleep 600"
@@ -58,32 +52,32 @@ def test_a_3g_and_two_1g_jobs_share_one_gpu(mixed: Cluster, workdir: Path) -> No
     assert sorted(seen[j][1] for j in small) == ["2", "3"]
     third = mixed.sbatch("--gres=gpu:1g.10gb:1", "--wrap", "true", cwd=workdir)
     until(lambda: mixed.job(third)["reason"] == "Resources", "a third 1g.10gb job waits")
-    used = _ok(mixed, "sinfo", "-h", "-p", "gpu", "-O", "GresUsed:60").split()
+    used = mixed.ok("sinfo", "-h", "-p", "gpu", "-O", "GresUsed:60").split()
     assert used == ["gpu:1g.10gb:2,gpu:2g.20gb:0,gpu:3g.40gb:1"], used
-    _ok(mixed, "scancel", str(big), *map(str, small))
+    mixed.ok("scancel", str(big), *map(str, small))
     mixed.wait(third, {"COMPLETED"})
     mixed.wait(big, {"CANCELLED"})
 
-    acct = _ok(mixed, "sacct", "-X", "-n", "-P", "-j", str(big), "-o", "AllocTRES,ReqTRES")
+    acct = mixed.ok("sacct", "-X", "-n", "-P", "-j", str(big), "-o", "AllocTRES,ReqTRES")
     alloc, req = acct.strip().split("\n")[0].split("|")
     items = alloc.split(",")
     assert "gres/gpu:3g.40gb=1" in items and "gres/gpu=1" in items, alloc
     assert items.index("gres/gpu:3g.40gb=1") < items.index("gres/gpu=1"), alloc  # Slurm's
     assert "gres/gpu:3g.40gb=1" in req.split(","), req
-    small_acct = _ok(mixed, "sacct", "-X", "-n", "-P", "-j", str(small[0]), "-o", "AllocTRES")
+    small_acct = mixed.ok("sacct", "-X", "-n", "-P", "-j", str(small[0]), "-o", "AllocTRES")
     assert "gres/gpu:1g.10gb=1" in small_acct.split(","), small_acct
     # a type AccountingStorageTRES does not list is counted as gres/gpu only
     mid = mixed.sbatch("--gres=gpu:2g.20gb:1", "--wrap", "true", cwd=workdir)
     mixed.wait(mid, {"COMPLETED"})
-    mid_acct = _ok(mixed, "sacct", "-X", "-n", "-P", "-j", str(mid), "-o", "AllocTRES")
+    mid_acct = mixed.ok("sacct", "-X", "-n", "-P", "-j", str(mid), "-o", "AllocTRES")
     assert "gres/gpu=1" in mid_acct and "2g.20gb" not in mid_acct, mid_acct
 
 
 def test_grp_tres_on_one_profile(mixed: Cluster, workdir: Path) -> None:
     sacctmgr = ["sacctmgr", "-i"]
-    _ok(mixed, *sacctmgr, "add", "account", "migacct", "Parent=root")
-    _ok(mixed, *sacctmgr, "add", "user", "root", "Account=migacct")
-    _ok(mixed, *sacctmgr, "modify", "account", "migacct", "set", "GrpTRES=gres/gpu:1g.10gb=1")
+    mixed.ok(*sacctmgr, "add", "account", "migacct", "Parent=root")
+    mixed.ok(*sacctmgr, "add", "user", "root", "Account=migacct")
+    mixed.ok(*sacctmgr, "modify", "account", "migacct", "set", "GrpTRES=gres/gpu:1g.10gb=1")
     first = mixed.sbatch("-A", "migacct", "--gres=gpu:1g.10gb:1", "--wrap", "sleep 600",
                          cwd=workdir)
     mixed.wait(first, {"RUNNING"})
@@ -93,5 +87,5 @@ def test_grp_tres_on_one_profile(mixed: Cluster, workdir: Path) -> None:
     other = mixed.sbatch("-A", "migacct", "--gres=gpu:3g.40gb:1", "--wrap", "true", cwd=workdir)
     mixed.wait(other, {"COMPLETED"})  # the limit is on the profile only
     assert mixed.job(second)["state"] == "PENDING"
-    _ok(mixed, "scancel", str(first))
+    mixed.ok("scancel", str(first))
     mixed.wait(second, {"COMPLETED"})
