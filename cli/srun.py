@@ -479,8 +479,9 @@ def _signal_text(sig: int) -> str:
 # --- a job of its own, outside an allocation --------------------------------------------------
 
 
+# -P: the job's working directory stays off sys.path (a project with its own cli/ is not ours)
 HOLD_SCRIPT = ("#!/bin/sh\n# submitted by srun outside an allocation: holds the allocation "
-               "until srun's step ends\nexec {python} -m cli.srun_hold\n")
+               "until srun's step ends\nexec {python} -P -m cli.srun_hold\n")
 
 
 def run_job(settings: Settings, command: list[str], argv: list[str]) -> int:

@@ -192,6 +192,13 @@ def _pid_alive(pid_file: Path) -> int:
     return pid if b"schedd" in cmdline or b"agentd" in cmdline else 0
 
 
+def daemon_command(module: str) -> list[str]:
+    """How kiln up starts a daemon: this interpreter running kiln's own ``module``. ``-P``
+    keeps the working directory off ``sys.path``: `kiln up` run inside another kiln checkout
+    (or any directory holding a ``schedd/`` or ``agentd/``) must not start that copy's code."""
+    return [sys.executable, "-P", "-m", module]
+
+
 def _spawn(args: list[str], log_file: Path, pid_file: Path, env: dict[str, str]) -> int:
     fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     os.fchmod(fd, 0o600)  # what a daemon prints is root's, like its log
@@ -349,7 +356,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, fake_mig: str | None, cpus:
     logs.mkdir(parents=True, mode=0o700, exist_ok=True)
     started = []
     if not _pid_alive(run / "schedd.pid"):
-        _spawn([sys.executable, "-m", "schedd.daemon", "--config", str(conf_path),
+        _spawn([*daemon_command("schedd.daemon"), "--config", str(conf_path),
                 "--log-file", str(logs / "schedd.log")], logs / "schedd.out",
                run / "schedd.pid", env)
         started.append("schedd")
@@ -357,7 +364,7 @@ def up(num_nodes: int | None, fake_gpus: str | None, fake_mig: str | None, cpus:
     for name in names:
         if _pid_alive(run / f"agentd-{name}.pid"):
             continue
-        args = [sys.executable, "-m", "agentd.daemon", "--config", str(conf_path),
+        args = [*daemon_command("agentd.daemon"), "--config", str(conf_path),
                 "--node", name, "--log-file", str(logs / f"agentd-{name}.log"),
                 "--spool", str(home / "spool" / name),
                 "--serve-commands", "no"]  # schedd serves this host's commands

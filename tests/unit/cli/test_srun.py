@@ -95,7 +95,7 @@ def test_exit_status_is_the_worst_tasks(capsys) -> None:
 def test_outside_an_allocation_the_job_only_holds_it_for_sruns_step() -> None:
     script = srun.HOLD_SCRIPT.format(python=shlex.quote("/opt/my venv/bin/python"))
     assert script.startswith("#!/bin/sh\n")
-    assert shlex.split(script.splitlines()[-1]) == ["exec", "/opt/my venv/bin/python", "-m",
+    assert shlex.split(script.splitlines()[-1]) == ["exec", "/opt/my venv/bin/python", "-P", "-m",
                                                     "cli.srun_hold"]
 
 
