@@ -376,10 +376,12 @@ class Walk:
 
     def start(self, job: PendingJob, chosen: list[NodeTimeline]) -> None:
         end = self.end_of(job, self.now)
+        # on a node of several GPU types, the types a job that names none is held on
+        by_type = placement.gpu_vectors(job, chosen, self.now, end)
         for tl in chosen:
             self.free.before_change(tl)
             tl.hold(placement.demand_now(job, tl.view), self.now, end)
-        allocation = placement.allocate(job, chosen, self.now, end)
+        allocation = placement.allocate(job, chosen, self.now, end, by_type)
         for tl in chosen:
             self.free.after_change(tl)
         if job.exclusive_topo:  # --exclusive=topo: the rest of its blocks held for it too
@@ -400,10 +402,6 @@ class Walk:
         if found is None:
             return
         t, chosen = found
-        if t <= self.now and not all(placement.typed_free(job, tl) for tl in chosen):
-            # the plan counts GPUs, not types: on a node of several types (a mixed MIG
-            # layout) the count fits now and the type does not; no start to promise
-            return
         self.plan.expected_start[job.job_id] = t
         self.plan.reserved_nodes[job.job_id] = sorted(tl.view.name for tl in chosen)
         if not self.config.backfill:

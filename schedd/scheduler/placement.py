@@ -67,7 +67,8 @@ def typed_gpus(job: PendingJob, node: NodeView) -> int:
 
 def typed_free(job: PendingJob, tl: NodeTimeline) -> bool:
     """Whether a node of several GPU types has enough free now of the type the job asks
-    for (the plan counts GPUs, not types: this is checked where a job starts)."""
+    for (what ``NodeTimeline.fits_now`` asks of a typed demand; the free-now walk of
+    ``_place_now_indexed`` reads the buckets' counts instead, so it asks this)."""
     kinds = tl.view.gpu_kinds
     if not job.gpu_type or not kinds or not job.gpus_per_node or job.exclusive:
         return True
@@ -208,7 +209,7 @@ def demand_on(job: PendingJob, node: NodeView) -> Demand:
     if units:  # planned on fresh GPUs (scheduler/shares.py)
         return Demand(job.cpus_per_node, job.mem_per_node_mb,
                       shares.whole_gpus(units, shares.per_gpu(node, kind)))
-    return Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
+    return Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node, job.gpu_type)
 
 
 def demand_now(job: PendingJob, node: NodeView) -> Demand:
@@ -344,7 +345,7 @@ def _place_now_indexed(
     are the best fit, so a job on a big cluster looks at few nodes. With ``frag``, a GPU job
     walks the buckets in the order of the fragmentation measure instead
     (``fragment.Scorer.key_order``), so the first nodes found are the least fragmenting."""
-    d = Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node)
+    d = Demand(job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node, job.gpu_type)
     need = job.num_nodes
     topo = topology.applies(job, cands.nodes)
     if job.nodelist or topo:
@@ -542,8 +543,8 @@ def earliest_start(
     """
     if memo is not None and len(nodes) < MEMO_MIN_NODES:
         memo = None
-    fixed = None if job.exclusive or job.shards_per_node or job.mps_per_node else Demand(job.cpus_per_node, job.mem_per_node_mb,
-                                              job.gpus_per_node)
+    fixed = None if job.exclusive or job.shards_per_node or job.mps_per_node else Demand(
+        job.cpus_per_node, job.mem_per_node_mb, job.gpus_per_node, job.gpu_type)
     if job.num_nodes == 1 and not job.nodelist:
         if memo is not None and fixed is not None and not job.exclusive_topo \
                 and not job.segment:
@@ -769,11 +770,25 @@ class EarliestMemo:
         return best, [nodes[at]]
 
 
+def gpu_vectors(job: PendingJob, chosen: Sequence[NodeTimeline], now: float, end: float,
+                ) -> dict[int, dict[str, int]]:
+    """Node index -> the GPUs of each type a job started now takes there, on the nodes of
+    several GPU types where it asks for GPUs but no type (``NodeTimeline.gpu_vector``: what
+    the plan leaves of each type for its whole run). Asked before ``hold``, which takes the
+    same; ``allocate`` then picks GPUs of those types."""
+    if job.gpu_type or job.exclusive or not job.gpus_per_node:
+        return {}
+    return {tl.index: tl.gpu_vector(demand_on(job, tl.view), now, end)
+            for tl in chosen if tl.typed is not None}
+
+
 def allocate(job: PendingJob, chosen: Sequence[NodeTimeline], now: float = 0.0,
-             end: float = INFINITY) -> list[NodeAllocation]:
-    """The per-node allocation of a job starting now on ``chosen``: GPU indices picked here,
-    then CPU ids (near those GPUs when the node reports the affinity). A share job's shares
-    are picked and held here, until ``end``."""
+             end: float = INFINITY, by_type: dict[int, dict[str, int]] | None = None,
+             ) -> list[NodeAllocation]:
+    """The per-node allocation of a job starting now on ``chosen``: GPU indices picked here
+    (of the types ``by_type`` names, from ``gpu_vectors``), then CPU ids (near those GPUs when
+    the node reports the affinity). A share job's shares are picked and held here, until
+    ``end``."""
     out = []
     kind = shares.asked(job)[0]
     if kind:
@@ -790,7 +805,8 @@ def allocate(job: PendingJob, chosen: Sequence[NodeTimeline], now: float = 0.0,
         return out
     for tl in _required_first(job, list(chosen)):
         d = demand_on(job, tl.view)
-        gpus = tl.pick_gpus(d.gpus, "" if job.exclusive else job.gpu_type)
+        gpus = tl.pick_gpus(d.gpus, "" if job.exclusive else job.gpu_type,
+                            by_type.get(tl.index) if by_type else None)
         out.append(NodeAllocation(tl.view.name, d.cpus, d.mem, gpus, tl.pick_cpus(d.cpus, gpus)))
     return out
 

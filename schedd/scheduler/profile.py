@@ -6,6 +6,10 @@ segment ``[times[k], times[k+1])``, the free CPUs, memory and GPU count. Running
 node back at their end (start + limit, or a prediction when asked for); reservations and the
 jobs this cycle starts take from it. Only counts are planned for the future: which GPU indices a
 reserved job gets is decided when it really starts, so the plan needs no more than counts.
+A node of several GPU types (a mixed MIG layout, ``NodeView.gpu_kinds``) keeps those counts per
+type too (``NodeTimeline.typed``): a job asking for a type is planned on GPUs of that type, one
+that asks for none on a mix it can hold for its whole run (``NodeTimeline.gpu_vector``), and
+the GPUs it gets when it starts are of the types it was planned on.
 
 A node that has only releases ahead is *monotone* (free never shrinks): for it "fits now" means
 "fits for as long as you like" and the earliest fit is a single bisection, which is what keeps a
@@ -19,9 +23,9 @@ earlier than it is surely free.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from itertools import count, filterfalse, islice
+from itertools import chain, count, filterfalse, islice
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -33,8 +37,9 @@ INFINITY = math.inf
 # state of one node (a memo that kept it knows the node unchanged while it reads the same)
 _STAMPS = count(1)
 _GPU_INDEX = attrgetter("index")
-# a node's step function: breakpoints, free CPUs, memory and GPUs per segment, and monotone
-Steps = tuple[list[float], list[int], list[int], list[int], bool]
+# a node's step function: breakpoints, free CPUs, memory and GPUs per segment, monotone, and
+# on a node of several GPU types the free GPUs of each type per segment (None otherwise)
+Steps = tuple[list[float], list[int], list[int], list[int], bool, dict[str, list[int]] | None]
 
 
 class Demand(NamedTuple):
@@ -45,6 +50,9 @@ class Demand(NamedTuple):
     cpus: int
     mem: int
     gpus: int
+    # the GPU type asked for (``PendingJob.gpu_type``): only a node of several types
+    # (``NodeTimeline.typed``) reads it; "" takes GPUs of any type
+    kind: str = ""
 
 
 def round_up(t: float, resolution: int) -> float:
@@ -60,6 +68,7 @@ class NodeTimeline:
     __slots__ = (
         "index", "view", "times", "cpus", "mem", "gpus", "monotone", "gpus_free", "islands",
         "cpus_held", "_memo", "_first", "shares", "share_until", "share_kind", "version",
+        "typed",
     )
 
     def __init__(self, index: int, view: NodeView, now: float) -> None:
@@ -85,11 +94,22 @@ class NodeTimeline:
         self.share_kind: dict[int, str] = {}  # and which kind of share (shares.KINDS) each is
         # a fresh stamp at every change of the step function (placement.EarliestMemo)
         self.version = next(_STAMPS)
+        # a node of several GPU types: type -> free GPUs of that type per segment (the sum
+        # over types is ``gpus``); None on a node of one type
+        self.typed: dict[str, list[int]] | None = None
+        if view.gpu_kinds:
+            typed: dict[str, list[int]] = {}
+            for g in view.gpus:
+                kind = view.gpu_kinds.get(g.index, "")
+                typed.setdefault(kind, [0])[0] += 1
+            self.typed = typed
 
     # --- building -------------------------------------------------------------------------
 
-    def set_releases(self, releases: list[tuple[float, int, int, int]]) -> None:
-        """Turn (time, cpus, mem, gpus) releases of the running jobs into the step function.
+    def set_releases(self, releases: list[tuple[float, int, int, int]],
+                     typed: Sequence[tuple[float, str]] = ()) -> None:
+        """Turn (time, cpus, mem, gpus) releases of the running jobs into the step function;
+        ``typed``: on a node of several GPU types, (time, type) for each GPU released.
 
         Called once, after the running jobs' holdings were taken from the first segment.
         """
@@ -106,6 +126,14 @@ class NodeTimeline:
                 cpus.append(c)
                 mem.append(m)
                 gpus.append(g)
+        if self.typed is not None:
+            n = len(times)
+            for kind in self.typed:
+                self.typed[kind] *= n
+            for t, kind in typed:
+                steps = self.typed[kind]
+                for k in range(max(bisect_right(times, t) - 1, 0), n):
+                    steps[k] += 1
 
     def take_now(self, cpus: int, mem: int, gpu_indices: Iterable[int],
                  cpu_ids: Iterable[int] = ()) -> int:
@@ -119,6 +147,10 @@ class NodeTimeline:
             left = set(self.gpus_free).difference(gpu_indices)
             taken = len(self.gpus_free) - len(left)
             if taken:
+                if self.typed is not None:
+                    kinds = self.view.gpu_kinds
+                    for g in set(self.gpus_free).difference(left):
+                        self.typed[kinds.get(g, "")][0] -= 1
                 self.gpus_free = sorted(left)
         self.cpus[0] -= cpus
         self.mem[0] -= mem
@@ -139,6 +171,8 @@ class NodeTimeline:
                 self.shares[g] = 0
                 self.share_kind[g] = kind
                 taken += 1
+                if self.typed is not None:
+                    self.typed[self.view.gpu_kinds.get(g, "")][0] -= 1
             elif self.share_kind[g] != kind:
                 continue  # shared the other way (a stale record): a GPU has one kind
             self.shares[g] += n
@@ -165,17 +199,85 @@ class NodeTimeline:
         for g, n in shards.items():
             self.shares[g] += n
             until = self.share_until.get(g)
+            one = Demand(0, 0, 1, self.view.gpu_kinds.get(g, ""))  # this GPU's type
             if until is None:
-                self.hold(Demand(0, 0, 1), now, end)
+                self.hold(one, now, end)
                 self.share_until[g] = end
             elif until < end:
-                self.hold(Demand(0, 0, 1), until, end)
+                self.hold(one, until, end)
                 self.share_until[g] = end
 
     # --- questions --------------------------------------------------------------------------
 
     def fits_now(self, d: Demand) -> bool:
-        return self.cpus[0] >= d.cpus and self.mem[0] >= d.mem and self.gpus[0] >= d.gpus
+        return self.cpus[0] >= d.cpus and self.mem[0] >= d.mem and self.gpus[0] >= d.gpus and (
+            self.typed is None or not d.gpus or self._typed_room(d, 0, 1) >= d.gpus)
+
+    # --- a node of several GPU types (``typed``) -------------------------------------------
+
+    def _kinds_of(self, d: Demand) -> Iterable[str]:
+        """The types ``d`` may take: its own, or any ("" or a type the node lacks: any)."""
+        assert self.typed is not None
+        return (d.kind,) if d.kind in self.typed else self.typed
+
+    def _typed_room(self, d: Demand, a: int, b: int) -> int:
+        """How many GPUs ``d`` can hold through segments ``a`` to ``b - 1`` of a typed node:
+        of its type, the fewest free then; of any type, the sum of each type's fewest (a GPU is
+        held whole for the whole run, so it must stay of one type)."""
+        typed = self.typed
+        assert typed is not None
+        return sum(min(typed[kind][a:b]) for kind in self._kinds_of(d))
+
+    def gpu_vector(self, d: Demand, start: float, end: float) -> dict[str, int]:
+        """The GPUs of each type that ``d`` takes on a typed node during ``[start, end)``: its
+        type's; or, asking for none, those of the types with the most free throughout first
+        (then by name). The same answer for the same state: ``hold`` takes these, and a job
+        started now is given GPUs of these types (``pick_gpus``'s ``by_type``)."""
+        assert self.typed is not None
+        a = max(self._seg(start), 0)
+        b = max(bisect_left(self.times, end), a + 1)  # segments a..b-1 meet [start, end)
+        room = sorted((-min(self.typed[kind][a:b]), kind) for kind in self._kinds_of(d))
+        out: dict[str, int] = {}
+        need = d.gpus
+        for free, kind in room:
+            n = min(need, -free)
+            if n > 0:
+                out[kind] = n
+                need -= n
+        if need > 0:  # more than it can hold (a caller that did not ask ``fits``): as asked
+            kind = d.kind if d.kind in self.typed else room[0][1]
+            out[kind] = out.get(kind, 0) + need
+        return out
+
+    def _typed_intervals(self, d: Demand, duration: float) -> list[tuple[float, float]]:
+        """``start_intervals`` on a typed node. A start inside segment ``k`` fits while every
+        segment it reaches has the CPUs and memory and the GPUs hold through all of them
+        (``_typed_room``): fewer the later it starts in ``k``, so the starts in ``k`` that fit
+        run from ``times[k]`` to the last end it can reach, less ``duration``."""
+        times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        n = len(times)
+        out: list[tuple[float, float]] = []
+        kinds = [self.typed[kind] for kind in self._kinds_of(d)]  # type: ignore[index]
+        for k in range(n):
+            j = k  # segments k..j-1 fit together
+            least = [steps[k] for steps in kinds]  # each type's fewest free over k..j
+            while j < n and cpus[j] >= d.cpus and mem[j] >= d.mem and gpus[j] >= d.gpus:
+                if d.gpus:
+                    least = [min(m, steps[j]) for m, steps in zip(least, kinds, strict=True)]
+                    if sum(least) < d.gpus:
+                        break
+                j += 1
+            if j == k:
+                continue
+            reach = times[j] if j < n else INFINITY
+            hi = min(reach - duration, times[k + 1] if k + 1 < n else INFINITY)
+            if hi < times[k]:
+                continue
+            if out and out[-1][1] >= times[k]:
+                out[-1] = (out[-1][0], max(out[-1][1], hi))
+            else:
+                out.append((times[k], hi))
+        return out
 
     def _seg(self, t: float) -> int:
         """Index of the segment that contains instant ``t``."""
@@ -185,14 +287,16 @@ class NodeTimeline:
         """Whether ``d`` is free during the whole of ``[start, end)``."""
         k = max(self._seg(start), 0)
         if self.monotone:
-            return self.cpus[k] >= d.cpus and self.mem[k] >= d.mem and self.gpus[k] >= d.gpus
+            return self.cpus[k] >= d.cpus and self.mem[k] >= d.mem and self.gpus[k] >= d.gpus \
+                and (self.typed is None or not d.gpus or self._typed_room(d, k, k + 1) >= d.gpus)
         times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
         n = len(times)
+        a = k
         while k < n and times[k] < end:
             if cpus[k] < d.cpus or mem[k] < d.mem or gpus[k] < d.gpus:
                 return False
             k += 1
-        return True
+        return self.typed is None or not d.gpus or self._typed_room(d, a, max(k, a + 1)) >= d.gpus
 
     def free_at(self, t: float) -> tuple[int, int, int]:
         k = max(self._seg(t), 0)
@@ -203,6 +307,12 @@ class NodeTimeline:
 
         A maximal run of fitting segments ``[A, B)`` admits every start in ``[A, B - duration]``.
         """
+        if self.typed is not None:
+            key = (d, duration)
+            found = self._memo.get(key)
+            if found is None:
+                found = self._memo[key] = self._typed_intervals(d, duration)
+            return found
         key = (d.cpus, d.mem, d.gpus) if self.monotone else (d.cpus, d.mem, d.gpus, duration)
         found = self._memo.get(key)
         if found is None:
@@ -239,6 +349,11 @@ class NodeTimeline:
         segments instead of listing every interval of a long plan (conservative backfill on a
         pool re-plans hundreds of jobs a cycle, each over a profile as long as the plan).
         """
+        if self.typed is not None:
+            for lo, hi in self.start_intervals(d, duration):
+                if hi >= after:
+                    return lo if lo > after else after
+            return None
         key = (d.cpus, d.mem, d.gpus) if self.monotone else (d.cpus, d.mem, d.gpus, duration)
         known = self._memo.get(key)
         if known is not None:
@@ -288,6 +403,9 @@ class NodeTimeline:
         self.cpus.insert(k, self.cpus[k - 1])
         self.mem.insert(k, self.mem[k - 1])
         self.gpus.insert(k, self.gpus[k - 1])
+        if self.typed is not None:
+            for steps in self.typed.values():
+                steps.insert(k, steps[k - 1])
         return k
 
     def hold(self, d: Demand, start: float, end: float) -> None:
@@ -299,26 +417,37 @@ class NodeTimeline:
             self.monotone = False
         else:
             start = self.times[0]
+        vector = self.gpu_vector(d, start, end) if self.typed is not None and d.gpus else None
         a = self._split(start)
         b = self._split(end) if end != INFINITY else len(self.times)
         for k in range(a, b):
             self.cpus[k] -= d.cpus
             self.mem[k] -= d.mem
             self.gpus[k] -= d.gpus
+        if vector:
+            for kind, n in vector.items():
+                steps = self.typed[kind]  # type: ignore[index]
+                for k in range(a, b):
+                    steps[k] -= n
 
     def agrees(self, future: Steps) -> bool:
         """Whether ``future`` (the last cycle's final step function of this node) has free
         now what this node has: then ``adopt`` may take it."""
-        times, cpus, mem, gpus, _monotone = future
+        times, cpus, mem, gpus, _monotone, typed = future
         k = bisect_right(times, self.times[0]) - 1
-        return k >= 0 and (cpus[k], mem[k], gpus[k]) == (self.cpus[0], self.mem[0], self.gpus[0])
+        if k < 0 or (cpus[k], mem[k], gpus[k]) != (self.cpus[0], self.mem[0], self.gpus[0]):
+            return False
+        if self.typed is None or typed is None:
+            return self.typed is None and typed is None
+        return typed.keys() == self.typed.keys() and all(
+            typed[kind][k] == steps[0] for kind, steps in self.typed.items())
 
     def adopt(self, future: Steps) -> None:
         """Take ``future`` from now on as this node's step function (``agrees`` first). Its
         ``monotone`` is kept: a node that carried a future reservation stays non-monotone,
         which every question answers alike, only slower. The lists are copied."""
         self.version = next(_STAMPS)
-        times, cpus, mem, gpus, monotone = future
+        times, cpus, mem, gpus, monotone, typed = future
         now = self.times[0]
         k = bisect_right(times, now) - 1
         self.times = [now, *times[k + 1:]]
@@ -326,16 +455,20 @@ class NodeTimeline:
         self.mem = mem[k:]
         self.gpus = gpus[k:]
         self.monotone = monotone
+        if typed is not None:
+            self.typed = {kind: steps[k:] for kind, steps in typed.items()}
         self._memo.clear()
         self._first.clear()
 
     def steps(self) -> Steps:
         """The step function as it stands (for ``adopt`` in the next cycle; not copied)."""
-        return self.times, self.cpus, self.mem, self.gpus, self.monotone
+        return self.times, self.cpus, self.mem, self.gpus, self.monotone, self.typed
 
-    def pick_gpus(self, count: int, gpu_type: str = "") -> list[int]:
+    def pick_gpus(self, count: int, gpu_type: str = "",
+                  by_type: dict[str, int] | None = None) -> list[int]:
         """Choose ``count`` free GPU indices now, keeping NVLink islands whole; on a node of
-        several GPU types (``NodeView.gpu_kinds``) only GPUs of ``gpu_type`` when given.
+        several GPU types (``NodeView.gpu_kinds``) only GPUs of ``gpu_type`` when given, or
+        ``by_type``'s count of each type (the types the plan held for it: ``gpu_vector``).
 
         Best fit by island: the island with the fewest free GPUs that still holds the whole
         request; a request no island holds takes the emptiest islands whole, then the remainder
@@ -343,6 +476,9 @@ class NodeTimeline:
         """
         if count <= 0:
             return []
+        if by_type:
+            return sorted(chain.from_iterable(
+                self.pick_gpus(n, kind) for kind, n in sorted(by_type.items())))
         if self.islands is None:
             self.islands = {g.index: g.island for g in self.view.gpus}
         by_island: dict[int, list[int]] = {}
@@ -422,6 +558,7 @@ def build(
     # plan them back a moment later, never now
     soonest = round_up(now + 1, resolution)
     shared: set[int] = set()
+    typed: dict[int, list[tuple[float, str]]] = {}  # a typed node's GPU releases by type
     for run in running:  # every running job, every cycle: nothing here that can be hoisted
         end = run.end_time if not use_prediction else planning_end(run, use_prediction)
         if resolution > 1:
@@ -432,16 +569,23 @@ def build(
             tl = by_name.get(a.node)
             if tl is None:
                 continue
+            if tl.typed is not None and a.gpus:
+                kinds, free = tl.view.gpu_kinds, set(tl.gpus_free)
+                typed.setdefault(tl.index, []).extend(
+                    (end, kinds.get(g, "")) for g in set(a.gpus) if g in free)
             taken = tl.take_now(a.cpus, a.memory_mb, a.gpus, a.cpu_ids)
             releases.setdefault(tl.index, []).append((end, a.cpus, a.memory_mb, taken))
             if a.shards:
                 tl.take_shares_now(a.shards, end, a.share_kind)
                 shared.add(tl.index)
     for index in shared:  # a GPU shares hold comes back with the last of them
-        rel = releases[index]
-        rel.extend((until, 0, 0, 1) for until in timelines[index].share_until.values())
+        tl = timelines[index]
+        releases[index].extend((until, 0, 0, 1) for until in tl.share_until.values())
+        if tl.typed is not None:
+            typed.setdefault(index, []).extend(
+                (until, tl.view.gpu_kinds.get(g, "")) for g, until in tl.share_until.items())
     for index, rel in releases.items():
-        timelines[index].set_releases(rel)
+        timelines[index].set_releases(rel, typed.get(index, ()))
     return timelines
 
 
