@@ -92,10 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
          answers=("version", "help", "usage"))
 def scontrol(line: Args) -> int:
     words, flags = line.positional, line.given
-    if not words or words[0].lower() == "version":  # as --version; no command: as --help
-        scontrol.answer({"version" if words else "help": None})
+    command, args = (keyword(words[0]) if words else "help"), words[1:]
+    if command in ("version", "help"):  # as --version; no command: as --help
+        scontrol.answer({command: None})
         return 0
-    command, args = words[0].lower(), words[1:]
+    if command is None:  # Slurm's fprintf: no "scontrol: error: " in front
+        fail(f"invalid keyword: {words[0]}", prefixed=False)
     if command == "show":
         return show(args, oneliner="oneliner" in flags, details="details" in flags)
     if command in ("hold", "uhold", "release", "requeue", "requeuehold"):
@@ -114,13 +116,59 @@ def scontrol(line: Args) -> int:
         return ping()
     if command == "token":
         return token(args)
-    if command in ("reconfigure", "reconfig"):
+    if command == "reconfigure":
         return reconfigure(args)
-    if command in ("reboot", "reboot_nodes"):
+    if command == "reboot":
         return reboot(args)
     if command == "cancel_reboot":
         return cancel_reboot(args)
-    fail(f"invalid keyword: {words[0]}", prefixed=True)
+    fail(f"invalid keyword: {words[0]}", prefixed=False)  # one of Slurm's kiln does not have
+
+
+# scontrol's keywords in the order Slurm 22.05 tries them (scontrol.c's _process_command): a
+# word is a keyword when it is a prefix of the name at least `least` letters long, case aside
+# (`sho`, `rec`, `u`); None: a keyword of Slurm's kiln does not have, listed so that its
+# abbreviations are not taken for a later one's (`d` is Slurm's `details`, not `delete`).
+# (name, least, kiln's command); `hold`/`uhold`/`holdu`/`requeuehold` compare their first
+# letters only, as Slurm's do.
+KEYWORDS: tuple[tuple[str, int, str | None], ...] = (
+    ("abort", 5, None), ("all", 2, None), ("cancel_reboot", 3, "cancel_reboot"),
+    ("completing", 2, None), ("cluster", 2, None), ("create", 2, "create"),
+    ("details", 1, None), ("errnumstr", 2, None), ("errnostr", 2, None), ("exit", 2, None),
+    ("help", 2, None), ("hide", 2, None), ("oneliner", 1, None), ("pidinfo", 3, None),
+    ("ping", 3, "ping"), ("quiet", 4, None), ("quit", 4, None),
+    ("reboot_nodes", 3, "reboot"), ("reconfigure", 3, "reconfigure"),
+    ("requeue", 3, "requeue"),
+)
+FIXED_KEYWORDS = (("requeuehold", "requeuehold"), ("holdu", "uhold"), ("hold", "hold"),
+                  ("uhold", "uhold"))
+LATER_KEYWORDS: tuple[tuple[str, int, str | None], ...] = (
+    ("release", 3, "release"), ("suspend", 2, None), ("resume", 3, None), ("top", 3, None),
+    ("token", 3, "token"), ("wait_job", 2, None), ("setdebugflags", 9, None),
+    ("setdebug", 2, None), ("schedloglevel", 3, None), ("show", 3, "show"),
+    ("write", 5, None), ("takeover", 8, None), ("shutdown", 8, None), ("update", 1, "update"),
+    ("delete", 1, "delete"), ("verbose", 4, None), ("version", 4, "version"),
+    ("listpids", 1, None), ("notify", 1, None), ("callerid", 3, None),
+)
+
+
+def keyword(word: str) -> str | None:
+    """kiln's command for ``scontrol WORD`` (Slurm's abbreviations), or None."""
+    tag = word.lower()
+
+    def match(table: tuple[tuple[str, int, str | None], ...]) -> tuple[bool, str | None]:
+        for name, least, command in table:
+            if len(tag) >= least and name.startswith(tag):
+                return True, command
+        return False, None
+
+    found, command = match(KEYWORDS)
+    if found:
+        return command
+    for name, command in FIXED_KEYWORDS:  # xstrncasecmp(tag, name, len(name))
+        if tag.startswith(name):
+            return command
+    return match(LATER_KEYWORDS)[1]
 
 
 # --- show ------------------------------------------------------------------------------------
@@ -130,12 +178,12 @@ def show(args: list[str], oneliner: bool, details: bool = False) -> int:
     if any(a in ("-o", "--oneliner") for a in args):  # `show reservation -o`, as Slurm allows
         args, oneliner = [a for a in args if a not in ("-o", "--oneliner")], True
     if not args:
-        fail("too few arguments for keyword:show")
+        fail("too few arguments for keyword:show", prefixed=False)
     word, eq, value = args[0].partition("=")  # `show job=5`, as Slurm takes it too
     entity = show_entity(word)
     target = value if eq else args[1] if len(args) > 1 else None
-    if entity is None:
-        fail(f"invalid entity:{args[0]} for keyword:show")
+    if entity is None:  # Slurm's line ends in a space
+        fail(f"invalid entity:{args[0]} for keyword:show ", prefixed=False)
     if entity == "hostnames":
         return show_hostnames(target)
     if entity == "topology":
@@ -556,7 +604,7 @@ def show_config(client: Client) -> int:
 def _job_list(args: list[str], keyword: str) -> list[str]:
     ids = [j for a in args for j in a.split(",") if j]
     if not ids:
-        fail(f"too few arguments for keyword:{keyword}")
+        fail(f"too few arguments for keyword:{keyword}", prefixed=False)
     for job_id in ids:
         base = job_id.split("_")[0]
         if not base.isdigit():
